@@ -1,0 +1,28 @@
+"""Shared fixtures: one real end-to-end `ppo-trt run` per test session."""
+import os, shutil, subprocess, sys
+from pathlib import Path
+import pytest
+
+QUICK_BENCH = ['--warmup', '20', '--iters', '300', '--batches', '1,64,1024', '--sweep-seconds', '0.05',
+               '--closed-loop-steps', '300']
+
+def ppo_trt(*args, cwd=None):
+    "Run the real console script; return the CompletedProcess."
+    exe = shutil.which('ppo-trt') or str(Path(sys.executable).with_name('ppo-trt'))
+    return subprocess.run([exe, *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, 'PYTHONWARNINGS': 'ignore'})
+
+@pytest.fixture(scope='session')
+def run_dir(tmp_path_factory):
+    "A run folder made by `ppo-trt run` with a few thousand timesteps of the default preset."
+    d = tmp_path_factory.mktemp('e2e')/'hopper'
+    r = ppo_trt('run', '--run-dir', d, '--timesteps', 4096, '--eval-freq', 2048, '--eval-episodes', 2, *QUICK_BENCH)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return d
+
+@pytest.fixture
+def run_copy(run_dir, tmp_path):
+    "A throwaway copy of the end-to-end run folder, for tests that damage it."
+    dst = tmp_path/'copy'
+    shutil.copytree(run_dir, dst)
+    return dst
