@@ -53,7 +53,7 @@ def test_report_html(run_dir):
 def test_runner_matches_sb3(run_dir):
     obs = np.load(run_dir/'export_obs.npy')
     ref = B.load('sb3', run_dir)(obs)
-    for name in ('torch', 'ort', 'ort-iobind'):
+    for name in ('torch', 'ort', 'ort-iobind', 'native'):
         assert np.abs(B.load(name, run_dir)(obs) - ref).max() < 1e-5, name
 
 def test_each_stage_reruns_alone(run_copy):
