@@ -1,7 +1,5 @@
 """End-to-end: `ppo-trt run` leaves a complete, consistent run folder."""
-import json
 import numpy as np
-import pytest
 from conftest import ppo_trt
 from ppo_trt import backends as B
 from ppo_trt.config import load_json
