@@ -1,0 +1,71 @@
+"Batched torch envs (gymnasium parity, compiled step, bad input) and on-device PPO through the CLI and the pipeline."
+import numpy as np, pytest, torch
+from conftest import ppo_trt
+from ppo_trt.config import BadInputError, load_json
+from ppo_trt.gpu_envs import make_batched, gym_trajectories, fused_step, count_sync_ops, device_rollout, BATCHED_ENVS
+
+
+@pytest.mark.parametrize('env_id', list(BATCHED_ENVS))
+def test_matches_gymnasium(env_id):
+    r = gym_trajectories(env_id, num_envs=16, steps=400, seed=7, dtype='float64')
+    assert r['termination_mismatches'] == 0 and r['max_abs_obs'] < 1e-6, r
+    r = gym_trajectories(env_id, num_envs=16, steps=400, seed=7, dtype='float32', resync=True)
+    assert r['termination_mismatches'] == 0 and r['max_abs_obs'] < 1e-5, r
+
+
+def test_compiled_step_equals_eager():
+    a, b = make_batched('CartPole-v1', 256, seed=3), make_batched('CartPole-v1', 256, seed=3)
+    step, how = fused_step(b)
+    assert how == 'compiled', how  # a C++ compiler is part of the test machine's setup
+    b.gen.manual_seed(3); b.reset(seed=3); a.reset(seed=3)
+    acts = torch.randint(0, 2, (100, 256), generator=torch.Generator().manual_seed(0))
+    for t in range(100):  # fused kernels round differently (FMA): ~1e-6 after 90 steps, so compare within 1e-4
+        oa, ra, ta, _, _ = a.step(acts[t]); ob, rb, tb, _, _ = step(acts[t])
+        assert torch.equal(ta, tb) and torch.allclose(oa, ob, atol=1e-4), t
+
+
+def test_rollout_reads_nothing_back():
+    env = make_batched('MountainCarContinuous-v0', 128)
+    mlp = torch.nn.Sequential(torch.nn.Linear(2, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+    assert count_sync_ops(lambda: device_rollout(env, mlp, 40)) == {}
+
+
+@pytest.mark.parametrize('make, msg', [
+    (lambda: make_batched('CartPole-v1', -3), 'positive integer'),
+    (lambda: make_batched('Acrobot-v1', 4), 'no batched version'),
+    (lambda: make_batched('Pendulum-v1', 4, device='cuda:9'), 'cuda'),
+    (lambda: make_batched('Pendulum-v1', 4).step(torch.zeros(4, 2)), 'shape (4, 1)'),
+    (lambda: make_batched('CartPole-v1', 4).step(torch.zeros(4, dtype=torch.float32)), 'integer action indices'),
+])
+def test_bad_input(make, msg):
+    with pytest.raises(BadInputError, match=None) as e: make()
+    assert msg in str(e.value)
+
+
+def test_fast_train_cli_solves_cartpole(tmp_path):
+    r = ppo_trt('train', '--fast', '--env-id', 'CartPole-v1', '--run-dir', tmp_path/'cp')
+    assert r.returncode == 0, r.stderr[-2000:]
+    rec = load_json(tmp_path/'cp'/'train.json')
+    assert rec['solved'] and rec['final_eval_mean'] >= 475 and rec['trainer'] == 'ppo_trt.fast_ppo'
+    r = ppo_trt('export', '--run-dir', tmp_path/'cp')
+    assert r.returncode == 2 and 'discrete actions' in r.stderr
+
+
+def test_fast_pendulum_through_export_and_bench(tmp_path):
+    d = tmp_path/'pend'
+    r = ppo_trt('run', '--fast', '--env-id', 'Pendulum-v1', '--timesteps', 8192, '--run-dir', d, '--warmup', 10, '--iters', 100,
+                '--batches', '1,64', '--sweep-seconds', 0.02, '--closed-loop-steps', 100)
+    assert r.returncode == 0, r.stderr[-2000:]
+    bench = load_json(d/'bench.json')
+    ran = {x['backend'] for x in bench['records'] if x['ran']}
+    assert {'sb3', 'torch', 'ort'} <= ran
+    assert (d/'report.html').exists()
+
+
+def test_fast_bad_input(tmp_path):
+    r = ppo_trt('train', '--fast', '--env-id', 'CartPole-v1', '--cudagraphs', '--run-dir', tmp_path/'x')
+    assert r.returncode == 2 and ('needs a CUDA device' in r.stderr or torch.cuda.is_available())
+    r = ppo_trt('run', '--fast', '--run-dir', tmp_path/'y')
+    assert r.returncode == 2 and 'needs continuous actions' in r.stderr
+    r = ppo_trt('train', '--fast', '--env-id', 'Hopper-v4', '--run-dir', tmp_path/'z')
+    assert r.returncode == 2 and 'no batched version' in r.stderr
