@@ -1,4 +1,4 @@
-"""The native (numba) backend: parity on the real run, unsupported graphs skipped with the reason."""
+"""The native backends (numba, C): parity on the real run, unsupported graphs skipped with the reason."""
 import numpy as np
 import onnx
 import pytest
@@ -6,14 +6,15 @@ from onnx import helper, numpy_helper, TensorProto
 from ppo_trt import backends as B
 from ppo_trt.config import load_json
 
-def test_native_parity_and_compile_facts(run_dir):
+@pytest.mark.parametrize('name', ['native', 'native-c'])
+def test_native_parity_and_compile_facts(run_dir, name):
     obs = np.load(run_dir/'export_obs.npy')
-    native, ort = B.load('native', run_dir), B.load('ort', run_dir)
+    native, ort = B.load(name, run_dir), B.load('ort', run_dir)
     assert np.abs(native(obs) - ort(obs)).max() <= 1e-5
     one = np.concatenate([native(obs[i:i + 1]) for i in range(100)])
     assert np.abs(one - ort(obs[:100])).max() <= 1e-5
     assert native.info['compile_s'] >= 0 and native.info['cache_hit'] is True  # compiled earlier by the bench
-    rec = next(r for r in load_json(run_dir/'bench.json')['records'] if r['backend'] == 'native' and r['mode'] == 'latency')
+    rec = next(r for r in load_json(run_dir/'bench.json')['records'] if r['backend'] == name and r['mode'] == 'latency')
     assert rec['parity_vs_ort_fp32']['max_abs_err'] <= 1e-5 and 'compile_s' in rec['info']
 
 def test_unsupported_graph_is_skipped_with_reason(tmp_path):
@@ -22,4 +23,11 @@ def test_unsupported_graph_is_skipped_with_reason(tmp_path):
                           [helper.make_tensor_value_info('obs', TensorProto.FLOAT, ['B', 4])],
                           [helper.make_tensor_value_info('action', TensorProto.FLOAT, ['B', 2])], [w])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)], ir_version=9), tmp_path/'policy.onnx')
-    with pytest.raises(B.BackendUnavailable, match=r"cannot compile ops \['Softmax'\]"): B.load('native', tmp_path)
+    for name in ('native', 'native-c'):
+        with pytest.raises(B.BackendUnavailable, match=r"cannot compile ops \['Softmax'\]"): B.load(name, tmp_path)
+
+def test_native_c_refuses_wrong_arrays(run_dir):
+    r = B.load('native-c', run_dir)
+    obs = np.load(run_dir/'export_obs.npy')
+    with pytest.raises(ValueError, match='C-contiguous float32'): r.run(np.asfortranarray(obs[:8]))
+    with pytest.raises(ValueError, match='C-contiguous float32'): r.run(obs[:8].astype(np.float64))
