@@ -27,6 +27,13 @@ def unfolded(tmp_path_factory):
     return d
 
 
+def test_records_describe_the_env_not_the_residual(folded):
+    "train.json and the ONNX metadata give the env's action bounds ([-3, 3]), not the residual's [-1, 1]."
+    t, meta = load_json(folded/'train.json'), onnx_metadata(folded/'policy.onnx')
+    assert t['action_low'] == [-3.0] and t['action_high'] == [3.0] and t['obs_dim'] == 4
+    assert meta['action_low'] == [-3.0] and meta['obs_dim'] == 4
+
+
 def test_folded_backends_agree_with_expert_plus_residual(folded):
     obs = np.load(folded/'export_obs.npy')
     meta = onnx_metadata(folded/'policy.onnx')['residual']
