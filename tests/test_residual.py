@@ -11,20 +11,19 @@ from ppo_trt.train import make_env
 SMOKE = dict(preset_name='smoke', eval_freq=256, n_eval_episodes=1, final_eval_episodes=1, progress=False)
 
 
-@pytest.fixture(scope='module')
-def folded(tmp_path_factory):
-    d = tmp_path_factory.mktemp('ip')/'run'
-    train_residual(d, 'InvertedPendulum-v4', 'pid', 0.5, timesteps=512, **SMOKE)
+def _trained_and_exported(tmp_path_factory, env_id, scale, timesteps):
+    d = tmp_path_factory.mktemp(env_id)/'run'
+    train_residual(d, env_id, 'pid', scale, timesteps=timesteps, **SMOKE)
     export_run(d)
     return d
 
 
 @pytest.fixture(scope='module')
-def unfolded(tmp_path_factory):
-    d = tmp_path_factory.mktemp('hop')/'run'
-    train_residual(d, 'Hopper-v4', 'pid', 0.3, timesteps=256, **SMOKE)
-    export_run(d)
-    return d
+def folded(tmp_path_factory): return _trained_and_exported(tmp_path_factory, 'InvertedPendulum-v4', 0.5, 512)
+
+
+@pytest.fixture(scope='module')
+def unfolded(tmp_path_factory): return _trained_and_exported(tmp_path_factory, 'Hopper-v4', 0.3, 256)
 
 
 def test_records_describe_the_env_not_the_residual(folded):
