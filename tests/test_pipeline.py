@@ -60,7 +60,7 @@ def test_gpu_backends_skipped_with_reason(run_dir):
     import torch
     if torch.cuda.is_available(): pytest.skip('a GPU is present: the GPU backends run (see the gpu-flagged tests)')
     recs = {r['backend']: r for r in load_json(run_dir/'bench.json')['records'] if r['mode'] == 'latency' or not r['ran']}
-    for name in ('torch-cuda', 'torch-cuda-graph', 'ort-cuda', 'ort-trt', 'trt', 'trt-rtx'):
+    for name in ('torch-cuda', 'torch-cuda-graph', 'ort-cuda', 'ort-trt', 'trt', 'trt-rtx', 'triton', 'triton-tf32'):
         assert not recs[name]['ran'], name
         assert any(k in recs[name]['reason'] for k in ('CUDA', 'cuda', 'tensorrt', 'ExecutionProvider')), recs[name]['reason']
         with pytest.raises(B.BackendUnavailable): B.load(name, run_dir)
