@@ -4,86 +4,146 @@
 
 # %% ../nbs/05_backends.ipynb #98187ae1
 from __future__ import annotations
-import difflib, time
+import difflib, threading, time
+from functools import cached_property
+from pathlib import Path
 import numpy as np
-from .config import RunDir, PpoTrtError, BadInputError, load_json
+from .config import RunDir, PpoTrtError, BadInputError, MissingArtifactError, load_json, sha256_file, user_cache
 from .runtime import package_version, cpu_model
 from .train import ObsNorm, load_policy
-from .export import load_onnx, onnx_metadata
+from .export import load_onnx, policy_metadata
 from .residual import deployable_module, make_expert, ResidualComposer
 
 # %% auto #0
-__all__ = ['BACKENDS', 'check_obs', 'BackendUnavailable', 'Runner', 'SB3Runner', 'TorchRunner', 'ort_session', 'OrtRunner',
-           'OrtIoBindRunner', 'NativeRunner', 'NativeCRunner', 'TorchCudaRunner', 'TorchCudaGraphRunner',
-           'TorchCompileRunner', 'TritonRunner', 'TritonTf32Runner', 'OrtCudaRunner', 'OrtTrtRunner', 'TrtRunner',
-           'TrtRtxRunner', 'names', 'check_name', 'available', 'ResidualRunner', 'load']
+__all__ = ['BACKENDS', 'check_obs', 'hot_path_shape', 'BackendUnavailable', 'Runner', 'PolicySource', 'SB3Runner', 'TorchRunner',
+           'ort_session', 'OrtRunner', 'OrtIoBindRunner', 'NativeRunner', 'NativeCRunner', 'TorchCudaRunner',
+           'TorchCudaGraphRunner', 'TorchCompileRunner', 'TritonRunner', 'TritonTf32Runner', 'OrtCudaRunner',
+           'OrtTrtRunner', 'TrtRunner', 'TrtRtxRunner', 'names', 'check_name', 'available', 'ResidualRunner', 'load']
 
 # %% ../nbs/05_backends.ipynb #e1ea4bed
+_F32 = np.dtype(np.float32)
+
 def check_obs(obs, obs_dim):
-    "`obs` as a C-contiguous float32 [B, obs_dim] array, or a clear error."
+    "`obs` as an aligned, C-contiguous, finite float32 [B >= 1, obs_dim] array (copied only if laid out otherwise), or `BadInputError`."
+    if (type(obs) is np.ndarray and obs.dtype is _F32 and obs.ndim == 2 and obs.shape[1] == obs_dim and obs.shape[0]
+            and obs.flags.c_contiguous and obs.flags.aligned and np.isfinite(obs).all()):
+        return obs
+    return _check_obs_slow(obs, obs_dim)
+
+def _check_obs_slow(obs, obs_dim):
+    "Every case the fast test did not pass: convert the layout or say what is wrong and how to fix it."
     if not isinstance(obs, np.ndarray):
-        raise BadInputError(f'obs must be a numpy array of shape [B, {obs_dim}] float32, got {type(obs).__name__}')
-    if obs.ndim != 2 or obs.shape[1] != obs_dim or obs.shape[0] < 1:
-        hint = '; add a batch axis with obs[None]' if obs.shape == (obs_dim,) else ''
-        raise BadInputError(f'obs must have shape [B, {obs_dim}] with B >= 1, got {obs.shape}{hint}')
-    if obs.dtype != np.float32:
-        raise BadInputError(f'obs must be float32, got {obs.dtype}; convert with obs.astype(np.float32)')
-    if not np.isfinite(obs).all():
-        bad = np.unique(np.argwhere(~np.isfinite(obs))[:, 0])[:5].tolist()
+        raise BadInputError(f'obs must be a numpy array of shape [B, {obs_dim}] float32, got {type(obs).__name__}; '
+                            'convert it with np.asarray(obs, np.float32)')
+    arr = np.asarray(obs)  # a subclass (masked, matrix) is judged by the data the kernels would read
+    if arr.ndim != 2 or arr.shape[1] != obs_dim or arr.shape[0] < 1:
+        hint = '; add a batch axis with obs[None]' if arr.shape == (obs_dim,) else ''
+        raise BadInputError(f'obs must have shape [B, {obs_dim}] with B >= 1, got {arr.shape}{hint}')
+    if arr.dtype != _F32:
+        what = f'{arr.dtype} in {"big" if arr.dtype.byteorder == ">" else "little"}-endian byte order ({arr.dtype.str})' \
+            if arr.dtype.kind == 'f' and arr.dtype.itemsize == 4 else str(arr.dtype)
+        raise BadInputError(f'obs must be float32 in this machine\'s byte order, got {what}; convert with obs.astype(np.float32)')
+    finite = np.isfinite(arr).all(axis=1)
+    if not finite.all():
+        bad = np.flatnonzero(~finite)[:5].tolist()
         raise BadInputError(f'obs contains NaN or inf (rows {bad}); a policy cannot act on it: check the sensor/state source')
-    return np.ascontiguousarray(obs)
+    return np.require(arr, _F32, ['C', 'A'])
+
+def hot_path_shape(obs, obs_dim):
+    "Refuse, for a hot path that copies `obs` into a preallocated buffer, any array that is not [B, obs_dim] (it would broadcast or overrun)."
+    if obs.ndim != 2 or obs.shape[1] != obs_dim:
+        raise ValueError(f'obs must be a [B, {obs_dim}] array, got shape {obs.shape}')
 
 # %% ../nbs/05_backends.ipynb #a1f7044d
 class BackendUnavailable(PpoTrtError):
     "A backend was asked for but cannot run here; the message says why and how to fix it."
 
 class Runner:
-    "Base of all backends: validated `__call__`, unchecked `run` hot path, `info` dict."
-    name, device, precision, reuses_output = '?', 'cpu', 'fp32', False
+    "Base of all backends: the checked, thread-safe `__call__`, the unchecked `run` hot path, `info`."
+    name, device, precision = '?', 'cpu', 'fp32'
+    reuses_output = False   # `run` returns a buffer that the next call overwrites
+    concurrent_run = False  # `run` shares no state between calls, so `__call__` needs no lock
+    needs_run = False       # needs the run folder (policy.zip), not just policy.onnx
     def __init__(self, obs_dim, act_dim, **info):
-        self.obs_dim, self.act_dim = int(obs_dim), int(act_dim)
+        self.obs_dim, self.act_dim, self._lock = int(obs_dim), int(act_dim), threading.Lock()
         self.info = dict(backend=self.name, device=self.device, precision=self.precision, cpu=cpu_model(), **info)
     def run(self, obs):
-        "Actions for a known-good float32 [B, obs_dim] array (may return a reused buffer)."
+        "Actions for a float32 [B, obs_dim] array the caller vouches for; may return a reused buffer; one thread at a time."
         raise NotImplementedError
     def __call__(self, obs):
-        "Actions [B, act_dim] float32 for `obs` [B, obs_dim] float32, after checking the input."
-        out = self.run(check_obs(obs, self.obs_dim))
-        return out.copy() if self.reuses_output else out
+        "Actions [B, act_dim] float32, in a new array, for `obs` [B, obs_dim] float32 after `check_obs`; safe from several threads."
+        obs = check_obs(obs, self.obs_dim)
+        if self.concurrent_run: return self.run(obs)
+        with self._lock:
+            out = self.run(obs)
+            return out.copy() if self.reuses_output else out
     def predict(self, obs, state=None, episode_start=None, deterministic=True):
         "SB3-style `(action, None)` for one observation [obs_dim] (an env's float64 is accepted), so evaluators treat runners as policies."
         return self(np.asarray(obs, np.float32).reshape(1, -1))[0], None
     def close(self): pass
     def __repr__(self): return f'{type(self).__name__}({self.info})'
 
+# %% ../nbs/05_backends.ipynb #76d700da
+class PolicySource:
+    "What a backend loads: a run folder, or a policy.onnx file on its own."
+    def __init__(self, path):
+        p = Path(path)
+        if p.is_dir(): self.run, self.onnx_path = RunDir(p), p/'policy.onnx'
+        elif p.suffix == '.onnx': self.run, self.onnx_path = None, p
+        elif p.exists(): raise BadInputError(f'{p} is neither a run folder nor a .onnx file: pass a run folder or a policy.onnx')
+        else: raise MissingArtifactError(f'{p} does not exist: pass a run folder or a policy.onnx file')
+        self.folder = self.onnx_path.parent
+    def __repr__(self): return f'PolicySource({str(self.run.root if self.run else self.onnx_path)!r})'
+    def onnx(self):
+        "The policy.onnx path, or an error naming the stage that makes it."
+        if self.run is not None: return self.run.require('onnx')
+        if not self.onnx_path.exists(): raise MissingArtifactError(f'{self.onnx_path} does not exist')
+        return self.onnx_path
+    @cached_property
+    def meta(self):
+        "The ONNX file's checked ppo_trt metadata."
+        return policy_metadata(self.onnx())
+    def require_run(self, backend):
+        "The run folder, for a backend that runs the trained model itself."
+        if self.run is None:
+            onnx_ones = ', '.join(n for n, (cls, _) in BACKENDS.items() if not cls.needs_run)
+            raise BadInputError(f'backend {backend} runs the trained model (policy.zip, obs_norm.json), so it needs the run folder, '
+                                f'not {self.onnx_path}; pass the run folder, or use an ONNX backend: {onnx_ones}')
+        return self.run
+    def train_record(self, backend):
+        "The run's train.json."
+        return load_json(self.require_run(backend).require('train_record'))
+
+def _source(src): return src if isinstance(src, PolicySource) else PolicySource(src)
+
 # %% ../nbs/05_backends.ipynb #c5b7f300
-def _train_dims(run):
-    rec = load_json(run.require('train_record'))
-    return rec['obs_dim'], rec['act_dim']
+def _trained(src, backend):
+    "(run folder, obs_dim, act_dim) for a backend that runs the trained model."
+    rec = src.train_record(backend)
+    return src.run, rec['obs_dim'], rec['act_dim']
 
 class SB3Runner(Runner):
-    "SB3 `predict` on normalised observations (the reference)."
-    name = 'sb3'
-    def __init__(self, run_dir, threads=1):
+    "SB3 `predict` on normalised observations (the reference); `predict` is not thread-safe (measured), so checked calls take turns."
+    name, needs_run = 'sb3', True
+    def __init__(self, src, threads=1):
         import torch
-        run = RunDir(run_dir)
+        run, obs_dim, act_dim = _trained(_source(src), self.name)
         torch.set_num_threads(threads)
         self.model, self.norm = load_policy(run.root), ObsNorm.load(run.require('obs_norm'))
-        super().__init__(*_train_dims(run), provider='stable-baselines3 predict', torch_threads=threads,
+        super().__init__(obs_dim, act_dim, provider='stable-baselines3 predict', torch_threads=threads,
                          versions={'stable-baselines3': package_version('stable-baselines3'), 'torch': package_version('torch')})
     def run(self, obs):
         return self.model.predict(self.norm(obs).astype(np.float32), deterministic=True)[0].astype(np.float32, copy=False)
 
 class TorchRunner(Runner):
     "The deployable torch module, eager, CPU, inference mode."
-    name = 'torch'
-    def __init__(self, run_dir, threads=1):
+    name, concurrent_run, needs_run = 'torch', True, True
+    def __init__(self, src, threads=1):
         import torch
-        run = RunDir(run_dir)
+        run, obs_dim, act_dim = _trained(_source(src), self.name)
         torch.set_num_threads(threads)
         self._torch, self.module = torch, deployable_module(run.root)
-        super().__init__(*_train_dims(run), provider='torch eager', torch_threads=threads,
-                         versions={'torch': package_version('torch')})
+        super().__init__(obs_dim, act_dim, provider='torch eager', torch_threads=threads, versions={'torch': package_version('torch')})
     def run(self, obs):
         with self._torch.inference_mode(): return self.module(self._torch.from_numpy(obs)).numpy()
 
@@ -107,12 +167,12 @@ def ort_session(onnx_path, providers, threads=1, options=None):
     return sess, proto
 
 class OrtRunner(Runner):
-    "ONNX Runtime, CPU execution provider, plain `run`."
-    name, provider = 'ort', 'CPUExecutionProvider'
-    def __init__(self, run_dir, threads=1):
-        run = RunDir(run_dir)
-        self.sess, proto = ort_session(run.require('onnx'), [self.provider], threads)
-        meta = onnx_metadata(proto)
+    "ONNX Runtime, CPU execution provider, plain `run` (ORT checks dtype and shape; sessions are thread-safe)."
+    name, provider, concurrent_run = 'ort', 'CPUExecutionProvider', True
+    def __init__(self, src, threads=1):
+        src = _source(src)
+        self.sess, _ = ort_session(src.onnx(), [self.provider], threads)
+        meta = src.meta
         super().__init__(meta['obs_dim'], meta['act_dim'], provider=self.sess.get_providers()[0], intra_op_threads=threads,
                          inter_op_threads=1, env_id=meta['env_id'], versions={'onnxruntime': package_version('onnxruntime')})
     def run(self, obs): return self.sess.run(['action'], {'obs': obs})[0]
@@ -120,65 +180,86 @@ class OrtRunner(Runner):
 class OrtIoBindRunner(OrtRunner):
     "ONNX Runtime CPU EP with IO binding to preallocated, per-batch-size input/output buffers."
     name, reuses_output = 'ort-iobind', True
-    def __init__(self, run_dir, threads=1):
-        super().__init__(run_dir, threads)
-        self._slots = {}
-    def _slot(self, batch):
+    def __init__(self, src, threads=1):
+        super().__init__(src, threads)
+        self._slots, self._local = {}, threading.local()
+    def _slot(self, slots, batch):
         import onnxruntime as ort
         inp = np.zeros((batch, self.obs_dim), np.float32); out = np.zeros((batch, self.act_dim), np.float32)
         b = self.sess.io_binding()
         b.bind_ortvalue_input('obs', ort.OrtValue.ortvalue_from_numpy(inp))
         b.bind_ortvalue_output('action', ort.OrtValue.ortvalue_from_numpy(out))
-        self._slots[batch] = s = (b, inp, out)
+        slots[batch] = s = (b, inp, out)
         return s
-    def run(self, obs):
-        b, inp, out = self._slots.get(obs.shape[0]) or self._slot(obs.shape[0])
+    def _bound(self, slots, obs):
+        b, inp, out = slots.get(obs.shape[0]) or self._slot(slots, obs.shape[0])
         np.copyto(inp, obs)
         self.sess.run_with_iobinding(b)
         return out
+    def run(self, obs):
+        hot_path_shape(obs, self.obs_dim)
+        return self._bound(self._slots, obs)
+    def __call__(self, obs):
+        "The checked call, on this thread's own bound buffers; a new array."
+        slots = getattr(self._local, 'slots', None)
+        if slots is None: slots = self._local.slots = {}
+        return self._bound(slots, check_obs(obs, self.obs_dim)).copy()
 
 # %% ../nbs/05_backends.ipynb #82c8870f
 class NativeRunner(Runner):
-    "The exported policy compiled into one fused numba function (see `ppo_trt.native`)."
+    "The exported policy compiled into fused numba functions (see `ppo_trt.native`)."
     name, reuses_output, parallel_min_batch = 'native', True, 256
-    def __init__(self, run_dir, threads=1):
+    def __init__(self, src, threads=1):
         from ppo_trt.native import compile_policy, NativeUnsupportedError
         import numba
-        run = RunDir(run_dir)
-        try: pol = compile_policy(run.require('onnx'), run.root/'native')
+        try: pol = compile_policy(_source(src).onnx())
         except NativeUnsupportedError as e: raise BackendUnavailable(str(e)) from None
-        self._rows, self._par, self._threads = pol.forward_rows, pol.forward_parallel, threads
+        self._rows, self._checked, self._threads = pol.forward_rows, pol.forward_checked, threads
+        self._par = pol.parallel() if threads > 1 else None
         self._scratch, self._outs = np.empty((2, pol.scratch), np.float32), {}
         if threads > 1: numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
         super().__init__(pol.obs_dim, pol.act_dim, provider='numba fused MLP', compile_s=round(pol.compile_s, 3),
-                         cache_hit=pol.cache_hit, threads=threads, module=str(pol.module_path),
+                         build='JIT-compiled in this process (no disk cache)', threads=threads,
                          versions={'numba': package_version('numba')})
     def run(self, obs):
         b = obs.shape[0]
         out = self._outs.get(b)
         if out is None: out = self._outs[b] = np.empty((b, self.act_dim), np.float32)
-        if self._threads > 1 and b >= self.parallel_min_batch: self._par(obs, out, max(16, b // (4 * self._threads)))
+        if self._par is not None and b >= self.parallel_min_batch: self._par(obs, out, max(16, b // (4 * self._threads)))
         else: self._rows(obs, out, self._scratch)
+        return out
+    def __call__(self, obs):
+        "The checked call: types by numba's closed dispatcher, width, rows and finiteness in the jitted function; a new array."
+        if type(obs) is np.ndarray and obs.ndim == 2 and obs.shape[1] == self.obs_dim:
+            out = np.empty((obs.shape[0], self.act_dim), np.float32)
+            try:
+                if self._checked(obs, out) == -1: return out
+            except TypeError: pass  # not a float32 C array: check_obs copies it or says why
+        obs = check_obs(obs, self.obs_dim)
+        out = np.empty((obs.shape[0], self.act_dim), np.float32)
+        if self._checked(obs, out) != -1: raise PpoTrtError('native refused an obs that check_obs accepts: report this as a bug')
         return out
 
 # %% ../nbs/05_backends.ipynb #614b13af
 class NativeCRunner(Runner):
     "The exported policy as a C extension built with the machine's compiler (see `ppo_trt.native_c`)."
     name, reuses_output = 'native-c', True
-    def __init__(self, run_dir, threads=1):
+    def __init__(self, src, threads=1):
         from ppo_trt.native_c import compile_c_policy
         from ppo_trt.native import NativeUnsupportedError
-        run = RunDir(run_dir)
-        try: pol = compile_c_policy(run.require('onnx'), run.root/'native')
-        except NativeUnsupportedError as e: raise BackendUnavailable(str(e)) from None
-        self._fwd, self._outs = pol.forward, {}
+        try: pol = compile_c_policy(_source(src).onnx(), check_obs)
+        except (NativeUnsupportedError, PpoTrtError) as e: raise BackendUnavailable(str(e)) from None
+        self._fwd, self._call, self._outs = pol.forward, pol.call, {}
         super().__init__(pol.obs_dim, pol.act_dim, provider='C extension (gcc -O3 -march=native)', compile_s=round(pol.build_s, 3),
-                         cache_hit=pol.cache_hit, module=str(pol.path))
+                         build=pol.cache, module=str(pol.path))
     def run(self, obs):
         out = self._outs.get(obs.shape[0])
         if out is None: out = self._outs[obs.shape[0]] = np.empty((obs.shape[0], self.act_dim), np.float32)
         self._fwd(obs, out)
         return out
+    def __call__(self, obs):
+        "The checked call, in C: a new array, safe from several threads."
+        return self._call(obs)
 
 def _c_ok():
     from ppo_trt.native_c import c_toolchain
@@ -198,11 +279,12 @@ def _torch_cuda_ok():
 class TorchCudaRunner(Runner):
     "The deployable module on the GPU, eager; pinned host buffers per batch size."
     name, device, reuses_output = 'torch-cuda', 'cuda', True
-    def __init__(self, run_dir, threads=1):
+    needs_run = True
+    def __init__(self, src, threads=1):
         import torch
-        run = RunDir(run_dir)
+        run, obs_dim, act_dim = _trained(_source(src), self.name)
         self._torch, self.module, self._slots = torch, deployable_module(run.root).cuda().eval(), {}
-        super().__init__(*_train_dims(run), provider=f'torch eager on {torch.cuda.get_device_name()}',
+        super().__init__(obs_dim, act_dim, provider=f'torch eager on {torch.cuda.get_device_name()}',
                          versions={'torch': package_version('torch'), 'cuda': torch.version.cuda})
     def _slot(self, b):
         t = self._torch
@@ -210,6 +292,7 @@ class TorchCudaRunner(Runner):
         s['in_np'], s['out_np'] = s['hin'].numpy(), s['hout'].numpy()
         return s
     def run(self, obs):
+        hot_path_shape(obs, self.obs_dim)
         t, s = self._torch, self._slots.get(obs.shape[0]) or self._slot(obs.shape[0])
         np.copyto(s['in_np'], obs)
         with t.no_grad(): s['hout'].copy_(self.module(s['hin'].cuda(non_blocking=True)), non_blocking=True)
@@ -250,6 +333,7 @@ class TorchCudaGraphRunner(TorchCudaRunner):
         with t.no_grad(): s['graph'], s['dout'] = _cuda_graph(t, lambda: self.module(s['din']))
         return s
     def run(self, obs):
+        hot_path_shape(obs, self.obs_dim)
         t, s = self._torch, self._slots.get(obs.shape[0]) or self._slot(obs.shape[0])
         np.copyto(s['in_np'], obs)
         s['din'].copy_(s['hin'], non_blocking=True); s['graph'].replay(); s['hout'].copy_(s['dout'], non_blocking=True)
@@ -261,19 +345,20 @@ class TorchCudaGraphRunner(TorchCudaRunner):
 
 class TorchCompileRunner(Runner):
     "torch.compile of the deployable module: on the GPU when there is one, else on the CPU (C++/OpenMP kernels)."
-    name = 'torch-compile'
-    def __init__(self, run_dir, threads=1):
+    name, needs_run = 'torch-compile', True
+    def __init__(self, src, threads=1):
         import torch
-        run = RunDir(run_dir)
+        run, obs_dim, act_dim = _trained(_source(src), self.name)
         torch.set_num_threads(threads)
         cuda = torch.cuda.is_available()
         self.device = 'cuda' if cuda else 'cpu'
         self._torch, self.module = torch, torch.compile(deployable_module(run.root).to(self.device).eval())
         t0 = time.perf_counter()
-        with torch.no_grad(): self.module(torch.zeros((1, _train_dims(run)[0]), device=self.device))
-        super().__init__(*_train_dims(run), provider=f'torch.compile (inductor) on {self.device}', compile_s=round(time.perf_counter() - t0, 2),
+        with torch.no_grad(): self.module(torch.zeros((1, obs_dim), device=self.device))
+        super().__init__(obs_dim, act_dim, provider=f'torch.compile (inductor) on {self.device}', compile_s=round(time.perf_counter() - t0, 2),
                          torch_threads=threads, versions={'torch': package_version('torch')})
     def run(self, obs):
+        hot_path_shape(obs, self.obs_dim)
         t = self._torch
         with t.no_grad():
             if self.device == 'cpu': return self.module(t.from_numpy(obs)).numpy()
@@ -293,16 +378,15 @@ class TritonRunner(Runner):
     "The policy as one Triton kernel in a CUDA graph per batch size, reading and writing pinned host memory directly."
     name, device, reuses_output = 'triton', 'cuda', True
     zero_copy_max_batch = 4096  # above it the graph copies through device buffers instead
-    def __init__(self, run_dir, threads=1):
+    def __init__(self, src, threads=1):
         import torch, triton
         from ppo_trt.triton_mlp import compile_triton_policy
         from ppo_trt.native import NativeUnsupportedError
-        run = RunDir(run_dir)
-        try: self.pol = compile_triton_policy(run.require('onnx'), run.root/'native', self.precision)
+        try: self.pol = compile_triton_policy(_source(src).onnx(), self.precision)
         except NativeUnsupportedError as e: raise BackendUnavailable(str(e)) from None
         self._torch, self._params, self._slots = torch, self.pol.params_on('cuda'), {}
         super().__init__(self.pol.obs_dim, self.pol.act_dim, provider=f'Triton fused MLP on {torch.cuda.get_device_name()} (CUDA graph; zero-copy pinned I/O up to batch {self.zero_copy_max_batch})',
-                         kernel=str(self.pol.path), versions={'triton': triton.__version__, 'torch': package_version('torch'), 'cuda': torch.version.cuda})
+                         kernel=f'generated source {self.pol.key} (in memory)', versions={'triton': triton.__version__, 'torch': package_version('torch'), 'cuda': torch.version.cuda})
     def _slot(self, b):
         t, fwd = self._torch, (lambda x, out: self.pol.forward(x, out, self._params, check=False))  # no host queries inside a capture
         s = dict(hin=t.zeros((b, self.obs_dim), pin_memory=True), hout=t.zeros((b, self.act_dim), pin_memory=True))
@@ -317,6 +401,7 @@ class TritonRunner(Runner):
         self._slots[b] = s
         return s
     def run(self, obs):
+        hot_path_shape(obs, self.obs_dim)
         s = self._slots.get(obs.shape[0]) or self._slot(obs.shape[0])
         np.copyto(s['in_np'], obs)
         s['graph'].replay()
@@ -346,11 +431,11 @@ def _ort_gpu_ok(provider):
 class OrtCudaRunner(Runner):
     "ONNX Runtime CUDA execution provider, IO binding on device OrtValues."
     name, device, reuses_output = 'ort-cuda', 'cuda', False
-    def _providers(self, run): return [('CUDAExecutionProvider', {'device_id': 0})]
-    def __init__(self, run_dir, threads=1):
-        run = RunDir(run_dir)
-        self.sess, proto = ort_session(run.require('onnx'), self._providers(run), threads)
-        meta, self._slots = onnx_metadata(proto), {}
+    def _providers(self, src): return [('CUDAExecutionProvider', {'device_id': 0})]
+    def __init__(self, src, threads=1):
+        src = _source(src)
+        self.sess, _ = ort_session(src.onnx(), self._providers(src), threads)
+        meta, self._slots = src.meta, {}
         super().__init__(meta['obs_dim'], meta['act_dim'], provider=self.sess.get_providers()[0], env_id=meta['env_id'],
                          versions={'onnxruntime': package_version('onnxruntime-gpu') or package_version('onnxruntime')})
     def _slot(self, b):
@@ -361,17 +446,21 @@ class OrtCudaRunner(Runner):
         self._slots[b] = s = (bind, xin, xout)
         return s
     def run(self, obs):
+        hot_path_shape(obs, self.obs_dim)
+        if obs.dtype != np.float32 or not obs.flags.c_contiguous:  # update_inplace copies raw bytes to the device
+            raise ValueError(f'obs must be a C-contiguous float32 array, got {obs.dtype}')
         bind, xin, xout = self._slots.get(obs.shape[0]) or self._slot(obs.shape[0])
         xin.update_inplace(obs)
         self.sess.run_with_iobinding(bind)
         return xout.numpy()
 
 class OrtTrtRunner(OrtCudaRunner):
-    "ONNX Runtime TensorRT execution provider (FP16, engine cache in the run folder)."
+    "ONNX Runtime TensorRT execution provider (FP16; its engine cache in the user's cache, one folder per policy.onnx)."
     name, precision = 'ort-trt', 'fp16'
-    def _providers(self, run):
+    def _providers(self, src):
+        cache = user_cache('ort_trt', sha256_file(src.onnx())[:16])
         return [('TensorrtExecutionProvider', {'device_id': 0, 'trt_fp16_enable': True, 'trt_engine_cache_enable': True,
-                                               'trt_engine_cache_path': str(run.root/'ort_trt_cache')}), 'CUDAExecutionProvider']
+                                               'trt_engine_cache_path': str(cache)}), 'CUDAExecutionProvider']
 
 # %% ../nbs/05_backends.ipynb #8562e18e
 def _cuda_call(res, what):
@@ -395,23 +484,24 @@ def _trt_ok(module):
 class TrtRunner(Runner):
     "A `ppo-trt build` engine run with TensorRT through cuda-python; pinned host buffers, one stream."
     name, device, reuses_output, flavour = 'trt', 'cuda', True, 'trt'
-    def __init__(self, run_dir, threads=1):
+    def __init__(self, src, threads=1):
         import ctypes, importlib
         from cuda.bindings import runtime as cudart
         from ppo_trt.engine import check_engine
-        run = RunDir(run_dir)
-        recs = load_json(run.require('build_record')) if run.has('build_record') else {}
+        src = _source(src)
+        folder = RunDir(src.folder)  # engines and build.json sit beside policy.onnx
+        recs = load_json(folder.path('build_record')) if folder.has('build_record') else {}
         mine = sorted((n for n, r in recs.items() if r['flavour'] == self.flavour), key=lambda n: recs[n]['precision'] != 'fp32')
-        if not mine: raise BackendUnavailable(f'no {self.flavour} engine in {run.root}: run `ppo-trt build --flavour {self.flavour} --run-dir {run.root}`')
-        rec = check_engine(run.root, mine[0])
+        if not mine: raise BackendUnavailable(f'no {self.flavour} engine beside {src.onnx_path}: run `ppo-trt build --flavour {self.flavour} --run-dir {src.folder}`')
+        rec = check_engine(src.folder, mine[0], onnx_path=src.onnx())
         self.precision, trt = rec['precision'], importlib.import_module(rec['module'])
         self._rt, self._ct, self._cudart = trt.Runtime(trt.Logger(trt.Logger.ERROR)), ctypes, cudart
-        self.engine = self._rt.deserialize_cuda_engine((run.root/mine[0]).read_bytes())
+        self.engine = self._rt.deserialize_cuda_engine((src.folder/mine[0]).read_bytes())
         if self.engine is None: raise BackendUnavailable(f'{rec["module"]} could not deserialize {mine[0]} on this GPU (see its log)')
         self.ctx = self.engine.create_execution_context()
         self.stream = _cuda_call(cudart.cudaStreamCreate(), 'cudaStreamCreate')
         self._slots, self.max_batch = {}, rec['profile']['max_batch'] if 'profile' in rec else None
-        super().__init__(*_train_dims(run), provider=f"{rec['module']} {rec['version']} engine {mine[0]}", engine=mine[0],
+        super().__init__(src.meta['obs_dim'], src.meta['act_dim'], provider=f"{rec['module']} {rec['version']} engine {mine[0]}", engine=mine[0],
                          versions={rec['module']: rec['version'], 'cuda-python': package_version('cuda-python')})
     def _host(self, shape):
         n = int(np.prod(shape)) * 4
@@ -429,6 +519,7 @@ class TrtRunner(Runner):
         self.ctx.set_input_shape('obs', (b, self.obs_dim))
         self.ctx.set_tensor_address('obs', s['din']); self.ctx.set_tensor_address('action', s['dout'])
     def run(self, obs):
+        hot_path_shape(obs, self.obs_dim)
         b = obs.shape[0]
         s = self._slots.get(b) or self._slot(b)
         cr, st = self._cudart, self.stream
@@ -521,17 +612,28 @@ class ResidualRunner(Runner):
         "Reset the expert's state (call at episode start)."
         self.composer.expert.reset()
     def run(self, obs): return self.composer(obs, self.inner.run)
+    def __call__(self, obs):
+        "The checked call; the expert's state is per episode, so calls are serialised."
+        with self._lock: return self.composer(check_obs(obs, self.obs_dim), self.inner)
     def close(self): self.inner.close()
 
-def load(name, run_dir, network_only=False, **opts):
-    "Load backend `name` for the policy in `run_dir`, or raise `BackendUnavailable` with the reason."
+def _residual_settings(cls, src):
+    "The residual settings (with env id) of the policy a runner of `cls` runs, or None for plain PPO."
+    if cls.needs_run:
+        rec = src.train_record(cls.name)
+        return rec.get('residual') and dict(rec['residual'], env_id=rec['env_id'])
+    res = src.meta.get('residual')
+    return res and dict(res, env_id=src.meta['env_id'])
+
+def load(name, source, network_only=False, **opts):
+    "Load backend `name` for a run folder or a policy.onnx file (`source`), or raise `BackendUnavailable` with the reason."
     cls, probe = BACKENDS[check_name(name)]
     ok, why = probe()
     if not ok: raise BackendUnavailable(f'backend {name} cannot run here: {why}')
-    runner = cls(run_dir, **opts)
-    rec = load_json(RunDir(run_dir).require('train_record'))
-    if not rec.get('residual'): return runner
-    res = dict(rec['residual'], env_id=rec['env_id'])
+    src = _source(source)
+    runner = cls(src, **opts)
+    res = _residual_settings(cls, src)
+    if not res: return runner
     # sb3 predicts the residual alone; the other backends run policy.onnx, which holds the expert when it folds
     if (name == 'sb3' and res['foldable']) or not (res['foldable'] or network_only): return ResidualRunner(runner, res)
     runner.info['residual'] = 'expert folded in' if res['foldable'] else f'residual network only: {res["fold_reason"]}'

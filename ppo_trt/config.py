@@ -11,7 +11,7 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['DEFAULT_ENV_ID', 'ARTIFACTS', 'OPTIONAL_STAGES', 'PpoTrtError', 'MissingArtifactError', 'BadArtifactError',
-           'BadInputError', 'atomic_path', 'atomic_write_text', 'save_json', 'load_json', 'sha256_file',
+           'BadInputError', 'atomic_path', 'atomic_write_text', 'save_json', 'load_json', 'sha256_file', 'user_cache',
            'default_run_dir', 'RunDir', 'RunConfig', 'check_timesteps']
 
 # %% ../nbs/00_config.ipynb #ba4f0b97
@@ -70,6 +70,17 @@ def sha256_file(path, chunk=1 << 20):
     with open(path, 'rb') as f:
         while b := f.read(chunk): h.update(b)
     return h.hexdigest()
+
+# %% ../nbs/00_config.ipynb #706bb815
+def user_cache(*parts):
+    "A folder for generated code under `$PPO_TRT_CACHE`, else `$XDG_CACHE_HOME/ppo_trt`, else `~/.cache/ppo_trt`; made if missing."
+    root = os.environ.get('PPO_TRT_CACHE') or Path(os.environ.get('XDG_CACHE_HOME') or Path.home()/'.cache')/'ppo_trt'
+    path = Path(root, *parts)
+    try: path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PpoTrtError(f'cannot create the cache folder {path} ({e.strerror}); set PPO_TRT_CACHE to a writable folder') from None
+    return path
+
 
 # %% ../nbs/00_config.ipynb #534cbf4f
 DEFAULT_ENV_ID = 'Hopper-v4'

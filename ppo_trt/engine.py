@@ -154,8 +154,8 @@ def build_with_trtexec(run_dir, precision='fp32', min_batch=1, opt_batch=1, max_
     return engine_path
 
 # %% ../nbs/04_engine.ipynb #62ac07d6
-def check_engine(run_dir, name):
-    "The `build.json` record of engine `name`, or `EngineError` saying why it must be rebuilt."
+def check_engine(run_dir, name, onnx_path=None):
+    "The `build.json` record of engine `name` (beside `onnx_path`, default the folder's policy.onnx), or `EngineError` saying why it must be rebuilt."
     run = RunDir(run_dir)
     path = run.root/name
     if not path.exists(): raise MissingArtifactError(f'{path} not found: run `ppo-trt build --run-dir {run.root}` first')
@@ -163,7 +163,7 @@ def check_engine(run_dir, name):
     rebuild = f"rebuild with `ppo-trt build --run-dir {run.root}`"
     if rec is None: raise EngineError(f'{name} has no record in build.json, so its origin is unknown: {rebuild}')
     if sha256_file(path) != rec['engine_sha256']: raise EngineError(f'{name} is not the file that was built (changed or truncated): {rebuild}')
-    if sha256_file(run.require('onnx')) != rec['onnx_sha256']:
+    if sha256_file(onnx_path or run.require('onnx')) != rec['onnx_sha256']:
         raise EngineError(f'policy.onnx changed since {name} was built (re-exported?): {rebuild}')
     try: installed = importlib.import_module(rec['module']).__version__
     except Exception: installed = None

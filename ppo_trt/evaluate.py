@@ -15,8 +15,8 @@ from .bench import records_by
 from .controllers import pid_baseline, run_episode, PRESETS as PID_PRESETS
 
 # %% auto #0
-__all__ = ['PHASES', 'DELAY_STEPS', 'SensorNoise', 'ActuationDelay', 'Push', 'ModelScale', 'ActuatorFailure', 'Trip',
-           'make_phase_env', 'ControlLoop', 'PhaseResult', 'EvaluationReport', 'delay_curve', 'evaluate',
+__all__ = ['PHASES', 'BACKEND_FAULTS', 'DELAY_STEPS', 'SensorNoise', 'ActuationDelay', 'Push', 'ModelScale', 'ActuatorFailure',
+           'Trip', 'make_phase_env', 'ControlLoop', 'PhaseResult', 'EvaluationReport', 'delay_curve', 'evaluate',
            'print_evaluation']
 
 # %% ../nbs/09_evaluate.ipynb #8b0a374f
@@ -101,17 +101,19 @@ def make_phase_env(env_id, phase, **overrides):
     return env if wrapper is None else wrapper(env, **{**params, **overrides})
 
 # %% ../nbs/09_evaluate.ipynb #9a6b607a
+BACKEND_FAULTS = ('deadline', 'nonfinite', 'bad-input')  # event kinds that count against a backend
+
 class ControlLoop:
-    "Run a Runner with a per-step deadline; switch to `fallback` on a miss, a NaN/inf action or a trip."
+    "Run a Runner with a per-step deadline; fall back in the same step on a bad observation, a miss, a NaN/inf action or a trip."
     def __init__(self, runner, fallback, deadline_us=1000.0, period_s=None, realtime=False, warmup=20):
         self.runner, self.fallback, self.deadline_ns = runner, fallback, deadline_us * 1e3
         self.period_s, self.realtime = period_s, realtime
         x = np.zeros((1, runner.obs_dim), np.float32)
-        for _ in range(warmup): runner.run(x)  # as a deployment would before going live: first calls pay one-off costs
+        for _ in range(warmup): runner(x)  # as a deployment would before going live: first calls pay one-off costs
         self.reset()
     def reset(self):
-        "Start an episode: clear the trip latch, the event log and the fallback's (and a residual runner's expert's) state."
-        self.tripped, self.trip_signal, self.events, self.t = False, False, [], 0
+        "Start an episode: clear the trip latch, the event log, the held observation and the fallback's (and a residual expert's) state."
+        self.tripped, self.trip_signal, self.events, self.t, self.last_good_obs = False, False, [], 0, None
         for part in (self.fallback, self.runner):
             if hasattr(part, 'reset'): part.reset()
     def notify(self, info):
@@ -120,20 +122,32 @@ class ControlLoop:
     def predict(self, obs, state=None, episode_start=None, deterministic=True):
         "SB3-style `(action, None)`: one control step, so `run_episode` can drive the loop like any policy."
         return self.step(obs, self.trip_signal), None
+    def _event(self, kind, latency_ns=None):
+        self.events.append(dict(step=self.t, kind=kind, latency_us=None if latency_ns is None else latency_ns / 1e3))
+    def _policy(self, x):
+        "The policy's action for the checked observation `x` [1, obs_dim], or None after logging why it cannot be used."
+        t0 = time.perf_counter_ns()
+        try: a = self.runner(x)[0]
+        except BadInputError:
+            self._event('bad-input', time.perf_counter_ns() - t0); return None
+        dt = time.perf_counter_ns() - t0
+        kind = 'nonfinite' if not np.isfinite(a).all() else 'deadline' if dt > self.deadline_ns else None
+        if kind: self._event(kind, dt)
+        return None if kind else a
     def step(self, obs, trip=False):
-        "The action for `obs` this control step (from the policy or, on an event, from the fallback)."
+        "The action for `obs` this control step: the policy's or, on an event, the fallback's; never NaN or inf."
         t_start = time.perf_counter()
-        safe = self.fallback.predict(obs, deterministic=True)[0]  # keeps the fallback's state current
-        if trip and not self.tripped:
-            self.tripped = True; self.events.append(dict(step=self.t, kind='trip', latency_us=None))
-        if self.tripped: action = safe
-        else:
-            t0 = time.perf_counter_ns()
-            a = self.runner.run(np.asarray(obs, np.float32)[None])[0]
-            dt = time.perf_counter_ns() - t0
-            kind = 'nonfinite' if not np.isfinite(a).all() else 'deadline' if dt > self.deadline_ns else None
-            if kind: self.events.append(dict(step=self.t, kind=kind, latency_us=dt / 1e3))
-            action = safe if kind else np.array(a)  # our own copy: `run` may reuse its output buffer
+        x = np.asarray(obs, np.float32).reshape(1, -1)
+        obs_ok = bool(np.isfinite(x).all())
+        if obs_ok: self.last_good_obs = obs
+        held = obs if obs_ok else self.last_good_obs
+        safe = None if held is None else self.fallback.predict(held, deterministic=True)[0]  # keeps the fallback's state current
+        if trip and not self.tripped: self.tripped = True; self._event('trip')
+        if not obs_ok and not self.tripped: self._event('bad-obs')
+        action = None if self.tripped or not obs_ok else self._policy(x)
+        if action is None: action = safe
+        if action is None or not np.isfinite(action).all():
+            self._event('unsafe-fallback'); action = np.zeros(self.runner.act_dim, np.float32)  # actuators off
         if self.realtime and self.period_s: time.sleep(max(0.0, self.period_s - (time.perf_counter() - t_start)))
         self.t += 1
         return action
@@ -243,7 +257,7 @@ def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, dead
                 for s in seeds:
                     rets.append(run_episode(env, loop, s)[0]); evs += [{**e, 'seed': s} for e in loop.events]
                 returns[f'ppo:{n}'] = rets
-                viol[n] = sum(e['kind'] != 'trip' for e in evs)
+                viol[n] = sum(e['kind'] in BACKEND_FAULTS for e in evs)
                 events[n] = evs[:20]
                 bar.advance(task)
             env.close()

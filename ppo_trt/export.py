@@ -16,9 +16,9 @@ from .runtime import package_version
 from .train import ObsNorm, load_policy, make_env
 
 # %% auto #0
-__all__ = ['PARITY_TOL', 'OPSET', 'build_deployable', 'load_deployable', 'collect_observations', 'sb3_actions', 'to_onnx_proto',
-           'set_metadata', 'load_onnx', 'onnx_metadata', 'check_policy_env', 'ort_cpu_session', 'parity', 'ParityError',
-           'Deployment', 'plain_deployment', 'export']
+__all__ = ['PARITY_TOL', 'OPSET', 'DEPLOY_KEYS', 'build_deployable', 'load_deployable', 'collect_observations', 'sb3_actions',
+           'to_onnx_proto', 'set_metadata', 'load_onnx', 'onnx_metadata', 'check_policy_env', 'ort_cpu_session',
+           'parity', 'ParityError', 'Deployment', 'plain_deployment', 'export', 'policy_metadata']
 
 # %% ../nbs/03_export.ipynb #2719ac5e
 PARITY_TOL = 1e-5
@@ -222,3 +222,25 @@ def export(run_dir, n_obs=1000, seed=123, tol=PARITY_TOL, opset=OPSET, deploymen
                   versions={p: package_version(p) for p in ('torch', 'onnx', 'onnxruntime', 'onnxscript')})
     save_json(run.path('export_record'), record)
     return record
+
+# %% ../nbs/03_export.ipynb #603bfedd
+DEPLOY_KEYS = ('env_id', 'obs_dim', 'act_dim')
+
+def _graph_width(value_info):
+    dims = value_info.type.tensor_type.shape.dim
+    return dims[1].dim_value if len(dims) == 2 else None
+
+def policy_metadata(path_or_proto):
+    "`onnx_metadata`, checked to hold what deploying needs (env id, widths matching the graph's), or one clear error."
+    proto = load_onnx(path_or_proto) if isinstance(path_or_proto, (str, Path)) else path_or_proto
+    meta, where = onnx_metadata(proto), path_or_proto if isinstance(path_or_proto, (str, Path)) else 'the ONNX model'
+    missing = [k for k in DEPLOY_KEYS if k not in meta]
+    if missing:
+        raise BadArtifactError(f'{where} lacks the ppo_trt metadata {missing}: it was not written by `ppo-trt export`; '
+                               'export the policy with ppo-trt (or add env_id, obs_dim and act_dim to its metadata_props)')
+    widths = (_graph_width(proto.graph.input[0]), _graph_width(proto.graph.output[0]))
+    if (meta['obs_dim'], meta['act_dim']) != widths:
+        raise BadArtifactError(f"{where}: its metadata says obs_dim {meta['obs_dim']}, act_dim {meta['act_dim']} but the graph takes "
+                               f'{widths[0]} and gives {widths[1]}: the file was altered; re-run `ppo-trt export`')
+    return meta
+

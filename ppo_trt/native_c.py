@@ -4,13 +4,14 @@
 
 # %% ../nbs/04b_native_c.ipynb #828ebe2d
 from __future__ import annotations
-import hashlib, importlib.machinery, importlib.util, os, shutil, subprocess, sys, sysconfig, time
+import hashlib, importlib.machinery, importlib.util, json, os, shutil, subprocess, sys, sysconfig, tempfile, threading, time
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
-from .config import atomic_path, atomic_write_text
+from .config import atomic_path, atomic_write_text, save_json, user_cache
 from .runtime import cpu_model
 from .native import (NativeUnsupportedError, parse_chain, _stages, TANH_CLAMP, TANH_P, TANH_Q)
+
 
 # %% auto #0
 __all__ = ['CFLAGS', 'ROWS', 'c_toolchain', 'generate_c', 'CPolicy', 'compile_c_policy']
@@ -111,7 +112,7 @@ def _rows_body(stages, dims, const_of):
     return body
 
 def generate_c(steps, dims, module_name):
-    "C source of an extension module `module_name` with `forward(obs, out)` for the chain `steps`."
+    "C source of an extension module `module_name` with `forward(obs, out)`, `call(obs)` and `set_check(fn)` for the chain `steps`."
     consts, named = [], {}
     def const(arr):
         consts.append(_carr(f'K{len(consts)}', arr)); return f'K{len(consts) - 1}'
@@ -152,62 +153,136 @@ def generate_c(steps, dims, module_name):
         '    npy_intp r = 0;',
         f'    for (; r + {ROWS} <= n; r += {ROWS}) forward_rows(x + r * {obs}, y + r * {act});',
         f'    for (; r < n; r++) forward_row(x + r * {obs}, y + r * {act});', '}', '',
-        'static int check(PyObject *a, int cols, int writable, const char *what) {',
-        '    if (!PyArray_Check(a)) { PyErr_Format(PyExc_TypeError, "%s must be a numpy array", what); return -1; }',
+        'static PyObject *check_obs = NULL;  /* set_check(): (obs, obs_dim) -> an array the kernels can read, or raises why */', '',
+        'static int readable(PyObject *a, int cols, int writable) {',
+        '    /* whether the kernels can read (or write) `a` as it is: native-endian, aligned, C-contiguous float32 [B, cols] */',
+        '    if (!PyArray_Check(a)) return 0;',
         '    PyArrayObject *A = (PyArrayObject *)a;',
-        '    if (PyArray_TYPE(A) != NPY_FLOAT32 || PyArray_NDIM(A) != 2 || PyArray_DIM(A, 1) != cols || !PyArray_IS_C_CONTIGUOUS(A)',
-        '        || (writable && !PyArray_ISWRITEABLE(A))) {',
-        '        PyErr_Format(PyExc_ValueError, "%s must be a C-contiguous float32 array of shape [B, %d]%s", what, cols,',
-        '                     writable ? " and writable" : ""); return -1; }',
-        '    return 0;', '}', '',
+        '    return PyArray_TYPE(A) == NPY_FLOAT32 && PyArray_ISNOTSWAPPED(A) && PyArray_NDIM(A) == 2 && PyArray_DIM(A, 1) == cols',
+        '        && PyArray_ISCARRAY_RO(A) && (!writable || PyArray_ISWRITEABLE(A));', '}', '',
+        'static int check(PyObject *a, int cols, int writable, const char *what) {',
+        '    if (readable(a, cols, writable)) return 0;',
+        '    PyErr_Format(PyExc_ValueError, "%s must be a C-contiguous float32 array of shape [B, %d] (native byte order, aligned)%s",',
+        '                 what, cols, writable ? " and writable" : ""); return -1;', '}', '',
+        'static int all_finite(const float *x, npy_intp n) {',
+        '    unsigned bad = 0;  /* exponent bits all ones: NaN or inf; no early exit, so the loop vectorises */',
+        '    for (npy_intp i = 0; i < n; i++) { unsigned b; memcpy(&b, x + i, 4); bad |= (b & 0x7f800000u) == 0x7f800000u; }',
+        '    return !bad;', '}', '',
+        'static void run_rows(const float *x, float *y, npy_intp n) {',
+        '    if (n == 1) forward_row(x, y);',
+        '    else if (n < 64) forward_n(x, y, n);',
+        '    else { Py_BEGIN_ALLOW_THREADS forward_n(x, y, n); Py_END_ALLOW_THREADS }', '}', '',
         'static PyObject *forward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {',
+        '    /* the hot path: no conversion and no finiteness pass, but never a read or write out of bounds */',
         '    if (nargs != 2) { PyErr_SetString(PyExc_TypeError, "forward(obs, out) takes 2 arguments"); return NULL; }',
         f'    if (check(args[0], {obs}, 0, "obs") || check(args[1], {act}, 1, "out")) return NULL;',
         '    PyArrayObject *X = (PyArrayObject *)args[0], *Y = (PyArrayObject *)args[1];',
         '    const npy_intp n = PyArray_DIM(X, 0);',
         '    if (PyArray_DIM(Y, 0) != n) { PyErr_SetString(PyExc_ValueError, "obs and out must have the same number of rows"); return NULL; }',
-        '    const float *x = (const float *)PyArray_DATA(X); float *y = (float *)PyArray_DATA(Y);',
-        '    if (n == 1) forward_row(x, y);',
-        '    else if (n < 64) forward_n(x, y, n);',
-        '    else { Py_BEGIN_ALLOW_THREADS forward_n(x, y, n); Py_END_ALLOW_THREADS }',
+        '    run_rows((const float *)PyArray_DATA(X), (float *)PyArray_DATA(Y), n);',
         '    Py_RETURN_NONE;', '}', '',
-        'static PyMethodDef methods[] = {{"forward", (PyCFunction)(void (*)(void))forward, METH_FASTCALL, "forward(obs, out)"}, {NULL, NULL, 0, NULL}};',
+        'static PyObject *python_check(PyObject *obs) {',
+        '    if (!check_obs) { PyErr_SetString(PyExc_RuntimeError, "set_check() was not called"); return NULL; }',
+        f'    return PyObject_CallFunction(check_obs, "Oi", obs, {obs});', '}', '',
+        'static PyObject *call(PyObject *self, PyObject *obs) {',
+        '    /* the checked call: a fresh [B, act] array for a finite float32 [B >= 1, obs] array; anything else goes to the',
+        '       Python check, which copies what is only laid out differently and raises BadInputError with the fix otherwise */',
+        '    PyObject *held = NULL;',
+        f'    if (!readable(obs, {obs}, 0) || PyArray_DIM((PyArrayObject *)obs, 0) < 1) {{',
+        '        if (!(held = python_check(obs))) return NULL;',
+        f'        if (!readable(held, {obs}, 0) || PyArray_DIM((PyArrayObject *)held, 0) < 1) {{',
+        '            Py_DECREF(held); PyErr_SetString(PyExc_RuntimeError, "the check returned an array the kernels cannot read"); return NULL; }',
+        '        obs = held;', '    }',
+        '    PyArrayObject *X = (PyArrayObject *)obs;',
+        f'    npy_intp dims[2] = {{PyArray_DIM(X, 0), {act}}};',
+        '    PyObject *Y = PyArray_SimpleNew(2, dims, NPY_FLOAT32);',
+        '    if (!Y) { Py_XDECREF(held); return NULL; }',
+        '    const float *x = (const float *)PyArray_DATA(X);',
+        f'    if (!all_finite(x, dims[0] * {obs})) {{  /* the Python check names the rows and raises */',
+        '        Py_DECREF(Y); PyObject *r = python_check(obs); Py_XDECREF(held);',
+        '        if (r) { Py_DECREF(r); PyErr_SetString(PyExc_RuntimeError, "obs holds NaN or inf but the check accepted it"); }',
+        '        return NULL; }',
+        '    run_rows(x, (float *)PyArray_DATA((PyArrayObject *)Y), dims[0]);',
+        '    Py_XDECREF(held);',
+        '    return Y;', '}', '',
+        'static PyObject *set_check(PyObject *self, PyObject *fn) {',
+        '    if (!PyCallable_Check(fn)) { PyErr_SetString(PyExc_TypeError, "set_check takes a callable"); return NULL; }',
+        '    Py_INCREF(fn); Py_XSETREF(check_obs, fn); Py_RETURN_NONE;', '}', '',
+        'static PyMethodDef methods[] = {',
+        '    {"forward", (PyCFunction)(void (*)(void))forward, METH_FASTCALL, "forward(obs, out): the hot path into a caller-owned out"},',
+        '    {"call", (PyCFunction)call, METH_O, "call(obs): the checked call, a fresh action array"},',
+        '    {"set_check", (PyCFunction)set_check, METH_O, "set_check(fn): the Python check call() defers to on a bad input"},',
+        '    {NULL, NULL, 0, NULL}};',
         f'static struct PyModuleDef mod = {{PyModuleDef_HEAD_INIT, "{module_name}", NULL, -1, methods}};',
         f'PyMODINIT_FUNC PyInit_{module_name}(void) {{ import_array(); return PyModule_Create(&mod); }}', ''])
 
 # %% ../nbs/04b_native_c.ipynb #42a654c9
 @dataclass
 class CPolicy:
-    "A compiled C policy: `forward(obs, out)`, dims and build facts."
+    "A compiled C policy: `call(obs)` (checked, fresh output), `forward(obs, out)` (hot path), dims and build facts."
+    call: object
     forward: object
     obs_dim: int
     act_dim: int
     path: Path
     build_s: float
-    cache_hit: bool
+    cache: str   # how the binary was obtained: 'loaded from the cache (hash verified)', 'built', or 'rebuilt: <why>'
 
-def compile_c_policy(onnx_path, cache_dir=None):
-    "Build (or load from the cache) the C extension for `policy.onnx`."
+def _cached_blob(so, record):
+    "The cached extension's bytes if they hash to what its build record says, else (None, why not)."
+    if not so.exists(): return None, 'not built yet'
+    try: rec = json.loads(record.read_text())
+    except (OSError, ValueError): return None, 'its build record is missing or unreadable'
+    blob = so.read_bytes()
+    if not isinstance(rec, dict) or rec.get('so_sha256') != hashlib.sha256(blob).hexdigest():
+        return None, 'the cached binary does not match the hash recorded when it was built'
+    return blob, ''
+
+def _build(cc, incs, src, so, record):
+    "Compile `src` into `so` and record the binary's hash; the bytes built."
+    c_path = so.with_name(so.name.split('.')[0] + '.c')
+    atomic_write_text(c_path, src)
+    with atomic_path(so) as tmp:
+        r = subprocess.run([cc, *CFLAGS, *(f'-I{i}' for i in incs), str(c_path), '-o', str(tmp), '-lm'], capture_output=True, text=True)
+        if r.returncode: raise NativeUnsupportedError(f'{cc} failed to build the policy extension: {r.stderr.strip()[-600:]}')
+        blob = tmp.read_bytes()
+    save_json(record, dict(so_sha256=hashlib.sha256(blob).hexdigest(), source_sha256=hashlib.sha256(src.encode()).hexdigest(),
+                           compiler=cc, cflags=list(CFLAGS), built=time.strftime('%Y-%m-%dT%H:%M:%S%z')))
+    return blob
+
+def _load_extension(blob, name, folder):
+    "Import extension module `name` from exactly these bytes: a private copy is loaded, so the bytes checked are the bytes run."
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f'.{name}.load.', suffix=sysconfig.get_config_var('EXT_SUFFIX'))
+    try:
+        with os.fdopen(fd, 'wb') as f: f.write(blob)
+        loader = importlib.machinery.ExtensionFileLoader(name, tmp)
+        mod = importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, tmp, loader=loader))
+        loader.exec_module(mod)
+    finally: os.unlink(tmp)
+    return mod
+
+_BUILD_LOCK = threading.Lock()
+
+def compile_c_policy(onnx_path, check_obs=None, cache_dir=None):
+    "Build (or load, hash-checked, from the user's cache) the C extension for `policy.onnx`; `check_obs` backs `call`."
     from ppo_trt.export import load_onnx
     tc, why = c_toolchain()
     if tc is None: raise NativeUnsupportedError(why)
     cc, incs = tc
-    onnx_path = Path(onnx_path)
     steps, dims = parse_chain(load_onnx(onnx_path))
-    key = hashlib.sha256(b'\0'.join([onnx_path.read_bytes(), ' '.join(CFLAGS).encode(), cpu_model().encode(),
-                                     sys.version.encode(), np.__version__.encode()])).hexdigest()[:16]
-    name = f'ppo_trt_policy_{key}'
-    cache_dir = Path(cache_dir or onnx_path.parent/'native')
-    so = cache_dir/f'{name}{sysconfig.get_config_var("EXT_SUFFIX")}'
-    t0, hit = time.perf_counter(), so.exists()
-    if not hit:
-        src = cache_dir/f'{name}.c'
-        atomic_write_text(src, generate_c(steps, dims, name))
-        with atomic_path(so) as tmp:
-            r = subprocess.run([cc, *CFLAGS, *(f'-I{i}' for i in incs), str(src), '-o', str(tmp), '-lm'], capture_output=True, text=True)
-            if r.returncode: raise NativeUnsupportedError(f'{cc} failed to build the policy extension: {r.stderr.strip()[-600:]}')
-    if name not in sys.modules:
-        loader = importlib.machinery.ExtensionFileLoader(name, str(so))
-        spec = importlib.util.spec_from_file_location(name, so, loader=loader)
-        mod = importlib.util.module_from_spec(spec); loader.exec_module(mod); sys.modules[name] = mod
-    return CPolicy(sys.modules[name].forward, dims[0], dims[1], so, time.perf_counter() - t0, hit)
+    src = generate_c(steps, dims, 'MODULE_NAME')
+    key = hashlib.sha256(b'\0'.join(x.encode() for x in (src, ' '.join(CFLAGS), cc, cpu_model(), sys.version, np.__version__)))
+    name = f'ppo_trt_policy_{key.hexdigest()[:16]}'
+    folder = Path(cache_dir) if cache_dir else user_cache('native_c')
+    so, record = folder/f'{name}{sysconfig.get_config_var("EXT_SUFFIX")}', folder/f'{name}.json'
+    t0, how = time.perf_counter(), 'loaded in this process earlier (hash verified then)'
+    with _BUILD_LOCK:
+        if name not in sys.modules:
+            blob, why = _cached_blob(so, record)
+            how = 'loaded from the cache (hash verified)' if blob else ('built' if why == 'not built yet' else f'rebuilt: {why}')
+            if blob is None: blob = _build(cc, incs, src.replace('MODULE_NAME', name), so, record)
+            sys.modules[name] = _load_extension(blob, name, folder)
+    mod = sys.modules[name]
+    if check_obs is not None: mod.set_check(check_obs)
+    return CPolicy(mod.call, mod.forward, dims[0], dims[1], so, time.perf_counter() - t0, how)
+

@@ -137,6 +137,11 @@ def doctor_rows(info=None):
     row('TensorRT', ok, v, 'pip install "ppo_trt[trt]" from NVIDIA\'s index (pip install tensorrt --extra-index-url https://pypi.nvidia.com)')
     ok, v = info['trt']['tensorrt_rtx']
     row('TensorRT-RTX', ok, v, 'pip install "ppo_trt[trt-rtx]"  (tensorrt-rtx-cu13)')
+    from ppo_trt.config import user_cache, PpoTrtError
+    try: cache, ok = user_cache(), True
+    except PpoTrtError as e: cache, ok = str(e), False
+    ok = ok and os.access(cache, os.W_OK)
+    row('cache for generated code', ok, str(cache), 'set PPO_TRT_CACHE to a writable folder (the native-c backend builds there)')
     return rows
 
 def print_doctor(rows=None, console=None):

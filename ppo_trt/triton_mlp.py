@@ -8,8 +8,8 @@ import hashlib, os
 from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
-from .config import BadInputError, atomic_write_text
-from .native import Dense, Elementwise, NativeUnsupportedError, parse_chain, _stages, _import_file
+from .config import BadInputError
+from .native import Dense, Elementwise, NativeUnsupportedError, parse_chain, _stages, module_from_source
 
 # %% auto #0
 __all__ = ['PRECISIONS', 'import_triton', 'triton_interpreted', 'padded', 'PackedParams', 'generate_triton', 'launch_shape',
@@ -120,7 +120,8 @@ class TritonPolicy:
     obs_dim: int
     act_dim: int
     precision: str
-    path: Path
+    source: str = field(repr=False)
+    key: str                    # sha256 prefix of the source
     interpreted: bool
     _on: dict = field(default_factory=dict, repr=False)
     def params_on(self, device):
@@ -156,24 +157,24 @@ class TritonPolicy:
 
 PRECISIONS = ('fp32', 'tf32')
 
-def build_triton_policy(steps, dims, cache_dir, precision='fp32'):
-    "Generate, write (under a hash of the source: one kernel per network shape) and import the Triton kernel for a chain; a `TritonPolicy`."
+_KERNELS = {}
+
+def build_triton_policy(steps, dims, precision='fp32'):
+    "Generate the Triton kernel for a chain and import it from memory (once per source and mode); a `TritonPolicy`."
     if precision not in PRECISIONS: raise BadInputError(f'precision must be one of {PRECISIONS}, got {precision!r}')
     triton, why = import_triton()
     if triton is None: raise NativeUnsupportedError(why)
     src, params = generate_triton(steps, dims)
-    path = Path(cache_dir)/f'policy_{hashlib.sha256(src.encode()).hexdigest()[:16]}_triton.py'
-    if not path.exists(): atomic_write_text(path, src)  # named by the hash of its source
-    interp = triton_interpreted()
-    mod = _import_file(path, f'ppo_trt_triton_{"interp" if interp else "jit"}_{path.stem}')  # a kernel object belongs to one mode
-    return TritonPolicy(mod.forward_kernel, params, dims[0], dims[1], precision, path, interp)
+    key, interp = hashlib.sha256(src.encode()).hexdigest()[:16], triton_interpreted()
+    name = f'ppo_trt_triton_{"interp" if interp else "jit"}_{key}'  # a kernel object belongs to one mode
+    if name not in _KERNELS: _KERNELS[name] = module_from_source(src, name).forward_kernel
+    return TritonPolicy(_KERNELS[name], params, dims[0], dims[1], precision, src, key, interp)
 
-def compile_triton_policy(onnx_path, cache_dir=None, precision='fp32'):
-    "The Triton kernel for `policy.onnx` (source written beside it, in `native/`); a `TritonPolicy`."
+def compile_triton_policy(onnx_path, precision='fp32'):
+    "The Triton kernel for `policy.onnx`; a `TritonPolicy`."
     from ppo_trt.export import load_onnx
-    onnx_path = Path(onnx_path)
     steps, dims = parse_chain(load_onnx(onnx_path))
-    return build_triton_policy(steps, dims, cache_dir or onnx_path.parent/'native', precision)
+    return build_triton_policy(steps, dims, precision)
 
 def steps_from_module(module):
     "(chain, (in, out)) of a torch `nn.Sequential` of Linear and Tanh/ReLU/Sigmoid/ELU layers, as `generate_triton` takes it."
@@ -192,8 +193,7 @@ def steps_from_module(module):
             raise NativeUnsupportedError(f'{type(m).__name__} has no Triton form; supported: Linear, Tanh, ReLU, Sigmoid, ELU, Identity')
     return steps, (lin[0].in_features, lin[-1].out_features)
 
-def triton_module_policy(module, cache_dir=None, precision='fp32'):
+def triton_module_policy(module, precision='fp32'):
     "A `TritonPolicy` computing `module` (an MLP `nn.Sequential`) with its current weights; call it on a tensor like the module."
-    import tempfile
     steps, dims = steps_from_module(module)
-    return build_triton_policy(steps, dims, cache_dir or Path(tempfile.gettempdir())/'ppo_trt_triton', precision)
+    return build_triton_policy(steps, dims, precision)

@@ -1,7 +1,10 @@
 """Shared fixtures: one real end-to-end `ppo-trt run` per test session."""
-import os, shutil, subprocess, sys
+import os, shutil, subprocess, sys, tempfile
 from pathlib import Path
 import pytest
+
+# generated code (the C extension) is cached per test session, never in the user's cache
+os.environ.setdefault('PPO_TRT_CACHE', tempfile.mkdtemp(prefix='ppo_trt_cache_'))
 
 QUICK_BENCH = ['--warmup', '20', '--iters', '300', '--batches', '1,64,1024', '--sweep-seconds', '0.05',
                '--closed-loop-steps', '300']
