@@ -8,8 +8,9 @@ import difflib, threading, time
 from functools import cached_property
 from pathlib import Path
 import numpy as np
-from .config import RunDir, PpoTrtError, BadInputError, MissingArtifactError, load_json, sha256_file, user_cache
-from .runtime import package_version, cpu_model
+from .config import RunDir, PpoTrtError, BadInputError, MissingArtifactError, sha256_file, user_cache
+from .records import load_artifact
+from .runtime import package_version, cpu_model, FIXES
 from .train import ObsNorm, load_policy
 from .export import load_onnx, policy_metadata
 from .residual import deployable_module, make_expert, ResidualComposer
@@ -112,7 +113,7 @@ class PolicySource:
         return self.run
     def train_record(self, backend):
         "The run's train.json."
-        return load_json(self.require_run(backend).require('train_record'))
+        return load_artifact(self.require_run(backend), 'train_record')
 
 def _source(src): return src if isinstance(src, PolicySource) else PolicySource(src)
 
@@ -268,12 +269,12 @@ def _c_ok():
 
 # %% ../nbs/05_backends.ipynb #842dac1c
 def _torch_cuda_ok():
-    ok, why = _has_module('torch', 'pip install torch')
+    ok, why = _has_module('torch', FIXES['torch'])
     if not ok: return ok, why
     import torch
     if not torch.cuda.is_available():
         return False, (f'torch {torch.__version__} sees no CUDA GPU ({"CPU-only build" if torch.version.cuda is None else "no device visible"}); '
-                       'on a GPU machine install a CUDA build of torch')
+                       + FIXES['torch-cuda'])
     return True, ''
 
 class TorchCudaRunner(Runner):
@@ -420,12 +421,12 @@ class TritonTf32Runner(TritonRunner):
 
 # %% ../nbs/05_backends.ipynb #e512d448
 def _ort_gpu_ok(provider):
-    ok, why = _has_module('onnxruntime', 'pip install onnxruntime-gpu')
+    ok, why = _has_module('onnxruntime', FIXES['onnxruntime-gpu'])
     if not ok: return ok, why
     import onnxruntime as ort
     if provider not in ort.get_available_providers():
         return False, (f'{provider} is not in this onnxruntime build (it has {", ".join(ort.get_available_providers())}); '
-                       'on a GPU machine: pip uninstall onnxruntime && pip install onnxruntime-gpu')
+                       f"on a GPU machine: {FIXES['onnxruntime-gpu']}")
     return True, ''
 
 class OrtCudaRunner(Runner):
@@ -471,9 +472,9 @@ def _cuda_call(res, what):
     return vals[0] if len(vals) == 1 else vals
 
 def _trt_ok(module):
-    ok, why = _has_module(module, 'pip install ' + ('tensorrt-rtx-cu13' if module == 'tensorrt_rtx' else 'tensorrt'))
+    ok, why = _has_module(module, FIXES[module])
     if not ok: return ok, why
-    ok, why = _has_module('cuda.bindings.runtime', 'pip install cuda-python')
+    ok, why = _has_module('cuda.bindings.runtime', FIXES['cuda-python'])
     if not ok: return ok, why
     from cuda.bindings import runtime as cudart
     err, n = cudart.cudaGetDeviceCount()
@@ -490,7 +491,7 @@ class TrtRunner(Runner):
         from ppo_trt.engine import check_engine
         src = _source(src)
         folder = RunDir(src.folder)  # engines and build.json sit beside policy.onnx
-        recs = load_json(folder.path('build_record')) if folder.has('build_record') else {}
+        recs = load_artifact(folder, 'build_record') if folder.has('build_record') else {}
         mine = sorted((n for n, r in recs.items() if r['flavour'] == self.flavour), key=lambda n: recs[n]['precision'] != 'fp32')
         if not mine: raise BackendUnavailable(f'no {self.flavour} engine beside {src.onnx_path}: run `ppo-trt build --flavour {self.flavour} --run-dir {src.folder}`')
         rec = check_engine(src.folder, mine[0], onnx_path=src.onnx())
@@ -559,20 +560,20 @@ def _has_module(mod, fix):
     except Exception as e: return False, f'{mod} does not import ({type(e).__name__}: {e}); {fix}'
 
 def _ort_cpu_ok():
-    ok, why = _has_module('onnxruntime', 'pip install onnxruntime')
+    ok, why = _has_module('onnxruntime', FIXES['onnxruntime'])
     if not ok: return ok, why
     import onnxruntime as ort
     if 'CPUExecutionProvider' not in ort.get_available_providers(): return False, 'onnxruntime lacks CPUExecutionProvider; reinstall onnxruntime'
     return True, ''
 
 BACKENDS = {  # name: (runner class, availability probe)
-    'sb3':        (SB3Runner,       lambda: _has_module('stable_baselines3', 'pip install stable-baselines3')),
-    'torch':      (TorchRunner,     lambda: _has_module('torch', 'pip install torch')),
+    'sb3':        (SB3Runner,       lambda: _has_module('stable_baselines3', FIXES['stable-baselines3'])),
+    'torch':      (TorchRunner,     lambda: _has_module('torch', FIXES['torch'])),
     'ort':        (OrtRunner,       _ort_cpu_ok),
     'ort-iobind': (OrtIoBindRunner, _ort_cpu_ok),
-    'native':     (NativeRunner,    lambda: _has_module('numba', 'pip install numba')),
+    'native':     (NativeRunner,    lambda: _has_module('numba', FIXES['numba'])),
     'native-c':   (NativeCRunner,   _c_ok),
-    'torch-compile':    (TorchCompileRunner,   lambda: _has_module('torch', 'pip install torch')),
+    'torch-compile':    (TorchCompileRunner,   lambda: _has_module('torch', FIXES['torch'])),
     'torch-cuda':       (TorchCudaRunner,      _torch_cuda_ok),
     'torch-cuda-graph': (TorchCudaGraphRunner, _torch_cuda_ok),
     'ort-cuda':         (OrtCudaRunner,        lambda: _ort_gpu_ok('CUDAExecutionProvider')),

@@ -7,17 +7,19 @@ from __future__ import annotations
 import gc, os, time
 from dataclasses import dataclass, asdict
 import numpy as np
-from .config import RunDir, BadInputError, save_json
-from .runtime import probe, machine_summary
+from .config import RunDir, BadInputError, save_json, sha256_file
+from .runtime import probe
+from .records import load_artifact, locked, require_fresh, session, session_id, machine_id
 from .train import make_env
 from . import backends as B
 from .export import check_policy_env, onnx_metadata
 
 # %% auto #0
-__all__ = ['CDF_POINTS', 'DEFAULT_BATCHES', 'CHECKED_CALL', 'HOT_PATH', 'HOT_PATH_NOTE', 'TIE_RATIO', 'timer_overhead_ns',
-           'time_calls', 'time_pair', 'latency_stats', 'BenchSettings', 'bench_latency', 'bench_sweep',
-           'bench_closed_loop', 'bench_soak', 'backend_parity', 'pin_process', 'skipped', 'bench', 'records_by',
-           'best_kernel_sweep', 'advise', 'print_advice', 'fmt_us', 'console', 'print_bench']
+__all__ = ['CDF_POINTS', 'DEFAULT_BATCHES', 'CHECKED_CALL', 'HOT_PATH', 'HOT_PATH_NOTE', 'MODE_ORDER', 'TIE_RATIO',
+           'timer_overhead_ns', 'time_calls', 'time_pair', 'latency_stats', 'BenchSettings', 'bench_latency',
+           'bench_sweep', 'bench_closed_loop', 'bench_soak', 'backend_parity', 'pin_process', 'skipped',
+           'measure_backend', 'merge_bench', 'bench', 'records_by', 'best_kernel_sweep', 'advise', 'print_advice',
+           'fmt_us', 'console', 'print_bench']
 
 # %% ../nbs/06_bench.ipynb #f7704e3e
 def timer_overhead_ns(n=20_000):
@@ -189,44 +191,79 @@ def skipped(name, reason):
     "The record of a backend that did not run, with the reason."
     return dict(backend=name, mode='all', batch=None, ran=False, reason=reason)
 
-def bench(run_dir, backend_names=None, settings: BenchSettings | None = None, env_id=None, progress=True, print_table=True):
-    "Benchmark backends on the run's policy; write and return the `bench.json` record."
+def measure_backend(name, run, obs, reference, env_id, s: BenchSettings):
+    "Every record of backend `name` (latency with parity, sweep, closed loop, soak), or one record saying why it did not run."
+    try: runner = B.load(name, run.root, network_only=True, threads=s.threads)
+    except B.BackendUnavailable as e: return [skipped(name, str(e))]
+    try:
+        lat = bench_latency(runner, obs, s)
+        if reference is not None: lat['parity_vs_ort_fp32'] = backend_parity(runner, obs, reference)
+        if hasattr(runner, 'kernel_us'):  # GPU runners: device time of the execution alone, CUDA events
+            lat['kernel_only'] = latency_stats(np.asarray(runner.kernel_us(1, s.iters)) * 1e3)
+        recs = [lat, *bench_sweep(runner, obs, s)]
+        if s.closed_loop_steps: recs.append(bench_closed_loop(runner, env_id, s))
+        if s.soak_calls: recs.append(bench_soak(runner, obs, s))
+        return recs
+    except Exception as e:  # one broken backend is a finding about it, not the end of the bench
+        return [dict(skipped(name, f'failed while measured: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ""}'),
+                     failed=True)]
+    finally: runner.close()
+
+MODE_ORDER = ('latency', 'sweep', 'closed-loop', 'soak', 'all')
+
+def _legacy(old):
+    "A bench.json written before sessions existed, its records given one session from its header (policy unknown)."
+    if old.get('sessions') or not old.get('records'): return old
+    s = dict(created=old.get('created', '?'), machine=old.get('machine_summary', '?'),
+             machine_id=machine_id(old['machine']) if 'cpu' in old.get('machine', {}) else '?', policy_sha256=None)
+    return {**old, 'sessions': {'legacy': s}, 'records': [{**r, 'session': r.get('session') or 'legacy'} for r in old['records']]}
+
+def merge_bench(old, new):
+    "`new` over `old`: records with the same (backend, mode, batch) replaced, the rest kept; a backend measured now loses its old 'not run' line."
+    key = lambda r: (r['backend'], r['mode'], r['batch'])
+    old = _legacy(old or {})
+    fresh, measured = {key(r) for r in new['records']}, {r['backend'] for r in new['records'] if r['ran']}
+    kept = [r for r in old.get('records', []) if key(r) not in fresh and (r['ran'] or r['backend'] not in measured)]
+    order = {n: i for i, n in enumerate(B.names())}
+    records = sorted(kept + new['records'], key=lambda r: (order.get(r['backend'], len(order)), MODE_ORDER.index(r['mode']),
+                                                           r['batch'] or 0))
+    used, sessions = {r.get('session') for r in records}, {**old.get('sessions', {}), **new['sessions']}
+    return {**new, 'records': records, 'sessions': {k: v for k, v in sessions.items() if k in used}}
+
+@locked('bench')
+def bench(run_dir, backend_names=None, settings: BenchSettings | None = None, env_id=None, progress=True, print_table=True,
+          replace=False):
+    "Benchmark backends on the run's policy; merge into (or, with `replace`, start) `bench.json`, saved after each backend."
     s = settings or BenchSettings()
     run = RunDir(run_dir)
     onnx_path, obs_path = run.require('onnx'), run.require('export_obs')
+    require_fresh(run, 'bench')
     meta = onnx_metadata(onnx_path)
     env_id = env_id or meta['env_id']
     check_policy_env(meta, env_id)
     names = [B.check_name(n) for n in (backend_names or B.names())]
+    result = None if replace or not run.has('bench_record') else load_artifact(run, 'bench_record')
     obs = np.load(obs_path)
     reference = B.load('ort', run.root, network_only=True)(obs).astype(np.float64) if B.available()['ort'][0] else None
-    records, t_start = [], time.perf_counter()
+    sess, t_start = session(sha256_file(onnx_path)), time.perf_counter()
+    sid = session_id(sess)
+    header = dict(schema_version=2, run_dir=str(run.root), env_id=env_id, machine=probe(), machine_summary=sess['machine'],
+                  settings=asdict(s), timer_overhead=timer_overhead_ns(), gc_disabled_in_timed_loops=True, pinned_cpu=s.pin_cpu,
+                  created=sess['created'], session=sid)
     affinity = pin_process(s.pin_cpu)
     from rich.progress import Progress
-    with Progress(transient=True, disable=not progress) as bar:
-        task = bar.add_task('benchmarking', total=len(names))
-        for name in names:
-            bar.update(task, description=f'bench {name}')
-            try: runner = B.load(name, run.root, network_only=True, threads=s.threads)
-            except B.BackendUnavailable as e:
-                records.append(skipped(name, str(e))); bar.advance(task); continue
-            lat = bench_latency(runner, obs, s)
-            if reference is not None: lat['parity_vs_ort_fp32'] = backend_parity(runner, obs, reference)
-            if hasattr(runner, 'kernel_us'):  # GPU runners: device time of the execution alone, CUDA events
-                lat['kernel_only'] = latency_stats(np.asarray(runner.kernel_us(1, s.iters)) * 1e3)
-            records.append(lat)
-            records += bench_sweep(runner, obs, s)
-            if s.closed_loop_steps: records.append(bench_closed_loop(runner, env_id, s))
-            if s.soak_calls: records.append(bench_soak(runner, obs, s))
-            runner.close(); bar.advance(task)
-    if affinity is not None: os.sched_setaffinity(0, affinity)
-    result = dict(run_dir=str(run.root), env_id=env_id, machine=probe(), machine_summary=machine_summary(),
-                  settings=asdict(s), timer_overhead=timer_overhead_ns(), gc_disabled_in_timed_loops=True,
-                  pinned_cpu=s.pin_cpu,
-                  wall_s=round(time.perf_counter() - t_start, 2), created=time.strftime('%Y-%m-%dT%H:%M:%S%z'),
-                  records=records)
-    save_json(run.path('bench_record'), result)
-    if print_table: print_bench(result)
+    try:
+        with Progress(transient=True, disable=not progress) as bar:
+            task = bar.add_task('benchmarking', total=len(names))
+            for name in names:
+                bar.update(task, description=f'bench {name}')
+                recs = [dict(r, session=sid) for r in measure_backend(name, run, obs, reference, env_id, s)]
+                result = merge_bench(result, dict(header, records=recs, sessions={sid: sess}, wall_s=round(time.perf_counter() - t_start, 2)))
+                save_json(run.path('bench_record'), result)
+                bar.advance(task)
+    finally:
+        if affinity is not None: os.sched_setaffinity(0, affinity)
+    if print_table: print_bench(result, sid)
     return result
 
 def records_by(result, mode):
@@ -276,9 +313,12 @@ def console():
     c = Console()
     return c if c.is_terminal else Console(width=160)
 
-def print_bench(result, con=None):
-    "Rich table: batch-1 latency of the checked call (hot path beside it), SLA, parity, best throughput, loop rate; skipped below."
+def print_bench(result, session=None, con=None):
+    "Rich table of `session`'s records (all when None): checked-call latency, hot path, SLA, parity, throughput, loop rate; skipped below."
     from rich.table import Table
+    from rich.markup import escape
+    earlier = [r for r in result['records'] if session and r.get('session') != session]
+    result = {**result, 'records': [r for r in result['records'] if not session or r.get('session') == session]}
     t = Table(title=f"ppo-trt bench: {result['env_id']} on {result['machine_summary']}")
     for c in ('backend', 'device: provider', 'p50 µs', 'p95 µs', 'p99 µs', 'p99.9 µs', 'max µs', 'run() p50 µs', 'SLA',
               'max|Δa|', 'best actions/s (batch)', 'loop Hz'):
@@ -296,7 +336,7 @@ def print_bench(result, con=None):
     con = con or console()
     con.print(t)
     for r in result['records']:
-        if not r['ran']: con.print(f"[yellow]skipped {r['backend']}[/]: {r['reason']}")
+        if not r['ran']: con.print(f"[yellow]{'failed' if r.get('failed') else 'skipped'} {r['backend']}[/]: {escape(r['reason'])}")
     for r in records_by(result, 'latency'):
         if 'kernel_only' not in r: continue
         k, top = r['kernel_only'], best_kernel_sweep(result, r['backend'])
@@ -307,6 +347,9 @@ def print_bench(result, con=None):
         con.print(f"soak {r['backend']}: {r['calls']:,} calls in {len(w)} windows; p50 {min(x['p50_us'] for x in w):.2f}-{max(x['p50_us'] for x in w):.2f} µs "
                   f"(drift {r['p50_drift']:.2f}×), p99 {min(x['p99_us'] for x in w):.2f}-{max(x['p99_us'] for x in w):.2f} µs (drift {r['p99_drift']:.2f}×), "
                   f"worst {r['stats']['max_us']:.1f} µs")
+    if earlier:
+        con.print(f"bench.json also keeps {len(earlier)} records of earlier runs ({', '.join(sorted({r['backend'] for r in earlier}))}); "
+                  '`ppo-trt report` shows them marked with their machine and policy')
     ov = result['timer_overhead']
     con.print("p50 ... max: the checked call runner(obs), what a deployment calls (input checked, new output, thread-safe); "
               f"run() p50: {HOT_PATH_NOTE}")

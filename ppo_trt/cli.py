@@ -4,127 +4,200 @@
 
 # %% ../nbs/13_cli.ipynb #15771b1a
 from __future__ import annotations
-import argparse, sys, time
+import argparse, math, os, sys, time
 from pathlib import Path
-from .config import PpoTrtError, BadInputError, DEFAULT_ENV_ID, default_run_dir, RunDir, check_timesteps
+from .config import (PpoTrtError, BadInputError, DEFAULT_ENV_ID, ARTIFACTS, OPTIONAL_STAGES, default_run_dir, RunDir,
+                            check_timesteps)
+from .records import load_artifact, lineage_problems, run_lock, LOCK_NAME, HOLDER_NAME
+from .export import onnx_metadata
+
 
 # %% auto #0
-__all__ = ['COMMANDS', 'parser', 'cmd_train', 'cmd_export', 'cmd_build', 'cmd_bench', 'cmd_evaluate', 'cmd_residual_study',
-           'cmd_env_bench', 'cmd_report', 'cmd_advise', 'cmd_doctor', 'cmd_enjoy', 'cmd_run', 'main']
+__all__ = ['MAX_BATCH', 'COMMANDS', 'READ_ONLY', 'number', 'number_list', 'parser', 'writable_run_dir', 'cmd_train', 'cmd_export',
+           'cmd_build', 'cmd_bench', 'cmd_evaluate', 'cmd_residual_study', 'cmd_env_bench', 'cmd_report', 'cmd_advise',
+           'run_folder_rows', 'cmd_doctor', 'cmd_enjoy', 'cmd_run', 'main']
 
-# %% ../nbs/13_cli.ipynb #1f906347
-def _positive_int(s):
-    try: v = int(s)
-    except ValueError: raise argparse.ArgumentTypeError(f'expected a positive integer, got {s!r}') from None
-    try: return check_timesteps(v)
-    except BadInputError as e: raise argparse.ArgumentTypeError(str(e)) from None
+# %% ../nbs/13_cli.ipynb #5ac301a7
+MAX_BATCH = 1 << 24  # the largest batch policy.onnx's dynamic axis allows
 
-def _int_list(s):
-    try: return tuple(int(x) for x in s.split(','))
-    except ValueError: raise argparse.ArgumentTypeError(f'expected comma-separated integers, got {s!r}') from None
+def number(kind=int, lo=None, hi=None, above=None):
+    "An argparse type: a finite `kind` number >= `lo` (or > `above`) and <= `hi`, or a one-line error saying the range."
+    def parse(s):
+        try: v = kind(s)
+        except ValueError: raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {s!r}") from None
+        if kind is float and not math.isfinite(v): raise argparse.ArgumentTypeError(f'expected a finite number, got {s!r}')
+        if (lo is not None and v < lo) or (above is not None and v <= above) or (hi is not None and v > hi):
+            rng = ' and '.join(x for x in (lo is not None and f'>= {lo:,}', above is not None and f'> {above:g}',
+                                           hi is not None and f'<= {hi:,}') if x)
+            raise argparse.ArgumentTypeError(f'must be {rng}, got {s}')
+        return v
+    parse.__name__ = kind.__name__
+    return parse
+
+def number_list(kind=int, lo=1, hi=None):
+    "An argparse type: comma-separated numbers, each checked like `number`."
+    one = number(kind, lo, hi)
+    def parse(s):
+        vals = tuple(one(x) for x in s.split(',') if x.strip())
+        if not vals: raise argparse.ArgumentTypeError(f'expected comma-separated numbers, got {s!r}')
+        return vals
+    return parse
+
+def _positive_timesteps(s):
+    try: return check_timesteps(int(s))
+    except (ValueError, BadInputError): raise argparse.ArgumentTypeError(f'expected a positive integer, got {s!r}') from None
 
 def _name_list(s): return [x.strip() for x in s.split(',') if x.strip()]
 
-def _add_run_dir(p):
+# %% ../nbs/13_cli.ipynb #43d531a1
+def _add_common(p, writes=True):
     p.add_argument('--run-dir', type=Path, default=None, help='run folder (default: runs/<env-id>-ppo)')
+    if writes: p.add_argument('--no-wait', action='store_true', help='fail at once if another ppo-trt process is writing the run folder')
+
+def _add_env(p, default=None, what='the env of the run folder\'s policy: a different one is refused'):
+    p.add_argument('--env-id', default=default, help=what)
 
 def _add_train(p):
-    p.add_argument('--env-id', default=None, help=f'gymnasium env id with Box spaces (default {DEFAULT_ENV_ID})')
-    p.add_argument('--seed', type=int, default=0)
-    p.add_argument('--timesteps', type=_positive_int, default=None, help='default: the preset\'s (seed: 200000)')
+    _add_env(p, None, f'gymnasium env id with Box spaces (default: {DEFAULT_ENV_ID}; --fast: CartPole-v1)')
+    p.add_argument('--seed', type=number(int, 0), default=0, help='seed of the env, the policy and the evaluations')
+    p.add_argument('--timesteps', type=_positive_timesteps, default=None, help="total timesteps (default: the preset's)")
     p.add_argument('--preset', default='seed', help='seed (SB3 defaults, 200k steps), zoo (RL-Zoo Hopper), smoke (tests)')
     p.add_argument('--resume', action='store_true', help='continue from the last checkpoint in the run folder')
-    p.add_argument('--force', action='store_true', help='train again from scratch, deleting the old run\'s artifacts')
-    p.add_argument('--eval-freq', type=int, default=None, help='timesteps between evaluations (default: timesteps/20, <= 10000)')
-    p.add_argument('--eval-episodes', type=int, default=5)
-    p.add_argument('--keep', choices=['best', 'last'], default='best',
-                   help='deploy the best-evaluated policy seen in training (default) or the last one')
-    _add_residual(p)
+    p.add_argument('--force', action='store_true', help="train again from scratch, deleting everything made from the old policy")
+    p.add_argument('--eval-freq', type=number(int, 1), default=None, help='timesteps between evaluations (default: timesteps/20, <= 10000)')
+    p.add_argument('--eval-episodes', type=number(int, 1), default=5, help='episodes per evaluation')
+    p.add_argument('--keep', choices=['best', 'last'], default='best', help='deploy the best-evaluated policy seen in training or the last one')
+    p.add_argument('--expert', default=None, help='train a residual on this expert: zero, pid, a run folder, its policy.zip or a policy.onnx')
+    p.add_argument('--residual-scale', type=number(float, above=0), default=0.5, help='action = clip(expert + scale * residual)')
+    p.add_argument('--append-expert-obs', action='store_true', help='show the agent the expert action (stateless experts only)')
+    p.add_argument('--no-zero-init', action='store_true', help='do not zero the last layer (by default the agent starts as the expert)')
     p.add_argument('--fast', action='store_true', help='on-device PPO over batched torch envs (CartPole-v1, Pendulum-v1, '
                    'MountainCarContinuous-v0): see ppo_trt.fast_ppo')
     p.add_argument('--device', default='cpu', help='--fast: torch device (cpu, cuda, cuda:N)')
-    p.add_argument('--num-envs', type=int, default=None, help='--fast: batched envs (default: the env preset)')
+    p.add_argument('--num-envs', type=number(int, 1, MAX_BATCH), default=None, help='--fast: batched envs (default: the env preset)')
     p.add_argument('--compile', action='store_true', help='--fast: torch.compile the rollout step and the loss')
     p.add_argument('--cudagraphs', action='store_true', help='--fast: CUDA graphs (torch.compile reduce-overhead); CUDA only')
 
-def _add_residual(p):
-    p.add_argument('--expert', default=None,
-                   help='train a residual on this expert: zero, pid, a run folder, its policy.zip or a policy.onnx')
-    p.add_argument('--residual-scale', type=float, default=0.5, help='action = clip(expert + scale * residual) (default 0.5)')
-    p.add_argument('--append-expert-obs', action='store_true', help='show the agent the expert action (stateless experts only)')
-    p.add_argument('--no-zero-init', action='store_true', help='do not zero the last layer (by default the agent starts as the expert)')
-
 def _add_export(p):
-    p.add_argument('--parity-obs', type=int, default=1000, help='rollout observations for the parity check (>= 1000)')
+    p.add_argument('--parity-obs', type=number(int, 1000), default=1000, help='rollout observations for the parity check')
 
 def _add_bench(p):
     p.add_argument('--backends', type=_name_list, default=None, help='comma-separated (default: all); see `ppo-trt doctor`')
-    p.add_argument('--warmup', type=int, default=200)
-    p.add_argument('--iters', type=int, default=2000)
-    p.add_argument('--batches', type=_int_list, default=None, help='batch sweep, e.g. 1,16,256,4096')
-    p.add_argument('--sla-ms', type=float, default=1.0, help='SLA on batch-1 p99 latency in ms (default 1.0)')
-    p.add_argument('--closed-loop-steps', type=int, default=2000)
-    p.add_argument('--sweep-seconds', type=float, default=0.25, help='time budget per sweep point')
-    p.add_argument('--threads', type=int, default=1, help='intra-op / torch / numba threads per backend')
-    p.add_argument('--pin-cpu', type=int, default=None, help='pin the process to this CPU while benchmarking')
+    p.add_argument('--warmup', type=number(int, 0), default=200, help='untimed calls before timing')
+    p.add_argument('--iters', type=number(int, 10), default=2000, help='timed batch-1 calls per backend')
+    p.add_argument('--batches', type=number_list(int, 1, MAX_BATCH), default=None, help='batch sweep, e.g. 1,16,256,4096 '
+                   '(default: 1,4,16,64,256,1024,4096)')
+    p.add_argument('--sla-ms', type=number(float, above=0), default=1.0, help='SLA on the batch-1 p99 latency, in ms')
+    p.add_argument('--closed-loop-steps', type=number(int, 0), default=2000, help='control steps of the closed loop (0: skip it)')
+    p.add_argument('--sweep-seconds', type=number(float, above=0), default=0.25, help='time budget per sweep point')
+    p.add_argument('--threads', type=number(int, 1, 1024), default=1, help='intra-op / torch / numba threads per backend')
+    p.add_argument('--pin-cpu', type=number(int, 0), default=None, help='pin the process to this CPU while benchmarking')
     p.add_argument('--soak', action='store_true', help='also soak each backend: --soak-calls batch-1 calls in windows')
-    p.add_argument('--soak-calls', type=int, default=1_000_000)
-    p.add_argument('--soak-window', type=int, default=100_000)
+    p.add_argument('--soak-calls', type=number(int, 1), default=1_000_000, help='calls per soak')
+    p.add_argument('--soak-window', type=number(int, 1), default=100_000, help='calls per soak window')
+    p.add_argument('--replace', action='store_true', help="start bench.json over instead of merging this run's records into it")
+
+def _sub(sub, name, help, writes=True):
+    "A subcommand parser that shows every default in --help, with --run-dir (and --no-wait when it writes)."
+    p = sub.add_parser(name, help=help, description=help, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    _add_common(p, writes)
+    return p
+
+# %% ../nbs/13_cli.ipynb #4ee4b134
+def _add_build(p):
+    _add_env(p)
+    p.add_argument('--flavour', choices=['auto', 'trt', 'trt-rtx'], default='auto', help='auto: TensorRT if installed, else TensorRT-RTX')
+    p.add_argument('--precision', choices=['fp32', 'fp16'], default='fp32', help='engine precision')
+    for k, v in (('min', 1), ('opt', 1), ('max', 4096)):
+        p.add_argument(f'--{k}-batch', type=number(int, 1, MAX_BATCH), default=v, help=f'{k} batch of the optimisation profile')
+    p.add_argument('--compute-capability', action='append', default=None, help='TensorRT-RTX target, e.g. SM86 (repeatable)')
+    p.add_argument('--trtexec', action='store_true', help='build with trtexec (TRTEXEC_BIN or PATH) instead of the Python API')
+
+def _add_evaluate(p):
+    _add_env(p)
+    p.add_argument('--backends', type=_name_list, default=None, help='default: every backend but sb3 (torch is the reference)')
+    p.add_argument('--phases', type=_name_list, default=None, help='default: all (nominal,noise,delay,push,mass,friction,actuator,trip)')
+    p.add_argument('--episodes', type=number(int, 1), default=20, help='episodes per phase and policy')
+    p.add_argument('--seed', type=number(int, 0), default=0, help='first episode seed')
+    p.add_argument('--deadline-us', type=number(float, above=0), default=None, help='per-step inference deadline (default: the bench SLA)')
+    p.add_argument('--residual-run', type=Path, default=None, help='also evaluate this residual run (same env) in every phase')
+    p.add_argument('--replace', action='store_true', help="start evaluate.json over instead of merging this run's results into it")
+
+def _add_residual_study(p):
+    _add_env(p, None, 'env id (default: InvertedPendulum-v4)')
+    p.add_argument('--seed', type=number(int, 0), default=0, help='seed of both trainings')
+    p.add_argument('--timesteps', type=_positive_timesteps, default=None, help="timesteps of each training (default: the preset's)")
+    p.add_argument('--preset', default='seed', help='training preset')
+    p.add_argument('--eval-freq', type=number(int, 1), default=None, help='timesteps between evaluations')
+    p.add_argument('--eval-episodes', type=number(int, 1), default=5, help='episodes per evaluation')
+    p.add_argument('--expert', default='pid', help='the expert the residual corrects')
+    p.add_argument('--residual-scale', type=number(float, above=0), default=0.5, help='action = clip(expert + scale * residual)')
+    p.add_argument('--out', type=Path, default=None, help='where the two trainings go (default: <run-dir>/residual_study)')
+
+def _add_env_bench(p):
+    _add_env(p, 'CartPole-v1', 'batched env to time')
+    p.add_argument('--device', default='cpu', help='torch device')
+    p.add_argument('--num-envs', type=number_list(int, 1, 1 << 28), default=(32, 1024, 65536), help='comma-separated env counts')
+    p.add_argument('--steps', type=number(int, 1), default=100, help='steps per timing')
+    p.add_argument('--compile', action='store_true', help='torch.compile the env step')
+    p.add_argument('--gym-max-envs', type=number(int, 0), default=1024, help="largest num_envs to run gymnasium's vector envs at")
+    p.add_argument('--no-train', action='store_true', help='skip the third level (env + inference + PPO training)')
+
+def _add_enjoy(p):
+    _add_env(p)
+    p.add_argument('--mode', choices=['visual', 'benchmark'], default='visual', help='a video, or the closed loop timed')
+    p.add_argument('--backend', default='ort', help='the backend that drives the env')
+    p.add_argument('--out', type=Path, default=None, help='video path, .gif or .mp4 (default: <run-dir>/episode.gif)')
+    p.add_argument('--fps', type=number(int, 1, 240), default=25, help='video frames per second')
+    p.add_argument('--max-steps', type=number(int, 1), default=1000, help='episode length cap')
+    p.add_argument('--warmup', type=number(int, 0), default=200, help='benchmark: untimed steps')
+    p.add_argument('--iters', type=number(int, 10), default=2000, help='benchmark: timed steps')
+    p.add_argument('--seed', type=number(int, 0), default=0, help='episode seed')
+
+# %% ../nbs/13_cli.ipynb #6c4a7ede
+class _Parser(argparse.ArgumentParser):
+    "argparse, but a bad argument is one line (the usage is one `--help` away), exit status 2."
+    def error(self, message):
+        self.exit(2, f'{self.prog}: error: {message} (see {self.prog} --help)\n')
 
 def parser():
     "The `ppo-trt` argument parser."
-    ap = argparse.ArgumentParser(prog='ppo-trt', description='PPO policy -> ONNX -> every backend, measured honestly.')
+    ap = _Parser(prog='ppo-trt', description='PPO policy -> ONNX -> every backend, measured honestly.')
     sub = ap.add_subparsers(dest='command', required=True, metavar='COMMAND')
-    p = sub.add_parser('run', help='train -> export -> bench -> report in one go'); _add_run_dir(p); _add_train(p); _add_export(p); _add_bench(p)
-    p = sub.add_parser('train', help='train a PPO policy'); _add_run_dir(p); _add_train(p)
-    p = sub.add_parser('export', help='export policy.onnx and check parity'); _add_run_dir(p); p.add_argument('--env-id', default=None)
-    _add_export(p)
-    p = sub.add_parser('build', help='build TensorRT / TensorRT-RTX engines from policy.onnx'); _add_run_dir(p)
-    p.add_argument('--env-id', default=None)
-    p.add_argument('--flavour', choices=['auto', 'trt', 'trt-rtx'], default='auto', help='auto: TensorRT if installed, else TensorRT-RTX')
-    p.add_argument('--precision', choices=['fp32', 'fp16'], default='fp32')
-    p.add_argument('--min-batch', type=int, default=1); p.add_argument('--opt-batch', type=int, default=1)
-    p.add_argument('--max-batch', type=int, default=4096)
-    p.add_argument('--compute-capability', action='append', default=None, help='TensorRT-RTX target, e.g. SM86 (repeatable)')
-    p.add_argument('--trtexec', action='store_true', help='build with trtexec (TRTEXEC_BIN or PATH) instead of the Python API')
-    p = sub.add_parser('bench', help='benchmark every backend'); _add_run_dir(p); p.add_argument('--env-id', default=None); _add_bench(p)
-    p = sub.add_parser('evaluate', help='control quality per scenario phase and backend, vs the PID baseline'); _add_run_dir(p)
-    p.add_argument('--env-id', default=None)
-    p.add_argument('--backends', type=_name_list, default=None, help='default: every backend but sb3 (torch is the reference)')
-    p.add_argument('--phases', type=_name_list, default=None, help='default: all (nominal,noise,delay,push,mass,friction,actuator,trip)')
-    p.add_argument('--episodes', type=int, default=20); p.add_argument('--seed', type=int, default=0)
-    p.add_argument('--deadline-us', type=float, default=None, help='per-step inference deadline (default: the bench SLA)')
-    p.add_argument('--residual-run', type=Path, default=None, help='also evaluate this residual run (same env) in every phase')
-    p = sub.add_parser('residual-study', help='return vs timesteps: pure PPO, the expert, expert + residual (same seeds)')
-    _add_run_dir(p); p.add_argument('--env-id', default=None); p.add_argument('--seed', type=int, default=0)
-    p.add_argument('--timesteps', type=_positive_int, default=None, help="default: the preset's")
-    p.add_argument('--preset', default='seed'); p.add_argument('--eval-freq', type=int, default=None)
-    p.add_argument('--eval-episodes', type=int, default=5)
-    p.add_argument('--expert', default='pid'); p.add_argument('--residual-scale', type=float, default=0.5)
-    p.add_argument('--out', type=Path, default=None, help='where the two trainings go (default: <run-dir>/residual_study)')
-    p = sub.add_parser('env-bench', help='batched torch envs vs gymnasium Sync/AsyncVectorEnv: steps/s per num_envs')
-    _add_run_dir(p); p.add_argument('--env-id', default='CartPole-v1'); p.add_argument('--device', default='cpu')
-    p.add_argument('--num-envs', type=_int_list, default=(32, 1024, 65536)); p.add_argument('--steps', type=int, default=100)
-    p.add_argument('--compile', action='store_true', help='torch.compile the env step')
-    p.add_argument('--gym-max-envs', type=int, default=1024, help="largest num_envs to run gymnasium's vector envs at")
-    p.add_argument('--no-train', action='store_true', help='skip the third level (env + inference + PPO training)')
-    p = sub.add_parser('report', help='render report.html from the records'); _add_run_dir(p); p.add_argument('--env-id', default=None)
-    p = sub.add_parser('advise', help='fastest measured backend per batch size, from bench.json'); _add_run_dir(p)
-    p.add_argument('--env-id', default=None)
-    p = sub.add_parser('doctor', help='what can run on this machine, and the fix for what cannot'); _add_run_dir(p)
-    p.add_argument('--env-id', default=None)
-    p = sub.add_parser('enjoy', help='watch the policy (video) or time the closed loop'); _add_run_dir(p)
-    p.add_argument('--env-id', default=None)
-    p.add_argument('--mode', choices=['visual', 'benchmark'], default='visual')
-    p.add_argument('--backend', default='ort')
-    p.add_argument('--out', type=Path, default=None, help='video path, .gif or .mp4 (default: <run-dir>/episode.gif)')
-    p.add_argument('--fps', type=int, default=25); p.add_argument('--max-steps', type=int, default=1000)
-    p.add_argument('--warmup', type=int, default=200); p.add_argument('--iters', type=int, default=2000)
-    p.add_argument('--seed', type=int, default=0)
+    p = _sub(sub, 'run', 'train -> export -> bench -> report in one go'); _add_train(p); _add_export(p); _add_bench(p)
+    _add_train(_sub(sub, 'train', 'train a PPO policy'))
+    p = _sub(sub, 'export', 'export policy.onnx and check parity'); _add_env(p); _add_export(p)
+    _add_build(_sub(sub, 'build', 'build TensorRT / TensorRT-RTX engines from policy.onnx'))
+    p = _sub(sub, 'bench', 'benchmark every backend'); _add_env(p); _add_bench(p)
+    _add_evaluate(_sub(sub, 'evaluate', 'control quality per scenario phase and backend, vs the PID baseline'))
+    _add_residual_study(_sub(sub, 'residual-study', 'return vs timesteps: pure PPO, the expert, expert + residual (same seeds)'))
+    _add_env_bench(_sub(sub, 'env-bench', 'batched torch envs vs gymnasium Sync/AsyncVectorEnv: steps/s per num_envs'))
+    _add_env(_sub(sub, 'report', 'render report.html from the records'))
+    _add_env(_sub(sub, 'advise', 'fastest measured backend per batch size, from bench.json', writes=False))
+    _add_env(_sub(sub, 'doctor', 'what can run on this machine, and the state of a run folder', writes=False))
+    _add_enjoy(_sub(sub, 'enjoy', 'watch the policy (video) or time the closed loop'))
     return ap
 
-# %% ../nbs/13_cli.ipynb #ae6681db
+# %% ../nbs/13_cli.ipynb #e02fa96e
 def _run_dir(a): return a.run_dir or default_run_dir(a.env_id or DEFAULT_ENV_ID)
+
+def writable_run_dir(path):
+    "`path` if it is (or can be made) a writable folder; one clear error before any work otherwise."
+    path = Path(path)
+    if path.exists() and not path.is_dir(): raise BadInputError(f'{path} is a file, not a run folder; choose another --run-dir')
+    probe = next(p for p in (path, *path.parents) if p.exists())
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise BadInputError(f'{probe} is not writable, so {path} cannot be written; choose another --run-dir')
+    return path
+
+def _check_env(a, rd):
+    "An explicit --env-id must be the env of the run folder's policy."
+    if not a.env_id: return
+    run = RunDir(rd)
+    have = (load_artifact(run, 'train_record')['env_id'] if run.has('train_record') else
+            onnx_metadata(run.path('onnx')).get('env_id') if run.has('onnx') else None)
+    if have and have != a.env_id:
+        raise BadInputError(f'{run.root} holds a policy for {have}, not {a.env_id}; drop --env-id or use that run\'s folder')
 
 def _bench_settings(a):
     from ppo_trt.bench import BenchSettings, DEFAULT_BATCHES
@@ -134,25 +207,13 @@ def _bench_settings(a):
 
 def _say(msg): print(f'[ppo-trt] {msg}', flush=True)
 
+# %% ../nbs/13_cli.ipynb #0f98fb1b
 def cmd_train(a):
     from ppo_trt.train import train
+    if a.fast: return _train_fast(a)
     rd = _run_dir(a)
     kw = dict(env_id=a.env_id or DEFAULT_ENV_ID, seed=a.seed, timesteps=a.timesteps, preset_name=a.preset, resume=a.resume,
-              force=a.force, eval_freq=a.eval_freq, n_eval_episodes=a.eval_episodes, keep=a.keep, progress=sys.stderr.isatty())
-    if a.fast:
-        import dataclasses
-        from ppo_trt.fast_ppo import fast_train, FAST_PRESETS, FastSettings
-        env_id = a.env_id = a.env_id or 'CartPole-v1'
-        st = FAST_PRESETS.get(env_id, dict(settings=FastSettings()))['settings']
-        if a.num_envs: st = dataclasses.replace(st, num_envs=a.num_envs)
-        rd = a.run_dir or default_run_dir(env_id)
-        _say(f'fast on-device PPO on {env_id} ({st.num_envs} envs on {a.device}) into {rd}')
-        r = fast_train(rd, env_id, a.timesteps, a.seed, a.device, st, a.expert, a.residual_scale, a.compile, a.cudagraphs, force=a.force,
-                       progress=sys.stderr.isatty())
-        _say(f"{r['timesteps']:,} steps in {r['wall_s']:.1f} s ({r['steps_per_s']:,.0f} steps/s, env + inference + training); greedy return "
-             f"{r['final_eval_mean']:.1f} ± {r['final_eval_std']:.1f}" + (f"; reached {r['target_return']:g} at step {r['solved_at_timesteps']:,} "
-             f"after {r['solved_at_wall_s']:.1f} s" if r['solved'] else ''))
-        return r
+              force=a.force, eval_freq=a.eval_freq, n_eval_episodes=a.eval_episodes, keep=a.keep, progress=True)
     _say(f'training {a.env_id or DEFAULT_ENV_ID} (preset {a.preset}) into {rd}')
     if a.expert:
         from ppo_trt.residual import train_residual
@@ -164,9 +225,24 @@ def cmd_train(a):
          f"{r['kept_timesteps']:,} ({r['keep']}): eval return {r['final_eval_mean']:.1f} ± {r['final_eval_std']:.1f}")
     return r
 
+def _train_fast(a):
+    import dataclasses
+    from ppo_trt.fast_ppo import fast_train, FAST_PRESETS, FastSettings
+    env_id = a.env_id = a.env_id or 'CartPole-v1'
+    st = FAST_PRESETS.get(env_id, dict(settings=FastSettings()))['settings']
+    if a.num_envs: st = dataclasses.replace(st, num_envs=a.num_envs)
+    rd = a.run_dir or default_run_dir(env_id)
+    _say(f'fast on-device PPO on {env_id} ({st.num_envs} envs on {a.device}) into {rd}')
+    r = fast_train(rd, env_id, a.timesteps, a.seed, a.device, st, a.expert, a.residual_scale, a.compile, a.cudagraphs, force=a.force,
+                   progress=sys.stderr.isatty())
+    _say(f"{r['timesteps']:,} steps in {r['wall_s']:.1f} s ({r['steps_per_s']:,.0f} steps/s, env + inference + training); greedy return "
+         f"{r['final_eval_mean']:.1f} ± {r['final_eval_std']:.1f}" + (f"; reached {r['target_return']:g} at step {r['solved_at_timesteps']:,} "
+         f"after {r['solved_at_wall_s']:.1f} s" if r['solved'] else ''))
+    return r
+
 def cmd_export(a):
     from ppo_trt.residual import export_run
-    r = export_run(_run_dir(a), n_obs=a.parity_obs)
+    r = export_run(_run_dir(a), n_obs=a.parity_obs, env_id=a.env_id)
     res = r['metadata'].get('residual')
     if res: _say('expert folded into policy.onnx' if res['folded'] else f"policy.onnx holds the residual network only: {res['fold_reason']}; "
                  'the runners add the expert on the host')
@@ -177,6 +253,7 @@ def cmd_export(a):
 def cmd_build(a):
     from ppo_trt.engine import build_engine, build_with_trtexec
     rd = _run_dir(a)
+    _check_env(a, rd)
     if a.trtexec:
         p = build_with_trtexec(rd, a.precision, a.min_batch, a.opt_batch, a.max_batch)
         _say(f'trtexec wrote {p}'); return p
@@ -185,20 +262,20 @@ def cmd_build(a):
          + (f", FP16 via {r['fp16_method']}" if r['fp16_method'] else '') + (' on a machine without a GPU' if r['built_without_gpu'] else ''))
     return r
 
+# %% ../nbs/13_cli.ipynb #4e1b647d
 def cmd_bench(a):
     from ppo_trt.bench import bench
     rd = _run_dir(a)
-    r = bench(rd, a.backends, _bench_settings(a), env_id=a.env_id, progress=sys.stderr.isatty())
+    bench(rd, a.backends, _bench_settings(a), env_id=a.env_id, progress=sys.stderr.isatty(), replace=a.replace)
     _say(f"wrote {RunDir(rd).path('bench_record')}")
-    return r
 
 def cmd_evaluate(a):
     from ppo_trt.evaluate import evaluate, print_evaluation
     rd = _run_dir(a)
     rep = evaluate(rd, a.backends, a.phases, a.episodes, a.seed, a.deadline_us, progress=sys.stderr.isatty(),
-                   residual_run=a.residual_run)
+                   residual_run=a.residual_run, env_id=a.env_id, replace=a.replace)
     print_evaluation(rep)
-    _say(f"wrote {RunDir(rd).root/'evaluate.json'}")
+    _say(f"wrote {RunDir(rd).path('evaluate_record')}")
     return rep
 
 def cmd_residual_study(a):
@@ -208,7 +285,7 @@ def cmd_residual_study(a):
     out = a.out or Path(rd)/'residual_study'
     _say(f'residual study on {env_id}: pure PPO and {a.expert} + residual, {a.timesteps or "preset"} steps each, into {out}')
     s = residual_study(out, env_id, a.expert, a.residual_scale, a.timesteps, a.seed, a.preset, a.eval_freq, a.eval_episodes,
-                       progress=sys.stderr.isatty(), record_dir=rd)
+                       progress=True, record_dir=rd)
     e = s['expert_return']['mean']
     for k, c in s['curves'].items():
         f = s['final'][k]
@@ -240,32 +317,49 @@ def cmd_env_bench(a):
     _say(f'wrote {out}')
     return rows
 
+# %% ../nbs/13_cli.ipynb #391f8131
 def cmd_report(a):
     from ppo_trt.report import render_report
-    p = render_report(_run_dir(a))
+    rd = _run_dir(a)
+    _check_env(a, rd)
+    p = render_report(rd)
     _say(f'wrote {p}')
     return p
 
 def cmd_advise(a):
     from ppo_trt.bench import print_advice
-    from ppo_trt.config import load_json
-    r = load_json(RunDir(_run_dir(a)).require('bench_record'))
+    rd = _run_dir(a)
+    _check_env(a, rd)
+    r = load_artifact(RunDir(rd), 'bench_record')
     print_advice(r)
     return r
+
+def run_folder_rows(run_dir):
+    "(artifact, state, detail) for every record of a run folder: ok, missing, corrupt or stale, with the command that fixes it."
+    run, rows = RunDir(run_dir), []
+    problems = lineage_problems(run)
+    for name, (file, stage) in ARTIFACTS.items():
+        if name == 'checkpoints': continue
+        mine = [p for p in problems if p[0] in (name, file)]
+        if mine: rows.append((file, 'corrupt' if 'valid' in mine[0][1] else 'stale', f'{mine[0][1]}; run `{mine[0][2]}`'))
+        elif run.has(name): rows.append((file, 'ok', ''))
+        elif stage not in OPTIONAL_STAGES: rows.append((file, 'missing', f'run `ppo-trt {stage} --run-dir {run.root}`'))
+    rows += [(p[0], 'stale', f'{p[1]}; run `{p[2]}`') for p in problems if p[0] not in {r[0] for r in rows} | set(ARTIFACTS)]
+    return rows
 
 def cmd_doctor(a):
     from ppo_trt.runtime import print_doctor
     from ppo_trt.bench import console
     from ppo_trt import backends as B
     rows = print_doctor(console=console())
-    for n, (ok, why) in B.available().items(): print(f"backend {n:12s} {'available' if ok else 'missing: ' + why}")
-    run = RunDir(_run_dir(a))
-    if run.root.exists():
-        done = [st for st, ok in run.status().items() if ok]
-        nxt = run.next_stage()
-        print(f"run folder {run.root}: stages done: {', '.join(done) or 'none'}; " +
-              (f'next: ppo-trt {nxt} --run-dir {run.root}' if nxt else 'complete'))
-    else: print(f'run folder {run.root} does not exist yet: ppo-trt run --run-dir {run.root}')
+    for n, (ok, why) in B.available().items(): print(f"backend {n:16s} {'available' if ok else 'missing: ' + why}")
+    rd = _run_dir(a)
+    if not Path(rd).exists(): print(f'run folder {rd} does not exist yet: ppo-trt run --run-dir {rd}'); return rows
+    state = run_folder_rows(rd)
+    for file, st, detail in state: print(f'run folder {file:16s} {st:8s} {detail}')
+    bad = [r for r in state if r[1] != 'ok']
+    print(f'run folder {rd}: ' + ('consistent: every record is readable and made from the current policy' if not bad else
+                                  f'{len(bad)} to fix: ' + ', '.join(f'{f} ({s})' for f, s, _ in bad)))
     return rows
 
 def cmd_enjoy(a):
@@ -280,6 +374,7 @@ def cmd_enjoy(a):
              f"p99 {r['inference']['p99_us']:.1f} µs, loop p99 {r['loop']['p99_us']:.1f} µs, jitter {r['jitter_us']:.1f} µs")
     return r
 
+# %% ../nbs/13_cli.ipynb #a3e19074
 def cmd_run(a):
     "train -> export -> bench -> report."
     from ppo_trt import backends as B
@@ -287,18 +382,40 @@ def cmd_run(a):
     if a.fast and (a.env_id or 'CartPole-v1') == 'CartPole-v1':
         raise BadInputError('run --fast exports the policy, which needs continuous actions: use --env-id Pendulum-v1 '
                             '(or `ppo-trt train --fast` for CartPole-v1)')
-    t0 = time.perf_counter()
+    t0, a.run_dir = time.perf_counter(), Path(_folder(a))
     cmd_train(a); cmd_export(a); cmd_bench(a); cmd_report(a)
     _say(f'done in {time.perf_counter() - t0:.0f} s: open {RunDir(_run_dir(a)).path("report")}')
 
-COMMANDS = dict(run=cmd_run, train=cmd_train, export=cmd_export, build=cmd_build, bench=cmd_bench, evaluate=cmd_evaluate, report=cmd_report, **{'residual-study': cmd_residual_study, 'env-bench': cmd_env_bench}, advise=cmd_advise,
-                doctor=cmd_doctor, enjoy=cmd_enjoy)
+COMMANDS = {'run': cmd_run, 'train': cmd_train, 'export': cmd_export, 'build': cmd_build, 'bench': cmd_bench, 'evaluate': cmd_evaluate,
+            'residual-study': cmd_residual_study, 'env-bench': cmd_env_bench, 'report': cmd_report, 'advise': cmd_advise,
+            'doctor': cmd_doctor, 'enjoy': cmd_enjoy}
+READ_ONLY = ('advise', 'doctor')
+
+def _folder(a):
+    "The run folder a command writes into."
+    if a.command == 'residual-study': return a.run_dir or default_run_dir(a.env_id or 'InvertedPendulum-v4')
+    if a.command == 'env-bench': return a.run_dir or default_run_dir(a.env_id)
+    if a.command in ('run', 'train') and a.fast: return a.run_dir or default_run_dir(a.env_id or 'CartPole-v1')
+    return _run_dir(a)
+
+def _forget_if_empty(folder):
+    "Remove a run folder this command created when the command failed before writing anything into it."
+    names = {p.name for p in folder.iterdir()} if folder.is_dir() else {None}
+    if names <= {LOCK_NAME, HOLDER_NAME}:
+        for n in names: (folder/n).unlink(missing_ok=True)
+        folder.rmdir()
 
 def main(argv=None):
     "Entry point of the `ppo-trt` console script."
     a = parser().parse_args(argv)
-    try: COMMANDS[a.command](a)
+    rd, created = None, False
+    try:
+        if a.command in READ_ONLY: COMMANDS[a.command](a)
+        else:
+            rd = writable_run_dir(_folder(a)); created = not rd.exists()
+            with run_lock(rd, f'ppo-trt {a.command}', wait=not a.no_wait): COMMANDS[a.command](a)
     except PpoTrtError as e:
+        if created: _forget_if_empty(rd)
         print(f'ppo-trt {a.command}: error: {e}', file=sys.stderr)
         return 2
     return 0

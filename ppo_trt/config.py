@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['DEFAULT_ENV_ID', 'ARTIFACTS', 'OPTIONAL_STAGES', 'PpoTrtError', 'MissingArtifactError', 'BadArtifactError',
+__all__ = ['PARTIAL', 'DEFAULT_ENV_ID', 'ARTIFACTS', 'OPTIONAL_STAGES', 'PpoTrtError', 'MissingArtifactError', 'BadArtifactError',
            'BadInputError', 'atomic_path', 'atomic_write_text', 'save_json', 'load_json', 'sha256_file', 'user_cache',
            'default_run_dir', 'RunDir', 'RunConfig', 'check_timesteps']
 
@@ -28,16 +28,28 @@ class BadInputError(PpoTrtError, ValueError):
     "An argument or array given by the user is invalid."
 
 # %% ../nbs/00_config.ipynb #04e632fd
+PARTIAL = '.partial-'  # in the name of a file being written; one left behind was killed mid-write
+
+def _umask():
+    "The process umask (read without changing it where /proc says it, else by setting and restoring it)."
+    try:
+        for line in Path('/proc/self/status').read_text().splitlines():
+            if line.startswith('Umask:'): return int(line.split()[1], 8)
+    except OSError: pass
+    old = os.umask(0o022); os.umask(old)
+    return old
+
 @contextmanager
 def atomic_path(path, suffix=None):
-    "Yield a temp path beside `path`; rename it onto `path` only if the block succeeds."
+    "Yield a temp path beside `path`; rename it onto `path`, with the umask's permissions, only if the block succeeds."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix=suffix or path.suffix)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}{PARTIAL}', suffix=suffix or path.suffix)
     os.close(fd)
     tmp = Path(tmp)
     try:
         yield tmp
+        if tmp.exists(): os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 whatever the umask
         os.replace(tmp, path)
     finally:
         if tmp.exists(): tmp.unlink()
@@ -97,10 +109,11 @@ ARTIFACTS = {  # name: (file name, stage that writes it)
     'export_record': ('export.json',    'export'),
     'build_record':  ('build.json',     'build'),
     'bench_record':  ('bench.json',     'bench'),
+    'evaluate_record': ('evaluate.json', 'evaluate'),
     'report':        ('report.html',    'report'),
 }
 
-OPTIONAL_STAGES = ('build',)  # needs TensorRT; a run is complete without it
+OPTIONAL_STAGES = ('build', 'evaluate')  # build needs TensorRT; a run is complete without either
 
 def default_run_dir(env_id=DEFAULT_ENV_ID):
     "The run folder used when none is given: `runs/<env-id>-ppo`."

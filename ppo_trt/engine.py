@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 from .config import (RunDir, PpoTrtError, BadInputError, MissingArtifactError, atomic_path,
                             atomic_write_text, save_json, load_json, sha256_file)
-from .runtime import gpu_info
+from .runtime import gpu_info, FIXES
+from .records import locked, require_fresh, load_artifact
 from .export import load_onnx, onnx_metadata, ort_cpu_session, parity, ParityError
 
 # %% auto #0
@@ -36,8 +37,7 @@ def fp16_onnx(run_dir, tol=FP16_TOL):
     return dst, {**par, 'tol': tol}
 
 # %% ../nbs/04_engine.ipynb #302f5182
-FLAVOURS = {'trt': ('tensorrt', 'pip install "ppo_trt[trt]" (TensorRT 10/11 from NVIDIA\'s index)'),
-            'trt-rtx': ('tensorrt_rtx', 'pip install "ppo_trt[trt-rtx]" (tensorrt-rtx-cu13)')}
+FLAVOURS = {'trt': ('tensorrt', FIXES['tensorrt']), 'trt-rtx': ('tensorrt_rtx', FIXES['tensorrt_rtx'])}
 
 class EngineError(PpoTrtError):
     "An engine could not be built, or an existing one no longer matches; the message says how to rebuild."
@@ -65,12 +65,14 @@ def _check_profile(min_batch, opt_batch, max_batch):
     if not 1 <= min_batch <= opt_batch <= max_batch:
         raise BadInputError(f'batch profile needs 1 <= min <= opt <= max, got {min_batch}, {opt_batch}, {max_batch}')
 
+@locked('build')
 def build_engine(run_dir, flavour='auto', precision='fp32', min_batch=1, opt_batch=1, max_batch=4096, compute_capabilities=None):
     "Build a TensorRT / TensorRT-RTX engine for the run's policy; return its `build.json` record."
     if precision not in ('fp32', 'fp16'): raise BadInputError(f"precision must be fp32 or fp16, got {precision!r}")
     _check_profile(min_batch, opt_batch, max_batch)
     run = RunDir(run_dir)
     onnx_path = run.require('onnx')
+    require_fresh(run, 'build')
     meta = onnx_metadata(onnx_path)
     flavour, trt = trt_module(flavour)
     via_flag = precision == 'fp16' and hasattr(trt.BuilderFlag, 'FP16')
@@ -117,7 +119,7 @@ def build_engine(run_dir, flavour='auto', precision='fp32', min_batch=1, opt_bat
                   gpu=gpu, built_without_gpu=gpu is None, build_s=round(build_s, 3), engine_bytes=len(bytes(serialized)),
                   engine_sha256=sha256_file(engine_path), onnx_sha256=sha256_file(onnx_path), log=log_path.name,
                   timing_cache=cache_path.name, builder='python api', created=time.strftime('%Y-%m-%dT%H:%M:%S%z'))
-    records = load_json(run.path('build_record')) if run.has('build_record') else {}
+    records = load_artifact(run, 'build_record') if run.has('build_record') else {}
     records[engine_path.name] = record
     save_json(run.path('build_record'), records)
     return record
@@ -137,6 +139,7 @@ def trtexec_command(trtexec, onnx_path, engine_path, obs_dim, precision='fp32', 
     if cache: cmd.append(f'--timingCacheFile={cache}')
     return cmd
 
+@locked('build')
 def build_with_trtexec(run_dir, precision='fp32', min_batch=1, opt_batch=1, max_batch=4096):
     "Build with trtexec into the run folder; the log is `build.trtexec.<precision>.log`."
     exe = find_trtexec()
@@ -144,6 +147,7 @@ def build_with_trtexec(run_dir, precision='fp32', min_batch=1, opt_batch=1, max_
     _check_profile(min_batch, opt_batch, max_batch)
     run = RunDir(run_dir)
     onnx_path = run.require('onnx')
+    require_fresh(run, 'build')
     engine_path = run.root/engine_name('trtexec', precision)
     with atomic_path(engine_path) as tmp:
         cmd = trtexec_command(exe, onnx_path, tmp, onnx_metadata(onnx_path)['obs_dim'], precision, min_batch, opt_batch, max_batch,
@@ -159,7 +163,7 @@ def check_engine(run_dir, name, onnx_path=None):
     run = RunDir(run_dir)
     path = run.root/name
     if not path.exists(): raise MissingArtifactError(f'{path} not found: run `ppo-trt build --run-dir {run.root}` first')
-    rec = (load_json(run.path('build_record')) if run.has('build_record') else {}).get(name)
+    rec = (load_artifact(run, 'build_record') if run.has('build_record') else {}).get(name)
     rebuild = f"rebuild with `ppo-trt build --run-dir {run.root}`"
     if rec is None: raise EngineError(f'{name} has no record in build.json, so its origin is unknown: {rebuild}')
     if sha256_file(path) != rec['engine_sha256']: raise EngineError(f'{name} is not the file that was built (changed or truncated): {rebuild}')

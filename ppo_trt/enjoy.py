@@ -8,13 +8,14 @@ import os
 from pathlib import Path
 import numpy as np
 from .config import RunDir, BadInputError, atomic_path
+from .records import locked
 from .train import make_env
 from .export import onnx_metadata, check_policy_env
 from . import backends as B
 from .bench import BenchSettings, bench_closed_loop
 
 # %% auto #0
-__all__ = ['render_episode', 'benchmark_loop']
+__all__ = ['tracking_camera', 'render_episode', 'benchmark_loop']
 
 # %% ../nbs/06b_enjoy.ipynb #f64b72e4
 def _writer_kwargs(out, fps):
@@ -26,8 +27,18 @@ def _writer_kwargs(out, fps):
         return dict(fps=fps, macro_block_size=1)
     raise BadInputError(f'unsupported video type {ext!r}; use .gif or .mp4')
 
+def tracking_camera(env_id):
+    "`{'camera_name': 'track'}` when the env's model has a camera of that name (MuJoCo's locomotion envs do), else `{}`."
+    env = make_env(env_id)
+    try:
+        model = getattr(env.unwrapped, 'model', None)
+        names = [model.camera(i).name for i in range(model.ncam)] if model is not None else []
+    finally: env.close()
+    return dict(camera_name='track') if 'track' in names else {}
+
+@locked('enjoy')
 def render_episode(run_dir, out=None, backend='ort', env_id=None, seed=0, max_steps=1000, fps=25, size=320):
-    "Render one episode driven by `backend` to a GIF/MP4 at `out`; return a summary dict."
+    "Render one episode driven by `backend` to a GIF/MP4 at `out`, the camera following the robot; return a summary dict."
     import imageio.v2 as imageio
     run = RunDir(run_dir)
     meta = onnx_metadata(run.require('onnx'))
@@ -37,7 +48,7 @@ def render_episode(run_dir, out=None, backend='ort', env_id=None, seed=0, max_st
     kw = _writer_kwargs(out, fps)
     if not os.environ.get('DISPLAY'): os.environ.setdefault('MUJOCO_GL', 'egl')
     runner = B.load(backend, run.root)
-    env = make_env(env_id, render_mode='rgb_array', width=size, height=size)
+    env = make_env(env_id, render_mode='rgb_array', width=size, height=size, **tracking_camera(env_id))
     stride = max(1, round(1 / (env.unwrapped.dt * fps)))
     obs, _ = env.reset(seed=seed)
     frames, ret, steps = [], 0.0, 0

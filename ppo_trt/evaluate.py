@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, asdict
 import numpy as np
-from .config import RunDir, BadInputError, save_json, load_json
+from .config import RunDir, BadInputError, save_json, sha256_file
+from .records import load_artifact, read_record, locked, require_fresh, session, session_id
 from .train import make_env
 from .export import onnx_metadata
 from . import backends as B
@@ -16,8 +17,8 @@ from .controllers import pid_baseline, run_episode, PRESETS as PID_PRESETS
 
 # %% auto #0
 __all__ = ['PHASES', 'BACKEND_FAULTS', 'DELAY_STEPS', 'SensorNoise', 'ActuationDelay', 'Push', 'ModelScale', 'ActuatorFailure',
-           'Trip', 'make_phase_env', 'ControlLoop', 'PhaseResult', 'EvaluationReport', 'delay_curve', 'evaluate',
-           'print_evaluation']
+           'Trip', 'make_phase_env', 'ControlLoop', 'PhaseResult', 'EvaluationReport', 'delay_curve',
+           'merge_evaluation', 'evaluate_phase', 'evaluate', 'print_evaluation']
 
 # %% ../nbs/09_evaluate.ipynb #8b0a374f
 import gymnasium as gym
@@ -161,6 +162,7 @@ class PhaseResult:
     returns: dict            # {policy: [episode returns]}
     violations: dict         # {backend: count}
     events: dict             # {backend: [first events]}
+    sessions: dict = field(default_factory=dict)  # {policy: session id}: when, where and from which policy.onnx
 
     @property
     def means(self): return {k: float(np.mean(v)) for k, v in self.returns.items()}
@@ -179,25 +181,31 @@ class EvaluationReport:
     skipped: dict = field(default_factory=dict)
     delay_curve: dict = field(default_factory=dict)
     created: str = ''
+    sessions: dict = field(default_factory=dict)  # {session id: session record}
+    schema_version: int = 2
 
     def save(self, path): return save_json(path, asdict(self))
 
     @classmethod
     def load(cls, path):
-        d = load_json(path)
+        "The report in `path` (an evaluate.json), checked against its schema."
+        d = read_record(path, 'evaluate_record')
         d['phases'] = [PhaseResult(**p) for p in d['phases']]
         return cls(**d)
 
-def _gates(rep, bench):
-    "Per backend: SLA (bench.json) AND zero violations AND mean return within 1 % of the reference, every phase."
-    sla = {r['backend']: r['sla_pass'] for r in records_by(bench, 'latency')} if bench else {}
+def _gates(rep, bench, policy_sha256=None):
+    "Per backend: SLA (bench.json, this policy's records) AND zero violations AND mean return within 1 % of the reference, every phase."
+    cur = {k for k, s in (bench or {}).get('sessions', {}).items() if s.get('policy_sha256') == policy_sha256}
+    sla = {r['backend']: r['sla_pass'] for r in records_by(bench, 'latency') if not cur or r.get('session') in cur} if bench else {}
     out = {}
     for b in rep.backends:
-        worst = max(abs(p.means[f'ppo:{b}'] - p.means[f'ppo:{rep.reference}']) / max(abs(p.means[f'ppo:{rep.reference}']), 1e-9)
-                    for p in rep.phases)
-        viol = sum(p.violations.get(b, 0) for p in rep.phases)
-        out[b] = dict(sla_pass=sla.get(b), violations=viol, worst_return_gap=worst,
-                      passed=bool(sla.get(b)) and viol == 0 and worst <= 0.01)
+        mine = [p for p in rep.phases if f'ppo:{b}' in p.returns and f'ppo:{rep.reference}' in p.returns]
+        gaps = [abs(p.means[f'ppo:{b}'] - p.means[f'ppo:{rep.reference}']) / max(abs(p.means[f'ppo:{rep.reference}']), 1e-9)
+                for p in mine]
+        worst, viol = max(gaps, default=float('nan')), sum(p.violations.get(b, 0) for p in mine)
+        missing = [p.phase for p in rep.phases if p not in mine]
+        out[b] = dict(sla_pass=sla.get(b), violations=viol, worst_return_gap=worst, phases_missing=missing,
+                      passed=bool(sla.get(b)) and viol == 0 and worst <= 0.01 and not missing)
     return out
 
 DELAY_STEPS = (0, 1, 2, 3, 4, 6, 8)
@@ -214,60 +222,106 @@ def delay_curve(run_dir, runner, env_id, delay_steps=DELAY_STEPS, episodes=5, se
     return dict(delay_steps=list(delay_steps), delay_ms=[k * dt * 1e3 for k in delay_steps], control_period_ms=dt * 1e3,
                 episodes=episodes, ppo=ppo, pid=pid, latency_p99_ms=lat)
 
-def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, deadline_us=None, overrides=None, progress=True,
-             delay_steps=DELAY_STEPS, residual_run=None):
-    "Evaluate the run's policy per phase and backend vs the PID baseline (and a residual run's policy); write and return `evaluate.json`."
-    run = RunDir(run_dir)
-    meta = onnx_metadata(run.require('onnx'))
-    env_id = meta['env_id']
-    phases = list(phases or PHASES)
-    for p in phases:
-        if p not in PHASES: raise BadInputError(f'unknown phase {p!r}; phases: {", ".join(PHASES)}')
-    if episodes < 1: raise BadInputError(f'episodes must be >= 1, got {episodes}')
-    bench = load_json(run.path('bench_record')) if run.has('bench_record') else None
-    deadline_us = deadline_us or (bench['settings']['sla_us'] if bench else 1000.0)
-    names = [B.check_name(n) for n in (backend_names or [n for n in B.names() if n != 'sb3'])]
-    if 'torch' not in names: names = ['torch'] + names
+def _check_comparable(old, new):
+    "Refuse to merge an evaluation that would not be comparable with the one already in evaluate.json."
+    for k in ('env_id', 'episodes', 'seed', 'deadline_us', 'reference'):
+        if getattr(old, k) != getattr(new, k):
+            raise BadInputError(f'evaluate.json holds results with {k}={getattr(old, k)!r}, not {getattr(new, k)!r}: results must be '
+                                'comparable to be merged; evaluate with the same settings, or pass --replace to start over')
+    for p in new.phases:
+        o = next((q for q in old.phases if q.phase == p.phase), None)
+        if o is not None and o.params != p.params:
+            raise BadInputError(f'phase {p.phase} was evaluated with {o.params}, not {p.params}; use the same overrides or --replace')
+
+def merge_evaluation(old, new):
+    "`new`'s (phase, policy) results over `old`'s; phases and policies it did not evaluate are kept."
+    if old is None: return new
+    _check_comparable(old, new)
+    phases = {p.phase: p for p in old.phases}
+    for p in new.phases:
+        o = phases.get(p.phase)
+        phases[p.phase] = p if o is None else PhaseResult(p.phase, p.params, {**o.returns, **p.returns}, {**o.violations, **p.violations},
+                                                         {**o.events, **p.events}, {**o.sessions, **p.sessions})
+    order = [q for q in PHASES if q in phases]
+    backends = list(dict.fromkeys(old.backends + new.backends))
+    skipped = {**{b: w for b, w in old.skipped.items() if b not in new.backends}, **new.skipped}
+    used = {s for p in phases.values() for s in p.sessions.values()}
+    sessions = {k: v for k, v in {**old.sessions, **new.sessions}.items() if k in used}
+    return EvaluationReport(new.env_id, new.episodes, new.seed, new.deadline_us, new.reference, backends, [phases[q] for q in order],
+                            skipped=skipped, delay_curve=new.delay_curve or old.delay_curve, created=new.created, sessions=sessions)
+
+def _load_runners(run, names):
+    "({name: runner}, {name: why skipped}) for the backends of an evaluation."
     runners, skipped = {}, {}
     for n in names:
         try: runners[n] = B.load(n, run.root)
         except B.BackendUnavailable as e: skipped[n] = str(e)
+    return runners, skipped
+
+def _residual_policy(residual_run, env_id):
+    "The torch runner of a residual run for the same env (`--residual-run`)."
+    rmeta = onnx_metadata(RunDir(residual_run).require('onnx'))
+    if rmeta['env_id'] != env_id or not rmeta.get('residual'):
+        raise BadInputError(f'{residual_run} holds a {"residual" if rmeta.get("residual") else "plain PPO"} policy for {rmeta["env_id"]}; '
+                            f'--residual-run needs a residual policy for {env_id} (ppo-trt train --expert ...)')
+    return B.load('torch', residual_run)
+
+def evaluate_phase(env_id, phase, params, seeds, pid, extra, runners, deadline_us, sid, advance=lambda: None):
+    "One phase: the PID baseline, any extra policies, and every runner in the safe control loop, on the same `seeds`."
+    env = make_phase_env(env_id, phase, **params)
+    returns, viol, events = {'pid': [run_episode(env, pid, s)[0] for s in seeds]}, {}, {}
+    for k, pol in extra.items(): returns[k] = [run_episode(env, pol, s)[0] for s in seeds]
+    advance()
+    for n, r in runners.items():
+        loop = ControlLoop(r, pid, deadline_us, env.unwrapped.dt)
+        rets, evs = [], []
+        for s in seeds:
+            rets.append(run_episode(env, loop, s)[0]); evs += [{**e, 'seed': s} for e in loop.events]
+        returns[f'ppo:{n}'], viol[n], events[n] = rets, sum(e['kind'] in BACKEND_FAULTS for e in evs), evs[:20]
+        advance()
+    env.close()
+    return PhaseResult(phase, {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}, returns, viol, events,
+                       dict.fromkeys(returns, sid))
+
+@locked('evaluate')
+def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, deadline_us=None, overrides=None, progress=True,
+             delay_steps=DELAY_STEPS, residual_run=None, env_id=None, replace=False):
+    "Evaluate the run's policy per phase and backend vs the PID baseline (and a residual run's); merge into (or `replace`) evaluate.json."
+    run = RunDir(run_dir)
+    meta = onnx_metadata(run.require('onnx'))
+    if env_id is not None and env_id != meta['env_id']:
+        raise BadInputError(f"{run.root} holds a policy for {meta['env_id']}, not {env_id}; drop --env-id or use that run's folder")
+    env_id = meta['env_id']
+    require_fresh(run, 'evaluate')
+    phases = list(phases or PHASES)
+    for p in phases:
+        if p not in PHASES: raise BadInputError(f'unknown phase {p!r}; phases: {", ".join(PHASES)}')
+    if episodes < 1: raise BadInputError(f'episodes must be >= 1, got {episodes}')
     if env_id not in PID_PRESETS: raise BadInputError(f'no PID fallback preset for {env_id}: evaluate supports {", ".join(PID_PRESETS)}')
-    extra = {}
-    if residual_run is not None:
-        rmeta = onnx_metadata(RunDir(residual_run).require('onnx'))
-        if rmeta['env_id'] != env_id or not rmeta.get('residual'):
-            raise BadInputError(f'{residual_run} holds a {"residual" if rmeta.get("residual") else "plain PPO"} policy for {rmeta["env_id"]}; '
-                                f'--residual-run needs a residual policy for {env_id} (ppo-trt train --expert ...)')
-        extra['residual'] = B.load('torch', residual_run)
+    old = None if replace or not run.has('evaluate_record') else EvaluationReport.load(run.path('evaluate_record'))
+    bench = load_artifact(run, 'bench_record') if run.has('bench_record') else None
+    deadline_us = deadline_us or (bench['settings']['sla_us'] if bench else 1000.0)
+    names = [B.check_name(n) for n in (backend_names or [n for n in B.names() if n != 'sb3'])]
+    runners, skipped = _load_runners(run, ['torch'] + [n for n in names if n != 'torch'])
+    extra = {'residual': _residual_policy(residual_run, env_id)} if residual_run is not None else {}
+    onnx_sha = sha256_file(run.path('onnx'))
+    sess = session(onnx_sha); sid = session_id(sess)
     results, pid = [], pid_baseline(env_id)  # one object: run_episode / ControlLoop reset it every episode
     from rich.progress import Progress
     with Progress(transient=True, disable=not progress) as bar:
         task = bar.add_task('evaluate', total=len(phases) * (len(runners) + 1))
         for ph in phases:
             params = {**PHASES[ph][1], **((overrides or {}).get(ph, {}))}
-            env = make_phase_env(env_id, ph, **params)
-            seeds = [seed + i for i in range(episodes)]
-            returns, viol, events = {'pid': [run_episode(env, pid, s)[0] for s in seeds]}, {}, {}
-            for k, pol in extra.items(): returns[k] = [run_episode(env, pol, s)[0] for s in seeds]
-            bar.advance(task)
-            for n, r in runners.items():
-                loop = ControlLoop(r, pid, deadline_us, env.unwrapped.dt)
-                rets, evs = [], []
-                for s in seeds:
-                    rets.append(run_episode(env, loop, s)[0]); evs += [{**e, 'seed': s} for e in loop.events]
-                returns[f'ppo:{n}'] = rets
-                viol[n] = sum(e['kind'] in BACKEND_FAULTS for e in evs)
-                events[n] = evs[:20]
-                bar.advance(task)
-            env.close()
-            results.append(PhaseResult(ph, {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}, returns, viol, events))
+            results.append(evaluate_phase(env_id, ph, params, [seed + i for i in range(episodes)], pid, extra, runners, deadline_us,
+                                          sid, lambda: bar.advance(task)))
     curve = delay_curve(run.root, runners['torch'], env_id, delay_steps, min(episodes, 5), seed, bench) if delay_steps else {}
-    rep = EvaluationReport(env_id, episodes, seed, deadline_us, 'torch', list(runners), results, skipped=skipped,
-                           delay_curve=curve, created=time.strftime('%Y-%m-%dT%H:%M:%S%z'))
-    rep.gates = _gates(rep, bench)
-    rep.save(run.root/'evaluate.json')
+    new = EvaluationReport(env_id, episodes, seed, deadline_us, 'torch', list(runners), results, skipped=skipped,
+                           delay_curve=curve, created=sess['created'], sessions={sid: sess})
+    rep = merge_evaluation(old, new)
+    rep.gates = _gates(rep, bench, onnx_sha)
+    rep.save(run.path('evaluate_record'))
     return rep
+
 
 # %% ../nbs/09_evaluate.ipynb #e8938b00
 def print_evaluation(rep, con=None):

@@ -10,15 +10,16 @@ from dataclasses import dataclass, field
 from typing import Callable
 from pathlib import Path
 import numpy as np
-from .config import (RunDir, PpoTrtError, BadArtifactError, BadInputError, atomic_path, save_json, load_json,
-                            sha256_file)
+from .config import RunDir, PpoTrtError, BadArtifactError, BadInputError, atomic_path, save_json, sha256_file
 from .runtime import package_version
+from .records import load_artifact, locked, require_fresh
 from .train import ObsNorm, load_policy, make_env
 
 # %% auto #0
 __all__ = ['PARITY_TOL', 'OPSET', 'DEPLOY_KEYS', 'build_deployable', 'load_deployable', 'collect_observations', 'sb3_actions',
            'to_onnx_proto', 'set_metadata', 'load_onnx', 'onnx_metadata', 'check_policy_env', 'ort_cpu_session',
-           'parity', 'ParityError', 'Deployment', 'plain_deployment', 'export', 'policy_metadata']
+           'parity', 'ParityError', 'Deployment', 'reference_normalizer', 'plain_deployment', 'export',
+           'policy_metadata']
 
 # %% ../nbs/03_export.ipynb #2719ac5e
 PARITY_TOL = 1e-5
@@ -59,7 +60,7 @@ def build_deployable(model, norm: ObsNorm):
 def load_deployable(run_dir):
     "The deployable torch module of a trained (plain PPO) run folder."
     run = RunDir(run_dir)
-    if load_json(run.require('train_record')).get('residual'):
+    if load_artifact(run, 'train_record').get('residual'):
         raise PpoTrtError(f'{run.root} holds a residual policy; use ppo_trt.residual.deployable_module, which adds the expert')
     return build_deployable(load_policy(run.root), ObsNorm.load(run.require('obs_norm')))
 
@@ -173,26 +174,47 @@ class Deployment:
     collect: Callable       # (env_id, n, seed) -> raw obs [n, obs_dim] float32
     reference: Callable     # raw obs -> the actions the trained agent takes (float32)
     meta: dict = field(default_factory=dict)  # extra ONNX metadata
+    reference_norm: str = 'obs_norm.json'     # where the reference's normalisation came from
+
+def reference_normalizer(run_dir):
+    "(normalise function, what it is) for the parity reference: SB3's own VecNormalize of the kept policy when training saved it."
+    pkl = RunDir(run_dir).path('checkpoints')/'kept_vecnormalize.pkl'
+    if not pkl.exists(): return ObsNorm.load(RunDir(run_dir).require('obs_norm')), 'obs_norm.json'
+    import pickle
+    with open(pkl, 'rb') as f: vn = pickle.load(f)  # written by this run's training (a training-side file, never deployed)
+    return vn.normalize_obs, 'VecNormalize (checkpoints/kept_vecnormalize.pkl)'
 
 def plain_deployment(run_dir):
-    "The `Deployment` of a plain PPO run: `build_deployable` checked against `model.predict`."
+    "The `Deployment` of a plain PPO run: `build_deployable` checked against `model.predict` on SB3-normalised observations."
     run = RunDir(run_dir)
     model, norm = load_policy(run.root), ObsNorm.load(run.require('obs_norm'))
+    ref_norm, ref_what = reference_normalizer(run.root)
     return Deployment(build_deployable(model, norm), lambda env_id, n, seed: collect_observations(model, norm, env_id, n, seed),
-                      lambda obs: sb3_actions(model, norm, obs))
+                      lambda obs: sb3_actions(model, ref_norm, obs), reference_norm=ref_what)
 
-def export(run_dir, n_obs=1000, seed=123, tol=PARITY_TOL, opset=OPSET, deployment=None):
+def _check_norm(run, rec_train):
+    "obs_norm.json must fit what the policy observes: the env's observation (plus the expert's action when appended)."
+    res = rec_train.get('residual') or {}
+    width = rec_train['obs_dim'] + (rec_train['act_dim'] if res.get('append_expert_obs') else 0)
+    ObsNorm.load(run.require('obs_norm')).check(width, str(run.path('obs_norm')))
+
+@locked('export')
+def export(run_dir, n_obs=1000, seed=123, tol=PARITY_TOL, opset=OPSET, deployment=None, env_id=None):
     "Export the run's policy to `policy.onnx`, check parity on `n_obs` rollout observations; return `export.json`."
     import onnx, torch
     if n_obs < 1000: raise BadInputError(f'parity needs at least 1000 observations, got n_obs={n_obs}')
     run = RunDir(run_dir)
-    rec_train = load_json(run.require('train_record'))
+    rec_train = load_artifact(run, 'train_record')
+    if env_id is not None and env_id != rec_train['env_id']:
+        raise BadInputError(f"{run.root} holds a policy for {rec_train['env_id']}, not {env_id}; drop --env-id or use that run's folder")
     env_id = rec_train['env_id']
     if rec_train.get('deployable') is False:
         raise BadInputError(f"{run.root} cannot be exported: {rec_train['not_deployable_reason']}")
     if deployment is None and rec_train.get('residual'):
         raise PpoTrtError(f'{run.root} holds a residual policy on expert {rec_train["residual"]["expert"]!r}: export it with '
                           '`ppo-trt export` or `ppo_trt.residual.export_run`, which fold the expert in')
+    require_fresh(run, 'export')
+    _check_norm(run, rec_train)
     t0 = time.perf_counter()
     dep = deployment or plain_deployment(run.root)
     module, norm = dep.module, ObsNorm.load(run.require('obs_norm'))
@@ -214,11 +236,12 @@ def export(run_dir, n_obs=1000, seed=123, tol=PARITY_TOL, opset=OPSET, deploymen
                           f"rollout observations (torch module: {p_torch['max_abs_err']:.3g}); policy.onnx was not written")
     with atomic_path(run.path('onnx')) as tmp: tmp.write_bytes(blob)
     with atomic_path(run.path('export_obs')) as tmp: np.save(tmp, obs)
-    record = dict(env_id=env_id, opset=opset, input=dict(name='obs', shape=['B', int(obs.shape[1])], dtype='float32'),
+    record = dict(schema_version=2, env_id=env_id, opset=opset, input=dict(name='obs', shape=['B', int(obs.shape[1])], dtype='float32'),
                   output=dict(name='action', shape=['B', int(ref.shape[1])], dtype='float32'),
                   ops=dict(Counter(n.op_type for n in proto.graph.node)), parity_tol=tol, parity_seed=seed,
                   parity_ort_cpu=p_ort, parity_torch=p_torch, onnx_bytes=len(blob), onnx_sha256=sha256_file(run.path('onnx')),
-                  metadata=meta, export_s=round(time.perf_counter() - t0, 2),
+                  metadata=meta, export_s=round(time.perf_counter() - t0, 2), parity_reference_norm=dep.reference_norm,
+                  export_obs_sha256=sha256_file(run.path('export_obs')),
                   versions={p: package_version(p) for p in ('torch', 'onnx', 'onnxruntime', 'onnxscript')})
     save_json(run.path('export_record'), record)
     return record

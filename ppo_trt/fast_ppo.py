@@ -9,6 +9,7 @@ from dataclasses import dataclass, asdict
 from pathlib import Path
 import numpy as np
 from .config import RunDir, RunConfig, BadInputError, PpoTrtError, atomic_path, save_json
+from .records import locked, remove_derived
 from .train import LOG_FIELDS, ObsNorm, make_env, env_spaces, _versions
 from .gpu_envs import make_batched, resolve_device
 
@@ -117,6 +118,7 @@ def greedy_returns(agent, norm, env_id, episodes=32, device='cpu', seed=10_000):
     return ret.cpu().numpy()
 
 # %% ../nbs/11_fast_ppo.ipynb #3818cd32
+@locked('train')
 def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cpu', settings=None, expert=None, residual_scale=0.5,
                compile=False, cudagraphs=False, target_return=None, eval_every=5, eval_episodes=32, force=False, progress=True):
     "PPO on batched on-device envs into `run_dir`; stops early once the greedy return reaches `target_return`. Returns train.json."
@@ -130,6 +132,7 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
     run = RunDir(run_dir)
     if run.has('policy') or run.has('train_record'):
         if not force: raise PpoTrtError(f'{run.root} already holds a trained policy; pass --force to train again or choose another --run-dir')
+        remove_derived(run)  # a new policy: nothing made from the old one may stay
     torch.manual_seed(seed)
     env = make_batched(env_id, s.num_envs, dev, seed)
     discrete = bool(env.discrete_actions)

@@ -6,50 +6,70 @@
 from __future__ import annotations
 from pathlib import Path
 import numpy as np
-from .config import RunDir, load_json, atomic_write_text
+from .config import RunDir, atomic_write_text, sha256_file
+from .records import load_artifact, read_record, locked, require_fresh, REPORT_INPUTS
 from .train import read_train_log
 from .bench import records_by, best_kernel_sweep, advise, TIE_RATIO, fmt_us as _us
 from .residual import first_reaching
 
 # %% auto #0
-__all__ = ['load_records', 'latency_table', 'closed_loop_table', 'advise_table', 'evaluation_table', 'soak_table', 'kernel_table',
-           'plot_latency_cdf', 'plot_batch_sweep', 'plot_delay_curve', 'plot_residual_study', 'residual_study_table',
-           'env_bench_table', 'plot_learning_curve', 'batching_pays_at', 'interpretation', 'report_notebook',
-           'render_report']
+__all__ = ['load_records', 'record_note', 'current_bench', 'latency_table', 'closed_loop_table', 'advise_table',
+           'evaluation_table', 'soak_table', 'kernel_table', 'plot_latency_cdf', 'plot_batch_sweep', 'plot_delay_curve',
+           'plot_residual_study', 'residual_study_table', 'env_bench_table', 'plot_learning_curve', 'batching_pays_at',
+           'interpretation', 'report_notebook', 'render_report']
 
 # %% ../nbs/12_report.ipynb #9e414009
 def load_records(run_dir):
-    "The run folder's JSON records and learning curve; bench.json is required."
+    "The run folder's JSON records (each checked against its schema) and learning curve; bench.json is required."
     run = RunDir(run_dir)
-    recs = dict(run_dir=str(run.root), bench=load_json(run.require('bench_record')))
-    for key, name in (('train', 'train_record'), ('export', 'export_record'), ('config', 'config'), ('build', 'build_record')):
-        recs[key] = load_json(run.path(name)) if run.has(name) else None
+    recs = dict(run_dir=str(run.root), bench=load_artifact(run, 'bench_record'),
+                policy_sha256=sha256_file(run.path('onnx')) if run.has('onnx') else None)
+    for key, name in (('train', 'train_record'), ('export', 'export_record'), ('config', 'config'), ('build', 'build_record'),
+                      ('evaluate', 'evaluate_record')):
+        recs[key] = load_artifact(run, name) if run.has(name) else None
     recs['train_log'] = read_train_log(run.path('train_log')) if run.has('train_log') else None
-    recs['evaluate'] = load_json(run.root/'evaluate.json') if (run.root/'evaluate.json').exists() else None
-    recs['residual_studies'] = [load_json(p) for p in sorted(run.root.glob('residual_study_*.json'))]
-    recs['env_benches'] = [load_json(p) for p in sorted(run.root.glob('env_bench_*.json'))]
+    recs['residual_studies'] = [read_record(p) for p in sorted(run.root.glob('residual_study_*.json'))]
+    recs['env_benches'] = [read_record(p) for p in sorted(run.root.glob('env_bench_*.json'))]
     return recs
+
+def record_note(bench, rec, policy_sha256):
+    "'' for a record of this policy.onnx on the bench's latest machine; else what differs and when it was measured."
+    sessions = bench.get('sessions', {})
+    s = sessions.get(rec.get('session'))
+    if s is None: return ''
+    latest, notes = sessions.get(bench.get('session'), s), []
+    if s.get('policy_sha256') != policy_sha256: notes.append('another policy.onnx' if s.get('policy_sha256') else 'policy unknown')
+    if s.get('machine_id') != latest.get('machine_id'): notes.append(f"on {s['machine']}")
+    return f"{', '.join(notes)} ({s['created'][:10]})" if notes else ''
+
+def current_bench(bench, policy_sha256):
+    "bench.json with only the records of this policy on the latest machine: what the claims are about."
+    return {**bench, 'records': [r for r in bench['records'] if not record_note(bench, r, policy_sha256)]}
 
 # %% ../nbs/12_report.ipynb #f3ccf04f
 def _md_table(header, rows):
     return '\n'.join(['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)] +
                      ['| ' + ' | '.join(str(c) for c in r) + ' |' for r in rows])
 
-def latency_table(bench):
-    "Markdown: batch-1 latency of the checked call per backend (hot path beside it), SLA verdict and parity; skipped backends with reasons."
-    rows = []
+def latency_table(bench, policy_sha256=None):
+    "Markdown: batch-1 latency of the checked call per backend (hot path beside it), SLA, parity; records of another policy or machine marked."
+    rows, marks = [], {}
     for r in records_by(bench, 'latency'):
         st, par = r['stats'], r.get('parity_vs_ort_fp32', {}).get('max_abs_err')
         hot = r.get('hot_path', {}).get('stats')
-        rows.append([f"`{r['backend']}`", r['device'], r['provider'], r['precision'],
+        note = record_note(bench, r, policy_sha256)
+        if note: marks.setdefault(note, '*' * (len(marks) + 1))
+        rows.append([f"`{r['backend']}`" + (marks[note] if note else ''), r['device'], r['provider'], r['precision'],
                      *(_us(st[k]) for k in ('mean_us', 'p50_us', 'p95_us', 'p99_us', 'p999_us', 'max_us')),
                      _us(hot['p50_us']) if hot else '', _us(hot['p99_us']) if hot else '',
                      'pass' if r['sla_pass'] else '**FAIL**', '' if par is None else f'{par:.1e}'])
     for r in bench['records']:
         if not r['ran']: rows.append([f"`{r['backend']}`", 'skipped', r['reason'], *[''] * 11])
-    return _md_table(['backend', 'device', 'provider', 'precision', 'mean µs', 'p50 µs', 'p95 µs', 'p99 µs', 'p99.9 µs',
-                      'max µs', 'hot path p50 µs', 'hot path p99 µs', f"SLA p99 < {bench['settings']['sla_us']:g} µs",
-                      'max abs err vs ORT FP32'], rows)
+    table = _md_table(['backend', 'device', 'provider', 'precision', 'mean µs', 'p50 µs', 'p95 µs', 'p99 µs', 'p99.9 µs',
+                       'max µs', 'hot path p50 µs', 'hot path p99 µs', f"SLA p99 < {bench['settings']['sla_us']:g} µs",
+                       'max abs err vs ORT FP32'], rows)
+    return table + ''.join(f'\n\n{m} measured {note}, not in this run: kept in bench.json, left out of the claims above'
+                           for note, m in marks.items())
 
 def closed_loop_table(bench):
     "Markdown: control-loop rate, jitter and headroom per backend."
@@ -66,18 +86,27 @@ def advise_table(bench):
              '' if a['ratio'] is None else f"{a['ratio']:.2f}×" + (' (tie)' if a['tie'] else '')] for a in advise(bench)]
     return _md_table(['batch', 'fastest', 'actions/s', 'runner-up', 'lead'], rows)
 
-def evaluation_table(ev):
-    "Markdown: per phase, PID and PPO mean ± std and each backend's gap to the reference; then the gates."
+def _eval_cell(ev, p, key, policy_sha256, fmt):
+    "One evaluation table cell: the value, '-' when not evaluated, '†' when measured on another policy.onnx."
+    if key not in p['returns']: return '-'
+    s = ev.get('sessions', {}).get(p.get('sessions', {}).get(key))
+    return fmt(p['returns'][key]) + (' †' if s and policy_sha256 and s.get('policy_sha256') != policy_sha256 else '')
+
+def evaluation_table(ev, policy_sha256=None):
+    "Markdown: per phase, PID and PPO mean ± std and each backend's gap to the reference, results of another policy marked; then the gates."
     ref, others = ev['reference'], [b for b in ev['backends'] if b != ev['reference']]
     ms = lambda v: f'{np.mean(v):.1f} ± {np.std(v):.1f}'
-    res = 'residual' in ev['phases'][0]['returns']
-    rows = [[p['phase'], ms(p['returns']['pid']), ms(p['returns'][f'ppo:{ref}']), *([ms(p['returns']['residual'])] if res else []),
-             *(f"{np.mean(p['returns'][f'ppo:{b}']) - np.mean(p['returns'][f'ppo:{ref}']):+.1f}" for b in others),
-             sum(p['violations'].values())] for p in ev['phases']]
+    res = any('residual' in p['returns'] for p in ev['phases'])
+    cell = lambda p, key, fmt: _eval_cell(ev, p, key, policy_sha256, fmt)
+    gap = lambda p: (lambda v: f"{np.mean(v) - np.mean(p['returns'][f'ppo:{ref}']):+.1f}")
+    rows = [[p['phase'], cell(p, 'pid', ms), cell(p, f'ppo:{ref}', ms), *([cell(p, 'residual', ms)] if res else []),
+             *(cell(p, f'ppo:{b}', gap(p)) for b in others), sum(p['violations'].values())] for p in ev['phases']]
     t = _md_table(['phase', 'PID', f'PPO ({ref})', *(['expert + residual'] if res else []), *(f'{b} Δ return' for b in others),
                    'violations'], rows)
+    if '†' in t: t += '\n\n† evaluated on another policy.onnx: kept in evaluate.json, not comparable with this policy'
     g = _md_table(['backend', 'SLA', 'violations', 'worst return gap', 'gate'],
-                  [[f'`{b}`', x['sla_pass'], x['violations'], f"{x['worst_return_gap']:.2%}", 'pass' if x['passed'] else '**FAIL**']
+                  [[f'`{b}`', x['sla_pass'], x['violations'], f"{x['worst_return_gap']:.2%}",
+                    'pass' if x['passed'] else '**FAIL**' + (f" (not in {', '.join(x['phases_missing'])})" if x.get('phases_missing') else '')]
                    for b, x in ev['gates'].items()])
     return t + '\n\n' + g
 
@@ -200,8 +229,11 @@ def batching_pays_at(rows, factor=2.0):
     return next((r['batch'] for r in rows[1:] if r['stats']['mean_us'] / r['batch'] * factor <= base), None)
 
 def interpretation(recs):
-    "Sentences about this run, every number taken from the records."
-    bench, out = recs['bench'], []
+    "Sentences about this run, every number taken from the records of this policy on the latest machine."
+    out, full = [], recs['bench']
+    bench = current_bench(full, recs.get('policy_sha256'))
+    others = len(full['records']) - len(bench['records'])
+    if others: out.append(f"{others} records in bench.json were measured on another machine or policy; they are shown marked and left out of these claims.")
     lat = sorted(records_by(bench, 'latency'), key=lambda r: r['stats']['p50_us'])
     if lat:
         f = lat[0]; fs = f['stats']
@@ -320,7 +352,7 @@ def _cells(run_dir):
     return [
         md('# ppo_trt run report'),
         code(f"%matplotlib inline\nfrom IPython.display import Markdown, display\nfrom ppo_trt.report import *\nfrom ppo_trt.runtime import machine_summary\n"
-             f"RUN_DIR = {str(Path(run_dir).resolve())!r}\nrecs = load_records(RUN_DIR); bench = recs['bench']\n"
+             f"RUN_DIR = {str(Path(run_dir).resolve())!r}\nrecs = load_records(RUN_DIR); bench = current_bench(recs['bench'], recs['policy_sha256'])\n"
              "display(Markdown(f\"Run folder `{RUN_DIR}` · env `{bench['env_id']}` · benchmarked {bench['created']}  \\n"
              "Machine: **{bench['machine_summary']}**\"))"),
         md('## What the numbers say'),
@@ -329,7 +361,7 @@ def _cells(run_dir):
            'output array, thread-safe), after warmup, GC off; the timer\'s own overhead is shown below and not subtracted. The hot path '
            '`runner.run(obs)` (the caller guarantees the input: no conversion, no finiteness check, a reused output) was timed in '
            'alternating blocks with it and is shown as a second figure.'),
-        code("display(Markdown(latency_table(bench)))\n"
+        code("display(Markdown(latency_table(recs['bench'], recs['policy_sha256'])))\n"
              "s = bench['settings']; ov = bench['timer_overhead']\n"
              "display(Markdown(f\"{s['warmup']} warmup + {s['iters']} timed calls per backend · timer overhead {ov['p50_ns']:.0f} ns (p50) · \"\n"
              "                 f\"threads per backend: {s['threads']}\"))"),
@@ -349,7 +381,7 @@ def _cells(run_dir):
         code("display(Markdown(closed_loop_table(bench)))"),
         md('## Control quality per scenario phase\nPPO through each backend in the safe control loop (PID fallback), '
            'beside the PID baseline, on identical seeds (`ppo-trt evaluate`).'),
-        code("display(Markdown(evaluation_table(recs['evaluate']) if recs['evaluate'] else '_No evaluate.json: run `ppo-trt evaluate`._'))"),
+        code("display(Markdown(evaluation_table(recs['evaluate'], recs['policy_sha256']) if recs['evaluate'] else '_No evaluate.json: run `ppo-trt evaluate`._'))"),
         code("if recs['evaluate'] and recs['evaluate'].get('delay_curve'): plot_delay_curve(recs['evaluate']['delay_curve']);"),
         md('## Expert + residual\nReturn vs timesteps for pure PPO and for a residual on an expert, same env, seed, preset and '
            'budget (`ppo-trt residual-study`); the expert alone on the same evaluation seeds.'),
@@ -377,18 +409,22 @@ def _cells(run_dir):
     ]
 
 def report_notebook(run_dir):
-    "The analysis notebook (unexecuted) for `run_dir`."
+    "The analysis notebook (unexecuted) for `run_dir`; its metadata records the hashes of the records it is rendered from."
     import nbformat.v4 as v4
     nb = v4.new_notebook(cells=_cells(run_dir))
     nb.metadata['kernelspec'] = dict(name='python3', display_name='Python 3', language='python')
+    root = Path(run_dir)
+    nb.metadata['ppo_trt'] = dict(inputs={f: sha256_file(root/f) for f in REPORT_INPUTS if (root/f).exists()})
     return nb
 
+@locked('report')
 def render_report(run_dir, timeout=600):
     "Execute the analysis notebook; write `report.ipynb` and `report.html` into the run folder."
     import nbformat
     from nbclient import NotebookClient
     from nbconvert import HTMLExporter
     run = RunDir(run_dir)
+    require_fresh(run, 'report')
     load_records(run.root)  # fail early, with the stage to run, before starting a kernel
     nb = report_notebook(run.root)
     NotebookClient(nb, timeout=timeout, kernel_name='python3', extra_arguments=['--IPKernelApp.log_level=ERROR'],

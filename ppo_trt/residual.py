@@ -7,10 +7,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 import numpy as np
-from .config import RunDir, PpoTrtError, BadInputError, load_json, save_json
+from .config import RunDir, PpoTrtError, BadInputError, save_json
+from .records import load_artifact
 from .train import make_env, env_spaces, ObsNorm, load_policy, train, read_train_log
 from .export import (Deployment, build_deployable, export, load_onnx, onnx_metadata, check_policy_env,
-                            ort_cpu_session, sb3_actions)
+                            ort_cpu_session, sb3_actions, reference_normalizer)
 from .controllers import pid_baseline, rollout_returns
 
 # %% auto #0
@@ -102,7 +103,7 @@ class RunExpert(Expert):
         super().__init__(env_id, str(run_dir))
         import torch
         run = RunDir(run_dir)
-        rec = load_json(run.require('train_record'))
+        rec = load_artifact(run, 'train_record')
         if rec['env_id'] != env_id or rec['obs_dim'] != self.obs_dim or rec['act_dim'] != self.act_dim:
             raise BadInputError(f'expert policy {run.root} was trained for {rec["env_id"]} (obs {rec["obs_dim"]}, act {rec["act_dim"]}), '
                                 f'not {env_id} (obs {self.obs_dim}, act {self.act_dim}); pass an expert trained on {env_id}')
@@ -221,15 +222,16 @@ def _fold_class():
 
 def run_residual(run_dir):
     "The residual settings of a run folder, or None for a plain PPO run."
-    return load_json(RunDir(run_dir).require('train_record')).get('residual')
+    return load_artifact(RunDir(run_dir), 'train_record').get('residual')
 
 def residual_deployment(run_dir):
     "Export `Deployment` of a residual run: expert folded in when it can be, else the residual network alone."
     run = RunDir(run_dir)
-    rec = load_json(run.require('train_record'))
+    rec = load_artifact(run, 'train_record')
     res, env_id = rec['residual'], rec['env_id']
     ex = make_expert(res['expert'], env_id)
     model, norm = load_policy(run.root), ObsNorm.load(run.require('obs_norm'))
+    ref_norm, ref_what = reference_normalizer(run.root)
     net = build_deployable(model, norm)  # residual in [-1, 1]
     host = ResidualComposer(ex, res['residual_scale'], res['append_expert_obs'])
     def collect(env_id, n, seed):
@@ -243,9 +245,9 @@ def residual_deployment(run_dir):
         return out
     meta = dict(residual=dict(res, folded=ex.foldable))
     if not ex.foldable:
-        return Deployment(net, collect, lambda obs: sb3_actions(model, norm, obs), meta)
+        return Deployment(net, collect, lambda obs: sb3_actions(model, ref_norm, obs), meta, ref_what)
     module = _fold_class()(ex.module(), net, res['residual_scale'], res['append_expert_obs'], ex.low, ex.high).eval()
-    return Deployment(module, collect, lambda obs: host(obs, lambda x: sb3_actions(model, norm, x)), meta)
+    return Deployment(module, collect, lambda obs: host(obs, lambda x: sb3_actions(model, ref_norm, x)), meta, ref_what)
 
 class ResidualComposer:
     "Host-side expert + residual: `composer(obs, residual_fn)` is the env action, `residual_fn` seeing obs (+ the expert action)."

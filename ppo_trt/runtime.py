@@ -8,8 +8,8 @@ import importlib, importlib.metadata as md, os, platform, shutil, subprocess, sy
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['PACKAGES', 'package_version', 'cpu_model', 'cpu_governor', 'cpu_affinity', 'gpu_info', 'ort_status', 'trt_status',
-           'cuda_python_status', 'probe', 'machine_summary', 'doctor_rows', 'print_doctor']
+__all__ = ['PACKAGES', 'FIXES', 'package_version', 'cpu_model', 'cpu_governor', 'cpu_affinity', 'gpu_info', 'ort_status',
+           'trt_status', 'cuda_python_status', 'probe', 'machine_summary', 'doctor_rows', 'print_doctor']
 
 # %% ../nbs/01_runtime.ipynb #1e0d841c
 def package_version(name):
@@ -104,39 +104,50 @@ def probe(deep=True):
 def machine_summary(info=None):
     "One line naming the machine, for tables and reports."
     info = info or probe(deep=False)
-    gpu = info.get('gpu')
+    gpu = info['gpu'] if 'gpu' in info else gpu_info()  # a shallow probe has no GPU entry: that is not "no GPU"
     g = f", GPU {gpu['name']} (cc {gpu['compute_capability']})" if gpu else ', no GPU'
     return f"{info['cpu']} ({info['logical_cpus']} logical CPUs){g}, Python {info['python']}"
 
 # %% ../nbs/01_runtime.ipynb #962a91fa
+FIXES = {  # one wording of each fix, used by doctor and by every backend's availability line
+    'torch': 'pip install torch',
+    'torch-cuda': 'install a CUDA build of torch on a machine with an NVIDIA GPU (pip install torch --index-url '
+                  'https://download.pytorch.org/whl/cu130)',
+    'stable-baselines3': 'pip install stable-baselines3', 'gymnasium': 'pip install "gymnasium[mujoco]"', 'mujoco': 'pip install mujoco',
+    'onnx': 'pip install onnx', 'onnxruntime': 'pip install onnxruntime', 'numba': 'pip install numba',
+    'onnxruntime-gpu': 'pip uninstall -y onnxruntime && pip install "ppo_trt[gpu]"  (onnxruntime-gpu; one onnxruntime wheel only)',
+    'cuda-python': 'pip install "ppo_trt[gpu]"  (cuda-python >= 12.6)',
+    'tensorrt': 'pip install "ppo_trt[trt]"  (TensorRT 10/11; its wheels fetch the libraries from NVIDIA\'s index, '
+                'pip install tensorrt --extra-index-url https://pypi.nvidia.com)',
+    'tensorrt_rtx': 'pip install "ppo_trt[trt-rtx]"  (tensorrt-rtx-cu13)',
+    'triton': 'pip install triton  (CUDA builds of torch bring it)',
+}
+
 def doctor_rows(info=None):
     "Rows of (component, ok, detail, fix) for `ppo-trt doctor`."
     info = info or probe()
     pk, rows = info['packages'], []
     def row(name, ok, detail, fix=''): rows.append(dict(component=name, ok=bool(ok), detail=detail, fix='' if ok else fix))
-    for p, fix in [('torch', 'pip install torch'), ('stable-baselines3', 'pip install stable-baselines3'),
-                   ('gymnasium', 'pip install "gymnasium[mujoco]"'), ('mujoco', 'pip install mujoco'),
-                   ('onnx', 'pip install onnx')]:
-        row(p, pk.get(p), pk.get(p) or 'not installed', fix)
+    for p in ('torch', 'stable-baselines3', 'gymnasium', 'mujoco', 'onnx'): row(p, pk.get(p), pk.get(p) or 'not installed', FIXES[p])
     ort = info['ort']
     row('onnxruntime (CPU EP)', 'CPUExecutionProvider' in ort['providers'], ort['version'] or ort['error'],
-        'pip install onnxruntime')
+        FIXES['onnxruntime'])
     row('onnxruntime: one wheel only', not ort['both_wheels'],
         'onnxruntime and onnxruntime-gpu are both installed' if ort['both_wheels'] else 'ok',
         'pip uninstall -y onnxruntime onnxruntime-gpu && pip install onnxruntime-gpu  (or onnxruntime on CPU boxes)')
     gpu = info['gpu']
     row('NVIDIA GPU', gpu, f"{gpu['name']} cc {gpu['compute_capability']}" if gpu else 'none visible',
         'GPU backends need an NVIDIA GPU and driver; CPU backends still run')
-    for prov, fix in [('CUDAExecutionProvider', 'pip uninstall -y onnxruntime && pip install "ppo_trt[gpu]"'),
-                      ('TensorrtExecutionProvider', 'pip install "ppo_trt[gpu]" plus TensorRT 10 libraries (libnvinfer.so.10) on LD_LIBRARY_PATH')]:
+    for prov, fix in [('CUDAExecutionProvider', FIXES['onnxruntime-gpu']),
+                      ('TensorrtExecutionProvider', FIXES['onnxruntime-gpu'] + ' plus TensorRT 10 libraries (libnvinfer.so.10) on LD_LIBRARY_PATH')]:
         ok = prov in ort['providers'] and gpu
         row(f'onnxruntime {prov}', ok, 'compiled in' + ('' if gpu else ', but no GPU') if prov in ort['providers'] else 'not in this build', fix)
     ok, v = info['cuda_python']
-    row('cuda-python', ok, v, 'pip install "ppo_trt[gpu]"  (cuda-python >= 12.6)')
+    row('cuda-python', ok, v, FIXES['cuda-python'])
     ok, v = info['trt']['tensorrt']
-    row('TensorRT', ok, v, 'pip install "ppo_trt[trt]" from NVIDIA\'s index (pip install tensorrt --extra-index-url https://pypi.nvidia.com)')
+    row('TensorRT', ok, v, FIXES['tensorrt'])
     ok, v = info['trt']['tensorrt_rtx']
-    row('TensorRT-RTX', ok, v, 'pip install "ppo_trt[trt-rtx]"  (tensorrt-rtx-cu13)')
+    row('TensorRT-RTX', ok, v, FIXES['tensorrt_rtx'])
     from ppo_trt.config import user_cache, PpoTrtError
     try: cache, ok = user_cache(), True
     except PpoTrtError as e: cache, ok = str(e), False
@@ -148,10 +159,11 @@ def print_doctor(rows=None, console=None):
     "Print the doctor table with rich; return the rows."
     from rich.console import Console
     from rich.table import Table
+    from rich.markup import escape  # fixes hold "ppo_trt[gpu]", which rich would take for markup
     rows = rows if rows is not None else doctor_rows()
     t = Table(title=f'ppo-trt doctor: {machine_summary()}')
     for c in ('component', 'status', 'found', 'fix'): t.add_column(c, overflow='fold')
     for r in rows:
-        t.add_row(r['component'], '[green]available[/]' if r['ok'] else '[red]missing[/]', str(r['detail']), r['fix'])
+        t.add_row(escape(r['component']), '[green]available[/]' if r['ok'] else '[red]missing[/]', escape(str(r['detail'])), escape(r['fix']))
     (console or Console()).print(t)
     return rows

@@ -4,13 +4,14 @@
 
 # %% ../nbs/02_train.ipynb #7be35b10
 from __future__ import annotations
-import csv, difflib, re, shutil, time, warnings
+import csv, difflib, re, time, warnings
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
-from .config import (ARTIFACTS, RunConfig, RunDir, BadInputError, BadArtifactError, PpoTrtError, atomic_path,
-                            save_json, load_json, check_timesteps)
+from .config import (RunConfig, RunDir, BadInputError, BadArtifactError, PpoTrtError, atomic_path,
+                            save_json, check_timesteps, sha256_file)
 from .runtime import package_version
+from .records import read_record, load_artifact, locked, remove_derived
 
 # %% auto #0
 __all__ = ['PRESETS', 'LOG_FIELDS', 'quiet_gym_warnings', 'check_env_id', 'make_env', 'env_spaces', 'preset', 'ObsNorm',
@@ -98,19 +99,30 @@ class ObsNorm:
 
     @classmethod
     def load(cls, path):
-        d = load_json(path)
-        try: return cls(np.asarray(d['mean'], np.float64), np.asarray(d['var'], np.float64), float(d['clip_obs']), float(d['epsilon']))
-        except KeyError as k: raise BadArtifactError(f'{path} lacks key {k}; re-run `ppo-trt train`') from None
+        "The statistics in `path` (an obs_norm.json), checked against its schema."
+        d = read_record(path, 'obs_norm')
+        return cls(np.asarray(d['mean'], np.float64), np.asarray(d['var'], np.float64), float(d['clip_obs']), float(d['epsilon']))
+
+    def check(self, obs_dim, where='obs_norm.json'):
+        "Refuse statistics that cannot normalise this env's observations (wrong length, NaN/inf, var < 0, eps or clip <= 0)."
+        fix = f'{where} cannot normalise this policy\'s observations'
+        for name, a in (('mean', self.mean), ('var', self.var)):
+            if a.shape != (obs_dim,): raise BadArtifactError(f'{fix}: {name} has {a.size} values, the env observes {obs_dim}; re-run `ppo-trt train`')
+            if not np.isfinite(a).all(): raise BadArtifactError(f'{fix}: {name} holds NaN or inf; re-run `ppo-trt train`')
+        if (self.var < 0).any() or not self.epsilon > 0 or not self.clip_obs > 0:
+            raise BadArtifactError(f'{fix}: var must be >= 0 and epsilon, clip_obs > 0; re-run `ppo-trt train`')
+        return self
 
 # %% ../nbs/02_train.ipynb #b3897ad8
 LOG_FIELDS = ['timesteps', 'mean_return', 'std_return', 'mean_ep_length', 'wall_s', 'steps_per_s']
 
-def _make_log_callback(eval_env, log_path, eval_freq, n_eval_episodes, t0, steps0, best_dir=None, best_so_far=-np.inf):
+def _make_log_callback(eval_env, log_path, eval_freq, n_eval_episodes, t0, steps0, best_dir=None, best_so_far=-np.inf, say=None,
+                       planned=None):
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import sync_envs_normalization
     class TrainLogCallback(BaseCallback):
-        "Every `eval_freq` timesteps: evaluate, append a row to train_log.csv, keep the best policy so far."
+        "Every `eval_freq` timesteps: evaluate, append a row to train_log.csv, keep the best policy so far, `say` a line."
         best = best_so_far
         def _on_step(self):
             if self.num_timesteps % eval_freq: return True
@@ -129,7 +141,10 @@ def _make_log_callback(eval_env, log_path, eval_freq, n_eval_episodes, t0, steps
                 best_dir.mkdir(parents=True, exist_ok=True)
                 with atomic_path(best_dir/'best.zip') as tmp: self.model.save(tmp)
                 ObsNorm.from_vecnormalize(self.training_env).save(best_dir/'best_obs_norm.json')
+                with atomic_path(best_dir/'best_vecnormalize.pkl') as tmp: self.training_env.save(str(tmp))
                 save_json(best_dir/'best.json', dict(timesteps=self.num_timesteps, mean_return=self.best))
+            if say: say(f'step {self.num_timesteps:,}/{planned:,}: eval return {r.mean():.1f} ± {r.std():.1f} '
+                        f'(best {self.best:.1f}), {(self.num_timesteps - steps0) / max(wall, 1e-9):,.0f} steps/s')
             return True
     return TrainLogCallback()
 
@@ -138,13 +153,18 @@ def read_train_log(path):
     with open(path, newline='') as f: rows = list(csv.DictReader(f))
     return {k: np.array([float(r[k]) for r in rows]) for k in LOG_FIELDS}
 
-def _truncate_log(path, max_steps):
-    "Drop log rows written after the checkpoint a resumed run restarts from."
-    if not path.exists(): return
-    with open(path, newline='') as f: rows = list(csv.DictReader(f))
-    with atomic_path(path) as tmp, open(tmp, 'w', newline='') as f:
-        w = csv.DictWriter(f, LOG_FIELDS); w.writeheader()
-        w.writerows(r for r in rows if int(float(r['timesteps'])) <= max_steps)
+def _truncate_timeline(run, steps):
+    "Forget what a killed run did after step `steps` (where training restarts): its log rows and a best policy found later."
+    path = run.path('train_log')
+    if path.exists():
+        with open(path, newline='') as f: rows = list(csv.DictReader(f))
+        with atomic_path(path) as tmp, open(tmp, 'w', newline='') as f:
+            w = csv.DictWriter(f, LOG_FIELDS); w.writeheader()
+            w.writerows(r for r in rows if int(float(r['timesteps'])) <= steps)
+    best = run.path('checkpoints')/'best.json'
+    if best.exists() and read_record(best, 'checkpoints/best.json', run.root)['timesteps'] > steps:
+        for name in ('best.json', 'best.zip', 'best_obs_norm.json', 'best_vecnormalize.pkl'):
+            (run.path('checkpoints')/name).unlink(missing_ok=True)
 
 def latest_checkpoint(ckpt_dir):
     "(steps, model path, normaliser path) of the newest complete checkpoint, or None."
@@ -174,8 +194,9 @@ def _vec_envs(env_id, seed, gamma, ckpt_norm=None, wrap_env=None):
 def _best_saved(run):
     "The best evaluated policy kept during training: timesteps, mean return, normaliser; or None."
     ck = run.path('checkpoints')
-    if not (ck/'best.json').exists() or not (ck/'best.zip').exists(): return None
-    return dict(**load_json(ck/'best.json'), norm=ObsNorm.load(ck/'best_obs_norm.json'))
+    if not all((ck/f).exists() for f in ('best.json', 'best.zip', 'best_obs_norm.json', 'best_vecnormalize.pkl')): return None
+    best = read_record(ck/'best.json', 'checkpoints/best.json', run.root)
+    return dict(timesteps=best['timesteps'], mean_return=best['mean_return'], norm=ObsNorm.load(ck/'best_obs_norm.json'))
 
 def _best_logged(run):
     "Best mean return in train_log.csv so far (a resumed run must beat it to replace best.zip)."
@@ -184,10 +205,32 @@ def _best_logged(run):
 def _last_logged(run):
     return float(read_train_log(run.path('train_log'))['mean_return'][-1]) if run.has('train_log') else -np.inf
 
+def _check_start(run, env_id, resume, force, residual):
+    "Refuse a start that would mix two trainings in one folder; clear the old policy's artifacts on --force."
+    if run.has('config') and (resume or not force):
+        old = load_artifact(run, 'config')
+        if old['env_id'] != env_id:
+            raise BadInputError(f"{run.root} holds a run for {old['env_id']}, not {env_id}; use another --run-dir")
+        if resume and old.get('residual') != residual:
+            raise BadInputError(f"{run.root} was trained with residual settings {old.get('residual')}, not {residual}; "
+                                'resume with the same --expert/--residual-scale, or pass --force to start over')
+    if run.has('policy') and not resume and not force:
+        raise PpoTrtError(f'{run.root} already holds a trained policy; pass --resume to continue it, '
+                          '--force to train again from scratch, or choose another --run-dir')
+    if not run.has('policy') and (run.has('train_log') or run.path('checkpoints').exists()) and not resume and not force:
+        raise PpoTrtError(f'{run.root} holds an interrupted training (a learning curve and checkpoints, no policy.zip); '
+                          'pass --resume to continue it, --force to start over, or choose another --run-dir')
+    if force and not resume: remove_derived(run)  # a new policy: nothing made from the old one may stay
+
+def _planned_steps(steps0, timesteps, n_steps):
+    "Where learning really stops: SB3 collects whole rollouts of `n_steps` (one env)."
+    return steps0 + -(-(timesteps - steps0) // n_steps) * n_steps if timesteps > steps0 else steps0
+
+@locked('train')
 def train(run_dir, env_id='Hopper-v4', seed=0, timesteps=None, preset_name='seed', resume=False, force=False,
           eval_freq=None, n_eval_episodes=5, final_eval_episodes=10, checkpoint_freq=None, progress=True,
           torch_threads=1, keep='best', verbose=0, residual=None, wrap_env=None, init_model=None):
-    "Train PPO into `run_dir`; return the `train.json` record (`residual`/`wrap_env`/`init_model`: see `ppo_trt.residual`)."
+    "Train PPO into `run_dir` (a line per evaluation when `progress`); return `train.json` (`residual`/`wrap_env`/`init_model`: see `ppo_trt.residual`)."
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback
@@ -199,68 +242,66 @@ def train(run_dir, env_id='Hopper-v4', seed=0, timesteps=None, preset_name='seed
     timesteps = check_timesteps(timesteps if timesteps is not None else p['timesteps'])
     check_env_id(env_id)
     run = RunDir(run_dir); run.root.mkdir(parents=True, exist_ok=True)
+    _check_start(run, env_id, resume, force, residual)
     ckpt = latest_checkpoint(run.path('checkpoints')) if resume else None
-    if run.has('config') and (resume or not force):
-        old = RunConfig.load(run.root)
-        if old.env_id != env_id:
-            raise BadInputError(f'{run.root} holds a run for {old.env_id}, not {env_id}; use another --run-dir')
-        if resume and old.residual != residual:
-            raise BadInputError(f'{run.root} was trained with residual settings {old.residual}, not {residual}; '
-                                'resume with the same --expert/--residual-scale, or pass --force to start over')
-    if run.has('policy') and not resume and not force:
-        raise PpoTrtError(f'{run.root} already holds a trained policy; pass --resume to continue it, '
-                          '--force to train again from scratch, or choose another --run-dir')
-    if force and not resume:  # starting over: later stages' artifacts would describe the old policy
-        for name in ARTIFACTS:
-            q = run.path(name)
-            if q.is_dir(): shutil.rmtree(q)
-            elif q.exists(): q.unlink()
+    if resume: _truncate_timeline(run, ckpt[0] if ckpt else 0)
     cfg = RunConfig(env_id=env_id, seed=seed, timesteps=timesteps, preset=preset_name, residual=residual, versions=_versions())
     cfg.save(run.root)
 
     torch.set_num_threads(torch_threads)
     set_random_seed(seed)
     venv, eval_env = _vec_envs(env_id, seed, p['ppo'].get('gamma', 0.99), ckpt[2] if ckpt else None, wrap_env)
-    if ckpt:
-        model = PPO.load(str(ckpt[1]), env=venv, device='cpu')
-        _truncate_log(run.path('train_log'), model.num_timesteps)
+    if ckpt: model = PPO.load(str(ckpt[1]), env=venv, device='cpu')
     else:
         model = PPO('MlpPolicy', venv, seed=seed, device='cpu', verbose=verbose,
                     policy_kwargs=_policy_kwargs(p), **p['ppo'])
         if init_model: init_model(model)
     steps0 = model.num_timesteps
-    remaining = timesteps - steps0
+    remaining, planned = timesteps - steps0, _planned_steps(steps0, timesteps, model.n_steps)
     eval_freq = eval_freq or max(min(timesteps // 20, 10_000), p['ppo']['n_steps'])
     checkpoint_freq = checkpoint_freq or max(timesteps // 4, p['ppo']['n_steps'])
+    say = (lambda m: print(f'[ppo-trt] {m}', flush=True)) if progress else None
+    if say: say(f'{planned - steps0:,} steps to train ({timesteps:,} asked, rounded up to whole rollouts of {model.n_steps:,})'
+                + (f', resuming at step {steps0:,}' if steps0 else '') + f'; an evaluation every {eval_freq:,}')
     t0 = time.perf_counter()
     callbacks = CallbackList([
         _make_log_callback(eval_env, run.path('train_log'), eval_freq, n_eval_episodes, t0, steps0,
-                           run.path('checkpoints'), _best_logged(run)),
+                           run.path('checkpoints'), _best_logged(run), say, planned),
         CheckpointCallback(checkpoint_freq, str(run.path('checkpoints')), name_prefix='ppo', save_vecnormalize=True)])
     if remaining > 0:
-        model.learn(total_timesteps=remaining, callback=callbacks, reset_num_timesteps=not ckpt, progress_bar=progress)
+        model.learn(total_timesteps=remaining, callback=callbacks, reset_num_timesteps=not ckpt, progress_bar=False)
     wall, total_steps = time.perf_counter() - t0, model.num_timesteps
 
     norm, kept_steps = ObsNorm.from_vecnormalize(venv), int(model.num_timesteps)
+    kept_vn = run.path('checkpoints')/'kept_vecnormalize.pkl'  # SB3's own normaliser of the kept policy: export's parity reference
+    run.path('checkpoints').mkdir(exist_ok=True)
+    with atomic_path(kept_vn) as tmp: venv.save(str(tmp))
     best = _best_saved(run) if keep == 'best' else None
     if best and best['mean_return'] > _last_logged(run):
         model, norm, kept_steps = PPO.load(str(run.path('checkpoints')/'best.zip'), device='cpu'), best['norm'], best['timesteps']
+        with atomic_path(kept_vn) as tmp: tmp.write_bytes((run.path('checkpoints')/'best_vecnormalize.pkl').read_bytes())
     eval_env.obs_rms.mean, eval_env.obs_rms.var = norm.mean.copy(), norm.var.copy()
     mean_r, std_r = evaluate_policy(model, eval_env, n_eval_episodes=final_eval_episodes, deterministic=True)
     with atomic_path(run.path('policy')) as tmp: model.save(tmp)
     norm.save(run.path('obs_norm'))
     spaces = env_spaces(venv.envs[0].unwrapped)  # the env's own spaces, not a residual wrapper's
-    record = dict(env_id=env_id, seed=seed, preset=preset_name, timesteps=int(total_steps), keep=keep, kept_timesteps=int(kept_steps),
-                  trained_this_call=int(total_steps - steps0), resumed_from=ckpt[0] if ckpt else None,
+    record = dict(schema_version=2, env_id=env_id, seed=seed, preset=preset_name, timesteps=int(total_steps), keep=keep,
+                  kept_timesteps=int(kept_steps), trained_this_call=int(total_steps - steps0), resumed_from=ckpt[0] if ckpt else None,
                   wall_s=round(wall, 2), steps_per_s=round((total_steps - steps0) / max(wall, 1e-9), 1),
                   final_eval_mean=float(mean_r), final_eval_std=float(std_r), final_eval_episodes=final_eval_episodes,
                   torch_threads=torch_threads, hyperparameters=p['ppo'], policy_kwargs=p['policy_kwargs'],
-                  **spaces, residual=residual, versions=_versions())
+                  **spaces, residual=residual, versions=_versions(),
+                  policy_sha256=sha256_file(run.path('policy')), obs_norm_sha256=sha256_file(run.path('obs_norm')))
     save_json(run.path('train_record'), record)
     venv.close(); eval_env.close()
     return record
 
 def load_policy(run_dir):
-    "The trained SB3 PPO model of a run folder, on the CPU."
+    "The trained SB3 PPO model of a run folder, on the CPU; one clear error when policy.zip is not a readable model."
     from stable_baselines3 import PPO
-    return PPO.load(str(RunDir(run_dir).require('policy')), device='cpu')
+    run = RunDir(run_dir)
+    path = run.require('policy')
+    try: return PPO.load(str(path), device='cpu')
+    except Exception as e:
+        raise BadArtifactError(f'{path} is not a readable SB3 model ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ""}); '
+                               f'it is damaged or truncated: run `ppo-trt train --force --run-dir {run.root}` again') from None

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
 from .config import BadInputError
+from .runtime import FIXES
 from .native import Dense, Elementwise, NativeUnsupportedError, parse_chain, _stages, module_from_source
 
 # %% auto #0
@@ -24,7 +25,7 @@ def import_triton():
         import triton, triton.language  # noqa: F401
         return triton, ''
     except Exception as e:
-        return None, f'triton does not import ({type(e).__name__}: {e}); pip install triton (CUDA builds of torch bring it)'
+        return None, f"triton does not import ({type(e).__name__}: {e}); {FIXES['triton']}"
 
 def triton_interpreted():
     "Whether Triton kernels defined now run in the interpreter (NumPy on the CPU) instead of compiled for a GPU."

@@ -29,7 +29,7 @@ def test_corrupt_onnx(run_copy, damage):
     p = run_copy/'policy.onnx'
     p.write_bytes(p.read_bytes()[:300]) if damage == 'truncate' else p.write_text('not a model')
     bench_before = sha256_file(run_copy/'bench.json')
-    _fails(ppo_trt('bench', '--run-dir', run_copy), 'not a valid ONNX model', 'ppo-trt export')
+    _fails(ppo_trt('bench', '--run-dir', run_copy), 'policy.onnx does not match export.json', 'ppo-trt export')
     assert sha256_file(run_copy/'bench.json') == bench_before
     with pytest.raises(BadArtifactError): B.load('ort', run_copy)
 

@@ -3,6 +3,7 @@ import numpy as np, pytest
 from conftest import ppo_trt
 from ppo_trt import backends as B
 from ppo_trt.config import load_json
+from ppo_trt.records import LOCK_NAME
 
 ARTIFACTS = ['config.json', 'policy.zip', 'obs_norm.json', 'train_log.csv', 'train.json', 'policy.onnx',
              'export_obs.npy', 'export.json', 'bench.json', 'report.ipynb', 'report.html']
@@ -10,7 +11,7 @@ ARTIFACTS = ['config.json', 'policy.zip', 'obs_norm.json', 'train_log.csv', 'tra
 def test_every_artifact(run_dir):
     missing = [a for a in ARTIFACTS if not (run_dir/a).is_file()]
     assert not missing
-    assert not list(run_dir.glob('.*.tmp*')) and not [p for p in run_dir.iterdir() if p.name.startswith('.')]
+    assert not [p for p in run_dir.iterdir() if p.name.startswith('.') and p.name != LOCK_NAME]  # no partial files, no holder
 
 def test_train_record(run_dir):
     t = load_json(run_dir/'train.json')
@@ -70,7 +71,8 @@ def test_each_stage_reruns_alone(run_copy):
     before = load_json(run_copy/'export.json')['onnx_sha256']
     assert ppo_trt('export', '--run-dir', run_copy).returncode == 0
     assert load_json(run_copy/'export.json')['onnx_sha256'] == before  # deterministic export
-    r = ppo_trt('bench', '--run-dir', run_copy, '--backends', 'ort', '--iters', 50, '--warmup', 5, '--batches', '1', '--closed-loop-steps', 0)
+    r = ppo_trt('bench', '--run-dir', run_copy, '--backends', 'ort', '--iters', 50, '--warmup', 5, '--batches', '1', '--closed-loop-steps', 0,
+                '--replace')
     assert r.returncode == 0, r.stderr
     assert [x['backend'] for x in load_json(run_copy/'bench.json')['records']] == ['ort', 'ort']
     assert ppo_trt('report', '--run-dir', run_copy).returncode == 0

@@ -86,12 +86,14 @@ def test_expert_for_another_env_is_refused(folded, tmp_path, capsys):
 @pytest.mark.parametrize('argv, msg', [
     (['--expert', 'pid', '--env-id', 'Walker2d-v4'], 'no PID preset for Walker2d-v4'),
     (['--expert', 'nope'], 'unknown expert'),
-    (['--expert', 'pid', '--residual-scale', '0'], 'residual_scale must be a positive number'),
+    (['--expert', 'pid', '--residual-scale', '0'], 'argument --residual-scale: must be > 0'),
     (['--expert', 'pid', '--append-expert-obs'], 'needs a stateless expert'),
 ])
 def test_bad_residual_arguments(argv, msg, tmp_path, capsys):
-    rc = main(['train', '--preset', 'smoke', '--timesteps', '256', '--run-dir', str(tmp_path/'r'), *argv])
+    try: rc = main(['train', '--preset', 'smoke', '--timesteps', '256', '--run-dir', str(tmp_path/'r'), *argv])
+    except SystemExit as e: rc = e.code  # argparse's own refusal of a value out of range
     assert rc == 2 and msg in capsys.readouterr().err
+    assert not (tmp_path/'r').exists()
 
 
 def test_evaluate_with_residual_run(run_copy, unfolded, folded):
