@@ -18,12 +18,15 @@ __all__ = ['PARTIAL', 'DEFAULT_ENV_ID', 'ARTIFACTS', 'OPTIONAL_STAGES', 'PpoTrtE
 class PpoTrtError(Exception):
     "An error the user can fix; the message names the problem and the fix."
 
+# %% ../nbs/00_config.ipynb #1cecab9a
 class MissingArtifactError(PpoTrtError, FileNotFoundError):
     "A run folder lacks the artifact a stage needs."
 
+# %% ../nbs/00_config.ipynb #5e84368e
 class BadArtifactError(PpoTrtError, ValueError):
     "An artifact exists but is corrupt or was made for something else."
 
+# %% ../nbs/00_config.ipynb #abb62d8f
 class BadInputError(PpoTrtError, ValueError):
     "An argument or array given by the user is invalid."
 
@@ -39,6 +42,7 @@ def _umask():
     old = os.umask(0o022); os.umask(old)
     return old
 
+# %% ../nbs/00_config.ipynb #5fc11cbc
 @contextmanager
 def atomic_path(path, suffix=None):
     "Yield a temp path beside `path`; rename it onto `path`, with the umask's permissions, only if the block succeeds."
@@ -54,20 +58,24 @@ def atomic_path(path, suffix=None):
     finally:
         if tmp.exists(): tmp.unlink()
 
+# %% ../nbs/00_config.ipynb #331b1952
 def atomic_write_text(path, text):
     "Write `text` to `path` atomically."
     with atomic_path(path) as tmp: tmp.write_text(text, encoding='utf-8')
     return Path(path)
 
+# %% ../nbs/00_config.ipynb #acf787c8
 def _json_default(o):
     if hasattr(o, 'tolist'): return o.tolist()
     if isinstance(o, Path): return str(o)
     raise TypeError(f'{type(o).__name__} is not JSON serializable')
 
+# %% ../nbs/00_config.ipynb #405d3619
 def save_json(path, obj):
     "Write `obj` as indented JSON to `path` atomically (numpy values become lists/numbers)."
     return atomic_write_text(path, json.dumps(obj, indent=2, default=_json_default) + '\n')
 
+# %% ../nbs/00_config.ipynb #a14926aa
 def load_json(path):
     "Read JSON from `path`, with a clear error when it is missing or corrupt."
     path = Path(path)
@@ -76,6 +84,7 @@ def load_json(path):
     except json.JSONDecodeError as e:
         raise BadArtifactError(f'{path} is not valid JSON ({e}); delete it and re-run the stage that writes it') from e
 
+# %% ../nbs/00_config.ipynb #c8141e02
 def sha256_file(path, chunk=1 << 20):
     "Hex SHA-256 of a file's bytes."
     h = hashlib.sha256()
@@ -119,6 +128,7 @@ def default_run_dir(env_id=DEFAULT_ENV_ID):
     "The run folder used when none is given: `runs/<env-id>-ppo`."
     return Path('runs')/f'{env_id}-ppo'
 
+# %% ../nbs/00_config.ipynb #6f00794e
 class RunDir:
     "A run folder: where each artifact lives, and a clear error when one is missing."
     def __init__(self, root): self.root = Path(root)
@@ -170,6 +180,7 @@ class RunConfig:
         if unknown: raise BadArtifactError(f'config.json has unknown keys {sorted(unknown)}; remove them')
         return cls(**d)
 
+# %% ../nbs/00_config.ipynb #22cda8ae
 def check_timesteps(n):
     "Reject a timestep count that is not a positive integer."
     if isinstance(n, bool) or not isinstance(n, int) or n <= 0:

@@ -17,6 +17,7 @@ def package_version(name):
     try: return md.version(name)
     except md.PackageNotFoundError: return None
 
+# %% ../nbs/01_runtime.ipynb #820963f8
 def cpu_model():
     "The CPU model name from /proc/cpuinfo (or platform's best guess)."
     try:
@@ -25,12 +26,14 @@ def cpu_model():
     except OSError: pass
     return platform.processor() or platform.machine()
 
+# %% ../nbs/01_runtime.ipynb #d41a5334
 def cpu_governor():
     "The cpufreq scaling governor of CPU 0, or None when the kernel does not expose it."
     p = Path('/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor')
     try: return p.read_text().strip()
     except OSError: return None
 
+# %% ../nbs/01_runtime.ipynb #692e2643
 def cpu_affinity():
     "CPUs this process may run on."
     return sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else list(range(os.cpu_count() or 1))
@@ -57,6 +60,7 @@ def gpu_info():
         except Exception: pass
     return None
 
+# %% ../nbs/01_runtime.ipynb #cb73d776
 def ort_status():
     "ONNX Runtime version, providers compiled in, and whether CPU and GPU wheels are both installed."
     cpu, gpu = package_version('onnxruntime'), package_version('onnxruntime-gpu')
@@ -67,6 +71,7 @@ def ort_status():
     except Exception as e:
         return dict(version=None, providers=[], both_wheels=bool(cpu and gpu), error=f'{type(e).__name__}: {e}')
 
+# %% ../nbs/01_runtime.ipynb #14ca8e31
 def _import_version(module):
     try:
         m = importlib.import_module(module)
@@ -74,10 +79,12 @@ def _import_version(module):
     except Exception as e:
         return False, f'{type(e).__name__}: {e}'.splitlines()[0][:200]
 
+# %% ../nbs/01_runtime.ipynb #2c98be9b
 def trt_status():
     "Importability and version of full TensorRT (`tensorrt`) and TensorRT-RTX (`tensorrt_rtx`)."
     return {'tensorrt': _import_version('tensorrt'), 'tensorrt_rtx': _import_version('tensorrt_rtx')}
 
+# %% ../nbs/01_runtime.ipynb #fb915ee6
 def cuda_python_status():
     "Whether cuda-python's runtime bindings import."
     return _import_version('cuda.bindings.runtime')
@@ -101,6 +108,7 @@ def probe(deep=True):
                     cuda_python=list(cuda_python_status()))
     return info
 
+# %% ../nbs/01_runtime.ipynb #4fae8766
 def machine_summary(info=None):
     "One line naming the machine, for tables and reports."
     info = info or probe(deep=False)
@@ -155,6 +163,7 @@ def doctor_rows(info=None):
     row('cache for generated code', ok, str(cache), 'set PPO_TRT_CACHE to a writable folder (the native-c backend builds there)')
     return rows
 
+# %% ../nbs/01_runtime.ipynb #b97b3347
 def print_doctor(rows=None, console=None):
     "Print the doctor table with rich; return the rows."
     from rich.console import Console

@@ -1,0 +1,142 @@
+"""The documentation site in a real browser: `ppo-trt docs` builds it, headless Chromium (Debian's `chromium`, driven by
+playwright, no browser download) loads every page from file:// and from a local server with every other request
+aborted, and checks: no console errors, every image decoded, every internal link and anchor resolves, search answers,
+the results page shows the latency table, and no file points at the network."""
+import functools, http.server, os, re, shutil, subprocess, sys, threading
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+from urllib.request import url2pathname
+import pytest
+
+CHROMIUM = os.environ.get('CHROMIUM') or shutil.which('chromium') or shutil.which('chromium-browser')
+ROOT = Path(__file__).parents[1]
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not CHROMIUM, reason="no Chromium on this machine: apt-get install -y chromium (CI installs it)"),
+              pytest.mark.skipif(not (ROOT/'nbs').is_dir(), reason='the site is built from a clone (nbs/ missing)')]
+SEARCHES = [('check_obs', 'check_obs'), ('lineage', 'records')]
+
+
+@pytest.fixture(scope='session')
+def site(tmp_path_factory):
+    "The site, built once by the console script."
+    out = tmp_path_factory.mktemp('site')
+    exe = shutil.which('ppo-trt') or str(Path(sys.executable).with_name('ppo-trt'))
+    r = subprocess.run([exe, 'docs', '--out', str(out)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope='session')
+def server(site):
+    handler = functools.partial(type('Quiet', (http.server.SimpleHTTPRequestHandler,), {'log_message': lambda *a: None}),
+                                directory=str(site))
+    srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f'http://127.0.0.1:{srv.server_address[1]}'
+    srv.shutdown(); srv.server_close()
+
+
+@pytest.fixture(scope='session')
+def browser():
+    sync_playwright = pytest.importorskip('playwright.sync_api', reason='pip install playwright').sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=['--no-sandbox', '--disable-gpu'])
+        yield b
+        b.close()
+
+
+class Watched:
+    "A browser context whose non-local requests are aborted and whose errors are collected."
+    def __init__(self, browser, base):
+        self.ctx = browser.new_context(service_workers='block')
+        self.page = self.ctx.new_page()
+        self.errors, self.blocked = [], []
+        local = ('file:', 'data:', 'blob:', 'about:') + ((base,) if base.startswith('http') else ())
+        def route(r):
+            if r.request.url.startswith(local): r.continue_()
+            else: self.blocked.append(r.request.url); r.abort()
+        self.ctx.route('**/*', route)
+        self.page.on('console', lambda m: m.type == 'error' and self.errors.append(f'console: {m.text}'))
+        self.page.on('pageerror', lambda e: self.errors.append(f'pageerror: {e}'))
+        self.page.on('requestfailed', lambda r: r.url not in self.blocked and self.errors.append(f'requestfailed: {r.url}'))
+        self.page.on('response', lambda r: r.status >= 400 and self.errors.append(f'HTTP {r.status}: {r.url}'))
+
+
+@pytest.fixture(params=['file', 'http'])
+def base(request, site, server): return site.as_uri() if request.param == 'file' else server
+
+
+def _path(site, url):
+    "(file in the site, fragment) of a file:// or local http URL."
+    u = urlsplit(url)
+    p = Path(url2pathname(u.path)) if u.scheme == 'file' else site/unquote(u.path).lstrip('/')
+    return (p/'index.html' if p.is_dir() else p), unquote(u.fragment)
+
+
+def _ids(p): return set(re.findall(r'\s(?:id|name)="([^"]+)"', p.read_text(encoding='utf-8', errors='replace')))
+
+
+def test_every_page(site, base, browser):
+    pages = sorted(p.relative_to(site).as_posix() for p in site.rglob('*.html'))
+    assert len(pages) >= 25 and 'results.html' in pages and 'index.html' in pages
+    w, problems = Watched(browser, base), []
+    for page in pages:
+        if page == '404.html' and base.startswith('file'): continue  # site-absolute paths: served over http only
+        w.errors.clear()
+        w.page.goto(f'{base}/{page}', wait_until='networkidle')  # the search worker too, before the next page cancels it
+        w.page.evaluate('''async () => { const imgs = [...document.images]; imgs.forEach(i => i.loading = 'eager');
+            await Promise.all(imgs.map(i => i.complete ? null : new Promise(r => { i.onload = i.onerror = r; setTimeout(r, 5000); }))); }''')
+        bad_imgs = [s[:80] for s, width in w.page.evaluate('() => [...document.images].map(i => [i.currentSrc || i.src, i.naturalWidth])')
+                    if not width]
+        refs = w.page.evaluate('''() => [...document.querySelectorAll('a[href]')].map(a => a.href)
+            .concat([...document.querySelectorAll('link[href]')].filter(l => !/^(canonical|alternate)$/.test(l.rel)).map(l => l.href))
+            .concat([...document.querySelectorAll('script[src], img[src]')].map(e => e.src))''')
+        for r in refs:
+            if not r.startswith(base): continue  # external links (e.g. to the source on GitHub) are not followed
+            p, frag = _path(site, r)
+            if not p.is_file(): problems.append(f'{page}: broken link {r}')
+            elif frag and p.suffix == '.html' and frag not in _ids(p): problems.append(f'{page}: no anchor {frag!r} in {p.name}')
+        problems += [f'{page}: {e}' for e in w.errors] + [f'{page}: image not loaded {s}' for s in bad_imgs]
+    problems += [f'network request: {u}' for u in w.blocked]
+    w.ctx.close()
+    assert not problems, '\n'.join(problems[:30])
+
+
+@pytest.mark.parametrize('query,expect', SEARCHES)
+def test_search(site, base, browser, query, expect):
+    w = Watched(browser, base)
+    w.page.goto(f'{base}/index.html', wait_until='load')
+    w.page.click('.md-search__input')
+    w.page.locator('.md-search__input').press_sequentially(query, delay=30)  # Material searches on key events
+    w.page.locator('.md-search-result__item').first.wait_for(state='visible', timeout=10000)
+    texts = w.page.locator('.md-search-result__item').all_inner_texts()
+    assert any(expect.lower() in t.lower() for t in texts), texts
+    assert not w.blocked and not w.errors, (w.blocked, w.errors)
+    w.ctx.close()
+
+
+def test_results_page_shows_the_latency_table(site, browser):
+    w = Watched(browser, site.as_uri())
+    w.page.goto(f'{site.as_uri()}/results.html', wait_until='load')
+    text = w.page.inner_text('body')
+    assert 'Batch-1 latency' in text and 'What the numbers say' in text and 'native-c' in text
+    headers = w.page.evaluate("() => [...document.querySelectorAll('table th')].map(th => th.innerText)")
+    assert any('p99' in h for h in headers) and any('hot path' in h for h in headers), headers
+    assert w.page.evaluate("() => [...document.images].filter(i => i.alt && i.naturalWidth > 0).length") >= 3
+    w.ctx.close()
+
+
+_EXTERNAL = [r'<script\b[^>]*\bsrc\s*=\s*["\']?(?:https?:)?//', r'<link\b[^>]*rel\s*=\s*["\']?stylesheet[^>]*href\s*=\s*["\']?(?:https?:)?//',
+             r'@import\s+(?:url\()?\s*["\']?(?:https?:)?//', r'fonts\.googleapis|fonts\.gstatic|cdnjs\.|cdn\.jsdelivr']
+_ALLOWED = ('https://unpkg.com/resize-observer-polyfill', 'https://unpkg.com/mermaid@')  # in Material's bundle, never loaded here
+
+
+def test_no_file_points_at_the_network(site):
+    hits = []
+    for f in site.rglob('*'):
+        if f.suffix not in ('.html', '.css', '.js') or f.relative_to(site).parts[0] == 'search': continue
+        s = re.sub(r'/\*!.*?\*/', '', f.read_text(encoding='utf-8', errors='replace'), flags=re.S)
+        for pat in _EXTERNAL:
+            hits += [f'{f.name}: {s[max(0, m.start() - 40):m.end() + 40]}' for m in re.finditer(pat, s, flags=re.I)
+                     if not any(a in s[m.start() - 10:m.end() + 40] for a in _ALLOWED)]
+    assert not hits, '\n'.join(hits[:20])
