@@ -8,11 +8,13 @@ import difflib
 from .config import BadInputError
 from .runtime import FIXES
 from .residual import make_expert, ResidualComposer
-from .runner import Runner, BackendUnavailable, PolicySource, check_obs, hot_path_shape, module_available, _source
-from .cpu_runners import (SB3Runner, TorchRunner, ort_session, OrtRunner, OrtIoBindRunner, NativeRunner, NativeCRunner,
-                                 TorchCompileRunner, _c_ok)
-from .gpu_runners import (TorchCudaRunner, TorchCudaGraphRunner, TritonRunner, TritonTf32Runner, OrtCudaRunner, OrtTrtRunner,
-                                 TrtRunner, TrtRtxRunner, _torch_cuda_ok, _triton_ok, _ort_gpu_ok, _trt_ok)
+from .runner import (Runner, BackendUnavailable, PolicySource, check_obs, hot_path_shape,
+                            module_available, _source)
+from .cpu_runners import (SB3Runner, TorchRunner, ort_session, OrtRunner, OrtIoBindRunner, NativeRunner,
+                                 NativeCRunner, TorchCompileRunner, _c_ok)
+from .gpu_runners import (TorchCudaRunner, TorchCudaGraphRunner, TritonRunner, TritonTf32Runner, OrtCudaRunner,
+                                 OrtTrtRunner, TrtRunner, TrtRtxRunner, _torch_cuda_ok, _triton_ok,
+                                 _ort_gpu_ok, _trt_ok)
 
 # %% auto #0
 __all__ = ['BACKENDS', 'names', 'check_name', 'available', 'ResidualRunner', 'load']
@@ -22,7 +24,8 @@ def _ort_cpu_ok():
     ok, why = module_available('onnxruntime', FIXES['onnxruntime'])
     if not ok: return ok, why
     import onnxruntime as ort
-    if 'CPUExecutionProvider' not in ort.get_available_providers(): return False, 'onnxruntime lacks CPUExecutionProvider; reinstall onnxruntime'
+    if 'CPUExecutionProvider' not in ort.get_available_providers():
+        return False, 'onnxruntime lacks CPUExecutionProvider; reinstall onnxruntime'
     return True, ''
 
 # %% ../nbs/33_backends.ipynb #c0ff09e6
@@ -71,7 +74,8 @@ class ResidualRunner(Runner):
         ex = make_expert(residual['expert'], residual['env_id'])
         self.composer = ResidualComposer(ex, residual['residual_scale'], residual['append_expert_obs'])
         self.name, self.device, self.precision = inner.name, inner.device, inner.precision
-        super().__init__(ex.obs_dim, ex.act_dim, **{k: v for k, v in inner.info.items() if k not in ('backend', 'device', 'precision', 'cpu')},
+        super().__init__(ex.obs_dim, ex.act_dim,
+                         **{k: v for k, v in inner.info.items() if k not in ('backend', 'device', 'precision', 'cpu')},
                          expert_on_host=dict(expert=ex.spec, kind=ex.kind, why=residual.get('fold_reason')))
     def reset(self):
         "Reset the expert's state (call at episode start)."
@@ -93,7 +97,7 @@ def _residual_settings(cls, src):
 
 # %% ../nbs/33_backends.ipynb #7eea6b82
 def load(name, source, network_only=False, **opts):
-    "Load backend `name` for a run folder or a policy.onnx file (`source`), or raise `BackendUnavailable` with the reason."
+    "Load backend `name` for a run folder or policy.onnx file (`source`), or raise `BackendUnavailable` saying why."
     cls, probe = BACKENDS[check_name(name)]
     ok, why = probe()
     if not ok: raise BackendUnavailable(f'backend {name} cannot run here: {why}')

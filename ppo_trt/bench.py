@@ -47,7 +47,7 @@ def time_calls(fn, inputs, warmup, iters):
 
 # %% ../nbs/40_bench.ipynb #51be3216
 def time_pair(fn_a, fn_b, inputs, warmup, iters, blocks=8):
-    "Per-call ns of `fn_a` and of `fn_b`, `iters` calls each, timed in alternating blocks so that both see the same machine."
+    "Per-call ns of `fn_a` and `fn_b`, `iters` calls each, timed in alternating blocks so both see the same machine."
     for i in range(warmup): fn_a(inputs[i % len(inputs)]); fn_b(inputs[i % len(inputs)])
     sizes = [len(c) for c in np.array_split(np.arange(iters), min(blocks, iters))]
     a, b = [], []
@@ -59,12 +59,13 @@ CDF_POINTS = np.linspace(0, 100, 101)
 TAIL_POINTS = (50, 90, 99, 99.5, 99.9, 99.95, 99.99, 100)  # the tail, finer than the CDF's whole percentiles
 
 def latency_stats(ns):
-    "Summary statistics of per-call times (given in ns, reported in µs), with a 101-point CDF and the tail's percentiles."
+    "Summary stats of per-call times (given in ns, reported in µs), with a 101-point CDF and the tail's percentiles."
     us = np.asarray(ns, np.float64) / 1e3
     q = lambda p: float(np.percentile(us, p))
     return dict(n=int(len(us)), mean_us=float(us.mean()), std_us=float(us.std()), min_us=float(us.min()),
                 p50_us=q(50), p95_us=q(95), p99_us=q(99), p999_us=q(99.9), max_us=float(us.max()),
-                cdf_us=np.percentile(us, CDF_POINTS).round(4).tolist(), tail_us=np.percentile(us, TAIL_POINTS).round(4).tolist())
+                cdf_us=np.percentile(us, CDF_POINTS).round(4).tolist(),
+                tail_us=np.percentile(us, TAIL_POINTS).round(4).tolist())
 
 # %% ../nbs/40_bench.ipynb #b4a567f2
 DEFAULT_BATCHES = (1, 4, 16, 64, 256, 1024, 4096)
@@ -86,9 +87,11 @@ class BenchSettings:
     def __post_init__(self):
         for k in ('warmup', 'closed_loop_steps'):
             if getattr(self, k) < 0: raise BadInputError(f'{k} must be >= 0, got {getattr(self, k)}')
-        if self.iters < 10: raise BadInputError(f'iters must be >= 10 for percentiles to mean anything, got {self.iters}')
+        if self.iters < 10:
+            raise BadInputError(f'iters must be >= 10 for percentiles to mean anything, got {self.iters}')
         self.batches = tuple(int(b) for b in self.batches)
-        if not self.batches or min(self.batches) < 1: raise BadInputError(f'batch sizes must be >= 1, got {self.batches}')
+        if not self.batches or min(self.batches) < 1:
+            raise BadInputError(f'batch sizes must be >= 1, got {self.batches}')
         if self.sla_us <= 0: raise BadInputError(f'sla must be positive, got {self.sla_us} µs')
         if self.soak_calls and self.soak_calls < self.soak_window:
             raise BadInputError(f'soak_calls ({self.soak_calls}) must be at least one window ({self.soak_window})')
@@ -118,12 +121,13 @@ def _hot_path(ns):
 
 # %% ../nbs/40_bench.ipynb #92a59f73
 def bench_latency(runner, obs, s: BenchSettings):
-    "Batch-1 latency of the checked call (the headline, with the SLA verdict) and of the hot path, in alternating blocks."
+    "Batch-1 latency of the checked call (the headline, with SLA verdict) and of the hot path, in alternating blocks."
     checked, hot = time_pair(runner, runner.run, [obs[i:i + 1] for i in range(len(obs))], s.warmup, s.iters)
     st = latency_stats(checked)
     return {**_base_record(runner, 'latency', 1), 'call': CHECKED_CALL, 'stats': st, 'hot_path': _hot_path(hot),
             'checked_over_hot_p50': st['p50_us'] / max(float(np.median(hot)) / 1e3, 1e-9), 'sla_us': s.sla_us,
-            'sla_pass': st['p99_us'] < s.sla_us, 'throughput_per_s': 1e6 / st['mean_us'], 'warmup': s.warmup, 'iters': s.iters}
+            'sla_pass': st['p99_us'] < s.sla_us, 'throughput_per_s': 1e6 / st['mean_us'], 'warmup': s.warmup,
+            'iters': s.iters}
 
 # %% ../nbs/40_bench.ipynb #2a5f18b6
 def bench_sweep(runner, obs, s: BenchSettings):
@@ -136,8 +140,9 @@ def bench_sweep(runner, obs, s: BenchSettings):
         checked, hot = time_pair(runner, runner.run, rows, min(s.warmup, iters), iters)
         st, hp = latency_stats(checked), _hot_path(hot)
         hp['throughput_per_s'] = b * 1e6 / hp['stats']['mean_us']
-        rec = {**_base_record(runner, 'sweep', b), 'call': CHECKED_CALL, 'stats': st, 'hot_path': hp, 'sla_us': s.sla_us,
-               'sla_pass': st['p99_us'] < s.sla_us, 'throughput_per_s': b * 1e6 / st['mean_us'], 'iters': iters}
+        rec = {**_base_record(runner, 'sweep', b), 'call': CHECKED_CALL, 'stats': st, 'hot_path': hp,
+               'sla_us': s.sla_us, 'sla_pass': st['p99_us'] < s.sla_us, 'throughput_per_s': b * 1e6 / st['mean_us'],
+               'iters': iters}
         if hasattr(runner, 'kernel_us'):  # GPU runners: the device's own throughput, data already on the device
             k = latency_stats(np.asarray(runner.kernel_us(b, max(10, min(iters, 500)))) * 1e3)
             rec.update(kernel_only=k, kernel_throughput_per_s=b * 1e6 / k['mean_us'])
@@ -166,10 +171,10 @@ def bench_closed_loop(runner, env_id, s: BenchSettings, warmup_steps=200):
         if enabled: gc.enable()
     dt = float(env.unwrapped.dt); env.close()
     li, ll = latency_stats(infer[warmup_steps:]), latency_stats(loop[warmup_steps:])
-    return {**_base_record(runner, 'closed-loop', 1), 'call': CHECKED_CALL, 'env_id': env_id, 'steps': s.closed_loop_steps,
-            'inference': li, 'loop': ll, 'loop_rate_hz': 1e6 / ll['mean_us'], 'jitter_us': ll['std_us'],
-            'control_period_us': dt * 1e6, 'headroom': dt * 1e6 / ll['p99_us'], 'sla_us': s.sla_us,
-            'sla_pass': li['p99_us'] < s.sla_us, 'episode_returns': [float(x) for x in returns]}
+    return {**_base_record(runner, 'closed-loop', 1), 'call': CHECKED_CALL, 'env_id': env_id,
+            'steps': s.closed_loop_steps, 'inference': li, 'loop': ll, 'loop_rate_hz': 1e6 / ll['mean_us'],
+            'jitter_us': ll['std_us'], 'control_period_us': dt * 1e6, 'headroom': dt * 1e6 / ll['p99_us'],
+            'sla_us': s.sla_us, 'sla_pass': li['p99_us'] < s.sla_us, 'episode_returns': [float(x) for x in returns]}
 
 # %% ../nbs/40_bench.ipynb #50fb28d0
 def bench_soak(runner, obs, s: BenchSettings):
@@ -178,8 +183,9 @@ def bench_soak(runner, obs, s: BenchSettings):
     wins = [latency_stats(ns[i:i + s.soak_window]) for i in range(0, len(ns) - s.soak_window + 1, s.soak_window)]
     keep = ('p50_us', 'p99_us', 'p999_us', 'max_us')
     p50s, p99s = [w['p50_us'] for w in wins], [w['p99_us'] for w in wins]
-    return {**_base_record(runner, 'soak', 1), 'call': CHECKED_CALL, 'calls': int(s.soak_calls), 'window': s.soak_window,
-            'windows': [{k: w[k] for k in keep} for w in wins], 'stats': {k: v for k, v in latency_stats(ns).items() if k != 'cdf_us'},
+    return {**_base_record(runner, 'soak', 1), 'call': CHECKED_CALL, 'calls': int(s.soak_calls),
+            'window': s.soak_window, 'windows': [{k: w[k] for k in keep} for w in wins],
+            'stats': {k: v for k, v in latency_stats(ns).items() if k != 'cdf_us'},
             'p50_drift': max(p50s) / min(p50s), 'p99_drift': max(p99s) / min(p99s)}
 
 # %% ../nbs/40_bench.ipynb #9f2fc15f
@@ -203,7 +209,7 @@ def skipped(name, reason):
 
 # %% ../nbs/40_bench.ipynb #4bad7df3
 def measure_backend(name, run, obs, reference, env_id, s: BenchSettings):
-    "Every record of backend `name` (latency with parity, sweep, closed loop, soak), or one record saying why it did not run."
+    "Every record of backend `name` (latency with parity, sweep, closed loop, soak), or one saying why it did not run."
     try: runner = B.load(name, run.root, network_only=True, threads=s.threads)
     except B.BackendUnavailable as e: return [skipped(name, str(e))]
     try:
@@ -216,7 +222,8 @@ def measure_backend(name, run, obs, reference, env_id, s: BenchSettings):
         if s.soak_calls: recs.append(bench_soak(runner, obs, s))
         return recs
     except Exception as e:  # one broken backend is a finding about it, not the end of the bench
-        return [dict(skipped(name, f'failed while measured: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ""}'),
+        return [dict(skipped(name, f'failed while measured: {type(e).__name__}: '
+                                   f'{str(e).splitlines()[0][:300] if str(e) else ""}'),
                      failed=True)]
     finally: runner.close()
 
@@ -228,26 +235,27 @@ def _legacy(old):
     if old.get('sessions') or not old.get('records'): return old
     s = dict(created=old.get('created', '?'), machine=old.get('machine_summary', '?'),
              machine_id=machine_id(old['machine']) if 'cpu' in old.get('machine', {}) else '?', policy_sha256=None)
-    return {**old, 'sessions': {'legacy': s}, 'records': [{**r, 'session': r.get('session') or 'legacy'} for r in old['records']]}
+    return {**old, 'sessions': {'legacy': s},
+            'records': [{**r, 'session': r.get('session') or 'legacy'} for r in old['records']]}
 
 # %% ../nbs/40_bench.ipynb #dbb92b91
 def merge_bench(old, new):
-    "`new` over `old`: records with the same (backend, mode, batch) replaced, the rest kept; a backend measured now loses its old 'not run' line."
+    "`new` over `old`: same (backend, mode, batch) replaced, rest kept; backends measured now drop old 'not run' lines."
     key = lambda r: (r['backend'], r['mode'], r['batch'])
     old = _legacy(old or {})
     fresh, measured = {key(r) for r in new['records']}, {r['backend'] for r in new['records'] if r['ran']}
     kept = [r for r in old.get('records', []) if key(r) not in fresh and (r['ran'] or r['backend'] not in measured)]
     order = {n: i for i, n in enumerate(B.names())}
-    records = sorted(kept + new['records'], key=lambda r: (order.get(r['backend'], len(order)), MODE_ORDER.index(r['mode']),
-                                                           r['batch'] or 0))
+    records = sorted(kept + new['records'], key=lambda r: (order.get(r['backend'], len(order)),
+                                                           MODE_ORDER.index(r['mode']), r['batch'] or 0))
     used, sessions = {r.get('session') for r in records}, {**old.get('sessions', {}), **new['sessions']}
     return {**new, 'records': records, 'sessions': {k: v for k, v in sessions.items() if k in used}}
 
 # %% ../nbs/40_bench.ipynb #ef3c980b
 @locked('bench')
-def bench(run_dir, backend_names=None, settings: BenchSettings | None = None, env_id=None, progress=True, print_table=True,
-          replace=False):
-    "Benchmark backends on the run's policy; merge into (or, with `replace`, start) `bench.json`, saved after each backend."
+def bench(run_dir, backend_names=None, settings: BenchSettings | None = None, env_id=None, progress=True,
+          print_table=True, replace=False):
+    "Benchmark backends on the run's policy; merge into (with `replace`: start) `bench.json`, saved after each backend."
     s = settings or BenchSettings()
     run = RunDir(run_dir)
     onnx_path, obs_path = run.require('onnx'), run.require('export_obs')
@@ -261,9 +269,9 @@ def bench(run_dir, backend_names=None, settings: BenchSettings | None = None, en
     reference = B.load('ort', run.root, network_only=True)(obs).astype(np.float64) if B.available()['ort'][0] else None
     sess, t_start = session(sha256_file(onnx_path)), time.perf_counter()
     sid = session_id(sess)
-    header = dict(schema_version=2, run_dir=str(run.root), env_id=env_id, machine=probe(), machine_summary=sess['machine'],
-                  settings=asdict(s), timer_overhead=timer_overhead_ns(), gc_disabled_in_timed_loops=True, pinned_cpu=s.pin_cpu,
-                  created=sess['created'], session=sid)
+    header = dict(schema_version=2, run_dir=str(run.root), env_id=env_id, machine=probe(),
+                  machine_summary=sess['machine'], settings=asdict(s), timer_overhead=timer_overhead_ns(),
+                  gc_disabled_in_timed_loops=True, pinned_cpu=s.pin_cpu, created=sess['created'], session=sid)
     affinity = pin_process(s.pin_cpu)
     from rich.progress import Progress
     try:
@@ -272,7 +280,8 @@ def bench(run_dir, backend_names=None, settings: BenchSettings | None = None, en
             for name in names:
                 bar.update(task, description=f'bench {name}')
                 recs = [dict(r, session=sid) for r in measure_backend(name, run, obs, reference, env_id, s)]
-                result = merge_bench(result, dict(header, records=recs, sessions={sid: sess}, wall_s=round(time.perf_counter() - t_start, 2)))
+                result = merge_bench(result, dict(header, records=recs, sessions={sid: sess},
+                                                  wall_s=round(time.perf_counter() - t_start, 2)))
                 save_json(run.path('bench_record'), result)
                 bar.advance(task)
     finally:
@@ -311,13 +320,15 @@ def print_advice(result, con=None):
     "Rich table of `advise`, with the caveat that it holds for this machine only."
     from rich.table import Table
     t = Table(title=f"ppo-trt advise: fastest backend per batch size on {result['machine_summary']}")
-    for c in ('batch', 'fastest', 'actions/s', 'runner-up', 'lead'): t.add_column(c, justify='right' if c != 'fastest' else 'left')
+    for c in ('batch', 'fastest', 'actions/s', 'runner-up', 'lead'):
+        t.add_column(c, justify='right' if c != 'fastest' else 'left')
     for a in advise(result):
         lead = '' if a['ratio'] is None else (f"{a['ratio']:.2f}× (tie)" if a['tie'] else f"{a['ratio']:.2f}×")
         t.add_row(str(a['batch']), a['best'], f"{a['throughput_per_s']:.3g}", a['runner_up'] or '', lead)
     con = con or console()
     con.print(t)
-    con.print('These rankings come from this machine\'s measurements only; re-run `ppo-trt bench` on the target machine.')
+    con.print('These rankings come from this machine\'s measurements only; '
+              're-run `ppo-trt bench` on the target machine.')
 
 # %% ../nbs/40_bench.ipynb #bf99a5a3
 def fmt_us(x):
@@ -333,7 +344,7 @@ def console():
 
 # %% ../nbs/40_bench.ipynb #f9d3d401
 def print_bench(result, session=None, con=None):
-    "Rich table of `session`'s records (all when None): checked-call latency, hot path, SLA, parity, throughput, loop rate; skipped below."
+    "Rich table of `session`'s records (all if None): call latency, hot path, SLA, parity, actions/s, loop Hz; skipped."
     from rich.table import Table
     from rich.markup import escape
     earlier = [r for r in result['records'] if session and r.get('session') != session]
@@ -348,29 +359,38 @@ def print_bench(result, session=None, con=None):
         best = max((x for x in sweeps if x['backend'] == name), key=lambda x: x['throughput_per_s'], default=None)
         par = r.get('parity_vs_ort_fp32', {}).get('max_abs_err')
         hot = r.get('hot_path', {}).get('stats')
-        t.add_row(name, f"{r['device']}: {r['provider']}", *(fmt_us(st[k]) for k in ('p50_us', 'p95_us', 'p99_us', 'p999_us', 'max_us')),
-                  fmt_us(hot['p50_us']) if hot else '', '[green]pass[/]' if r['sla_pass'] else '[red]FAIL[/]', '' if par is None else f'{par:.1e}',
+        t.add_row(name, f"{r['device']}: {r['provider']}",
+                  *(fmt_us(st[k]) for k in ('p50_us', 'p95_us', 'p99_us', 'p999_us', 'max_us')),
+                  fmt_us(hot['p50_us']) if hot else '', '[green]pass[/]' if r['sla_pass'] else '[red]FAIL[/]',
+                  '' if par is None else f'{par:.1e}',
                   f"{best['throughput_per_s']:.3g} ({best['batch']})" if best else '',
                   f"{loops[name]['loop_rate_hz']:,.0f}" if name in loops else '')
     con = con or console()
     con.print(t)
     for r in result['records']:
-        if not r['ran']: con.print(f"[yellow]{'failed' if r.get('failed') else 'skipped'} {r['backend']}[/]: {escape(r['reason'])}")
+        if not r['ran']:
+            con.print(f"[yellow]{'failed' if r.get('failed') else 'skipped'} {r['backend']}[/]: {escape(r['reason'])}")
     for r in records_by(result, 'latency'):
         if 'kernel_only' not in r: continue
         k, top = r['kernel_only'], best_kernel_sweep(result, r['backend'])
-        con.print(f"kernel-only {r['backend']}: p50 {fmt_us(k['p50_us'])} µs, p99 {fmt_us(k['p99_us'])} µs at batch 1 (CUDA events, data on the device)"
+        con.print(f"kernel-only {r['backend']}: p50 {fmt_us(k['p50_us'])} µs, p99 {fmt_us(k['p99_us'])} µs at batch 1 "
+                  "(CUDA events, data on the device)"
                   + (f"; {top['kernel_throughput_per_s']:.3g} actions/s at batch {top['batch']:,}" if top else ''))
     for r in records_by(result, 'soak'):
         w = r['windows']
-        con.print(f"soak {r['backend']}: {r['calls']:,} calls in {len(w)} windows; p50 {min(x['p50_us'] for x in w):.2f}-{max(x['p50_us'] for x in w):.2f} µs "
-                  f"(drift {r['p50_drift']:.2f}×), p99 {min(x['p99_us'] for x in w):.2f}-{max(x['p99_us'] for x in w):.2f} µs (drift {r['p99_drift']:.2f}×), "
-                  f"worst {r['stats']['max_us']:.1f} µs")
+        con.print(f"soak {r['backend']}: {r['calls']:,} calls in {len(w)} windows; "
+                  f"p50 {min(x['p50_us'] for x in w):.2f}-{max(x['p50_us'] for x in w):.2f} µs "
+                  f"(drift {r['p50_drift']:.2f}×), "
+                  f"p99 {min(x['p99_us'] for x in w):.2f}-{max(x['p99_us'] for x in w):.2f} µs "
+                  f"(drift {r['p99_drift']:.2f}×), worst {r['stats']['max_us']:.1f} µs")
     if earlier:
-        con.print(f"bench.json also keeps {len(earlier)} records of earlier runs ({', '.join(sorted({r['backend'] for r in earlier}))}); "
+        con.print(f"bench.json also keeps {len(earlier)} records of earlier runs "
+                  f"({', '.join(sorted({r['backend'] for r in earlier}))}); "
                   '`ppo-trt report` shows them marked with their machine and policy')
     ov = result['timer_overhead']
-    con.print("p50 ... max: the checked call runner(obs), what a deployment calls (input checked, new output, thread-safe); "
+    con.print("p50 ... max: the checked call runner(obs), what a deployment calls "
+              "(input checked, new output, thread-safe); "
               f"run() p50: {HOT_PATH_NOTE}")
-    con.print(f"timer overhead {ov['p50_ns']:.0f} ns (p50), not subtracted · SLA: p99 < {result['settings']['sla_us']:g} µs · "
+    con.print(f"timer overhead {ov['p50_ns']:.0f} ns (p50), not subtracted · "
+              f"SLA: p99 < {result['settings']['sla_us']:g} µs · "
               "GC off in timed loops · loop Hz = runner(obs) + env.step")

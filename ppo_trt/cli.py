@@ -6,8 +6,8 @@
 from __future__ import annotations
 import argparse, math, os, sys, time
 from pathlib import Path
-from .config import (PpoTrtError, BadInputError, DEFAULT_ENV_ID, ARTIFACTS, OPTIONAL_STAGES, default_run_dir, RunDir,
-                            check_timesteps)
+from .config import (PpoTrtError, BadInputError, DEFAULT_ENV_ID, ARTIFACTS, OPTIONAL_STAGES, default_run_dir,
+                            RunDir, check_timesteps)
 from .records import load_artifact, lineage_problems, run_lock, LOCK_NAME, HOLDER_NAME
 from .export import onnx_metadata
 
@@ -24,8 +24,11 @@ def number(kind=int, lo=None, hi=None, above=None):
     "An argparse type: a finite `kind` number >= `lo` (or > `above`) and <= `hi`, or a one-line error saying the range."
     def parse(s):
         try: v = kind(s)
-        except ValueError: raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {s!r}") from None
-        if kind is float and not math.isfinite(v): raise argparse.ArgumentTypeError(f'expected a finite number, got {s!r}')
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
+                                             f"got {s!r}") from None
+        if kind is float and not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f'expected a finite number, got {s!r}')
         if (lo is not None and v < lo) or (above is not None and v <= above) or (hi is not None and v > hi):
             rng = ' and '.join(x for x in (lo is not None and f'>= {lo:,}', above is not None and f'> {above:g}',
                                            hi is not None and f'<= {hi:,}') if x)
@@ -47,7 +50,8 @@ def number_list(kind=int, lo=1, hi=None):
 # %% ../nbs/90_cli.ipynb #65d45346
 def _positive_timesteps(s):
     try: return check_timesteps(int(s))
-    except (ValueError, BadInputError): raise argparse.ArgumentTypeError(f'expected a positive integer, got {s!r}') from None
+    except (ValueError, BadInputError):
+        raise argparse.ArgumentTypeError(f'expected a positive integer, got {s!r}') from None
 
 # %% ../nbs/90_cli.ipynb #32742271
 def _name_list(s): return [x.strip() for x in s.split(',') if x.strip()]
@@ -55,7 +59,8 @@ def _name_list(s): return [x.strip() for x in s.split(',') if x.strip()]
 # %% ../nbs/90_cli.ipynb #43d531a1
 def _add_common(p, writes=True):
     p.add_argument('--run-dir', type=Path, default=None, help='run folder (default: runs/<env-id>-ppo)')
-    if writes: p.add_argument('--no-wait', action='store_true', help='fail at once if another ppo-trt process is writing the run folder')
+    if writes: p.add_argument('--no-wait', action='store_true',
+                              help='fail at once if another ppo-trt process is writing the run folder')
 
 # %% ../nbs/90_cli.ipynb #6ea32aaa
 def _add_env(p, default=None, what='the env of the run folder\'s policy: a different one is refused'):
@@ -65,44 +70,61 @@ def _add_env(p, default=None, what='the env of the run folder\'s policy: a diffe
 def _add_train(p):
     _add_env(p, None, f'gymnasium env id with Box spaces (default: {DEFAULT_ENV_ID}; --fast: CartPole-v1)')
     p.add_argument('--seed', type=number(int, 0), default=0, help='seed of the env, the policy and the evaluations')
-    p.add_argument('--timesteps', type=_positive_timesteps, default=None, help="total timesteps (default: the preset's)")
-    p.add_argument('--preset', default='seed', help='seed (SB3 defaults, 200k steps), zoo (RL-Zoo Hopper), smoke (tests)')
+    p.add_argument('--timesteps', type=_positive_timesteps, default=None,
+                   help="total timesteps (default: the preset's)")
+    p.add_argument('--preset', default='seed',
+                   help='seed (SB3 defaults, 200k steps), zoo (RL-Zoo Hopper), smoke (tests)')
     p.add_argument('--resume', action='store_true', help='continue from the last checkpoint in the run folder')
-    p.add_argument('--force', action='store_true', help="train again from scratch, deleting everything made from the old policy")
-    p.add_argument('--eval-freq', type=number(int, 1), default=None, help='timesteps between evaluations (default: timesteps/20, <= 10000)')
+    p.add_argument('--force', action='store_true',
+                   help="train again from scratch, deleting everything made from the old policy")
+    p.add_argument('--eval-freq', type=number(int, 1), default=None,
+                   help='timesteps between evaluations (default: timesteps/20, <= 10000)')
     p.add_argument('--eval-episodes', type=number(int, 1), default=5, help='episodes per evaluation')
-    p.add_argument('--keep', choices=['best', 'last'], default='best', help='deploy the best-evaluated policy seen in training or the last one')
-    p.add_argument('--expert', default=None, help='train a residual on this expert: zero, pid, a run folder, its policy.zip or a policy.onnx')
-    p.add_argument('--residual-scale', type=number(float, above=0), default=0.5, help='action = clip(expert + scale * residual)')
-    p.add_argument('--append-expert-obs', action='store_true', help='show the agent the expert action (stateless experts only)')
-    p.add_argument('--no-zero-init', action='store_true', help='do not zero the last layer (by default the agent starts as the expert)')
-    p.add_argument('--fast', action='store_true', help='on-device PPO over batched torch envs (CartPole-v1, Pendulum-v1, '
-                   'MountainCarContinuous-v0): see ppo_trt.fast_ppo')
+    p.add_argument('--keep', choices=['best', 'last'], default='best',
+                   help='deploy the best-evaluated policy seen in training or the last one')
+    p.add_argument('--expert', default=None,
+                   help='train a residual on this expert: zero, pid, a run folder, its policy.zip or a policy.onnx')
+    p.add_argument('--residual-scale', type=number(float, above=0), default=0.5,
+                   help='action = clip(expert + scale * residual)')
+    p.add_argument('--append-expert-obs', action='store_true',
+                   help='show the agent the expert action (stateless experts only)')
+    p.add_argument('--no-zero-init', action='store_true',
+                   help='do not zero the last layer (by default the agent starts as the expert)')
+    p.add_argument('--fast', action='store_true', help='on-device PPO over batched torch envs (CartPole-v1, '
+                   'Pendulum-v1, MountainCarContinuous-v0): see ppo_trt.fast_ppo')
     p.add_argument('--device', default='cpu', help='--fast: torch device (cpu, cuda, cuda:N)')
-    p.add_argument('--num-envs', type=number(int, 1, MAX_BATCH), default=None, help='--fast: batched envs (default: the env preset)')
+    p.add_argument('--num-envs', type=number(int, 1, MAX_BATCH), default=None,
+                   help='--fast: batched envs (default: the env preset)')
     p.add_argument('--compile', action='store_true', help='--fast: torch.compile the rollout step and the loss')
-    p.add_argument('--cudagraphs', action='store_true', help='--fast: CUDA graphs (torch.compile reduce-overhead); CUDA only')
+    p.add_argument('--cudagraphs', action='store_true',
+                   help='--fast: CUDA graphs (torch.compile reduce-overhead); CUDA only')
 
 # %% ../nbs/90_cli.ipynb #a89f0e2b
 def _add_export(p):
-    p.add_argument('--parity-obs', type=number(int, 1000), default=1000, help='rollout observations for the parity check')
+    p.add_argument('--parity-obs', type=number(int, 1000), default=1000,
+                   help='rollout observations for the parity check')
 
 # %% ../nbs/90_cli.ipynb #7960d193
 def _add_bench(p):
-    p.add_argument('--backends', type=_name_list, default=None, help='comma-separated (default: all); see `ppo-trt doctor`')
+    p.add_argument('--backends', type=_name_list, default=None,
+                   help='comma-separated (default: all); see `ppo-trt doctor`')
     p.add_argument('--warmup', type=number(int, 0), default=200, help='untimed calls before timing')
     p.add_argument('--iters', type=number(int, 10), default=2000, help='timed batch-1 calls per backend')
-    p.add_argument('--batches', type=number_list(int, 1, MAX_BATCH), default=None, help='batch sweep, e.g. 1,16,256,4096 '
-                   '(default: 1,4,16,64,256,1024,4096)')
+    p.add_argument('--batches', type=number_list(int, 1, MAX_BATCH), default=None, help='batch sweep, '
+                   'e.g. 1,16,256,4096 (default: 1,4,16,64,256,1024,4096)')
     p.add_argument('--sla-ms', type=number(float, above=0), default=1.0, help='SLA on the batch-1 p99 latency, in ms')
-    p.add_argument('--closed-loop-steps', type=number(int, 0), default=2000, help='control steps of the closed loop (0: skip it)')
+    p.add_argument('--closed-loop-steps', type=number(int, 0), default=2000,
+                   help='control steps of the closed loop (0: skip it)')
     p.add_argument('--sweep-seconds', type=number(float, above=0), default=0.25, help='time budget per sweep point')
-    p.add_argument('--threads', type=number(int, 1, 1024), default=1, help='intra-op / torch / numba threads per backend')
-    p.add_argument('--pin-cpu', type=number(int, 0), default=None, help='pin the process to this CPU while benchmarking')
+    p.add_argument('--threads', type=number(int, 1, 1024), default=1,
+                   help='intra-op / torch / numba threads per backend')
+    p.add_argument('--pin-cpu', type=number(int, 0), default=None,
+                   help='pin the process to this CPU while benchmarking')
     p.add_argument('--soak', action='store_true', help='also soak each backend: --soak-calls batch-1 calls in windows')
     p.add_argument('--soak-calls', type=number(int, 1), default=1_000_000, help='calls per soak')
     p.add_argument('--soak-window', type=number(int, 1), default=100_000, help='calls per soak window')
-    p.add_argument('--replace', action='store_true', help="start bench.json over instead of merging this run's records into it")
+    p.add_argument('--replace', action='store_true',
+                   help="start bench.json over instead of merging this run's records into it")
 
 # %% ../nbs/90_cli.ipynb #d4f227ca
 def _sub(sub, name, help, writes=True):
@@ -114,50 +136,65 @@ def _sub(sub, name, help, writes=True):
 # %% ../nbs/90_cli.ipynb #4ee4b134
 def _add_build(p):
     _add_env(p)
-    p.add_argument('--flavour', choices=['auto', 'trt', 'trt-rtx'], default='auto', help='auto: TensorRT if installed, else TensorRT-RTX')
+    p.add_argument('--flavour', choices=['auto', 'trt', 'trt-rtx'], default='auto',
+                   help='auto: TensorRT if installed, else TensorRT-RTX')
     p.add_argument('--precision', choices=['fp32', 'fp16'], default='fp32', help='engine precision')
     for k, v in (('min', 1), ('opt', 1), ('max', 4096)):
-        p.add_argument(f'--{k}-batch', type=number(int, 1, MAX_BATCH), default=v, help=f'{k} batch of the optimisation profile')
-    p.add_argument('--compute-capability', action='append', default=None, help='TensorRT-RTX target, e.g. SM86 (repeatable)')
-    p.add_argument('--trtexec', action='store_true', help='build with trtexec (TRTEXEC_BIN or PATH) instead of the Python API')
+        p.add_argument(f'--{k}-batch', type=number(int, 1, MAX_BATCH), default=v,
+                       help=f'{k} batch of the optimisation profile')
+    p.add_argument('--compute-capability', action='append', default=None,
+                   help='TensorRT-RTX target, e.g. SM86 (repeatable)')
+    p.add_argument('--trtexec', action='store_true',
+                   help='build with trtexec (TRTEXEC_BIN or PATH) instead of the Python API')
 
 # %% ../nbs/90_cli.ipynb #f34d6c55
 def _add_evaluate(p):
     _add_env(p)
-    p.add_argument('--backends', type=_name_list, default=None, help='default: every backend but sb3 (torch is the reference)')
-    p.add_argument('--phases', type=_name_list, default=None, help='default: all (nominal,noise,delay,push,mass,friction,actuator,trip)')
+    p.add_argument('--backends', type=_name_list, default=None,
+                   help='default: every backend but sb3 (torch is the reference)')
+    p.add_argument('--phases', type=_name_list, default=None,
+                   help='default: all (nominal,noise,delay,push,mass,friction,actuator,trip)')
     p.add_argument('--episodes', type=number(int, 1), default=20, help='episodes per phase and policy')
     p.add_argument('--seed', type=number(int, 0), default=0, help='first episode seed')
-    p.add_argument('--deadline-us', type=number(float, above=0), default=None, help='per-step inference deadline (default: the bench SLA)')
-    p.add_argument('--residual-run', type=Path, default=None, help='also evaluate this residual run (same env) in every phase')
-    p.add_argument('--replace', action='store_true', help="start evaluate.json over instead of merging this run's results into it")
+    p.add_argument('--deadline-us', type=number(float, above=0), default=None,
+                   help='per-step inference deadline (default: the bench SLA)')
+    p.add_argument('--residual-run', type=Path, default=None,
+                   help='also evaluate this residual run (same env) in every phase')
+    p.add_argument('--replace', action='store_true',
+                   help="start evaluate.json over instead of merging this run's results into it")
 
 # %% ../nbs/90_cli.ipynb #659a11c8
 def _add_residual_study(p):
     _add_env(p, None, 'env id (default: InvertedPendulum-v4)')
     p.add_argument('--seed', type=number(int, 0), default=0, help='seed of both trainings')
-    p.add_argument('--timesteps', type=_positive_timesteps, default=None, help="timesteps of each training (default: the preset's)")
+    p.add_argument('--timesteps', type=_positive_timesteps, default=None,
+                   help="timesteps of each training (default: the preset's)")
     p.add_argument('--preset', default='seed', help='training preset')
     p.add_argument('--eval-freq', type=number(int, 1), default=None, help='timesteps between evaluations')
     p.add_argument('--eval-episodes', type=number(int, 1), default=5, help='episodes per evaluation')
     p.add_argument('--expert', default='pid', help='the expert the residual corrects')
-    p.add_argument('--residual-scale', type=number(float, above=0), default=0.5, help='action = clip(expert + scale * residual)')
-    p.add_argument('--out', type=Path, default=None, help='where the two trainings go (default: <run-dir>/residual_study)')
+    p.add_argument('--residual-scale', type=number(float, above=0), default=0.5,
+                   help='action = clip(expert + scale * residual)')
+    p.add_argument('--out', type=Path, default=None,
+                   help='where the two trainings go (default: <run-dir>/residual_study)')
 
 # %% ../nbs/90_cli.ipynb #fc1c1b02
 def _add_env_bench(p):
     _add_env(p, 'CartPole-v1', 'batched env to time')
     p.add_argument('--device', default='cpu', help='torch device')
-    p.add_argument('--num-envs', type=number_list(int, 1, 1 << 28), default=(32, 1024, 65536), help='comma-separated env counts')
+    p.add_argument('--num-envs', type=number_list(int, 1, 1 << 28), default=(32, 1024, 65536),
+                   help='comma-separated env counts')
     p.add_argument('--steps', type=number(int, 1), default=100, help='steps per timing')
     p.add_argument('--compile', action='store_true', help='torch.compile the env step')
-    p.add_argument('--gym-max-envs', type=number(int, 0), default=1024, help="largest num_envs to run gymnasium's vector envs at")
+    p.add_argument('--gym-max-envs', type=number(int, 0), default=1024,
+                   help="largest num_envs to run gymnasium's vector envs at")
     p.add_argument('--no-train', action='store_true', help='skip the third level (env + inference + PPO training)')
 
 # %% ../nbs/90_cli.ipynb #0e0544f2
 def _add_enjoy(p):
     _add_env(p)
-    p.add_argument('--mode', choices=['visual', 'benchmark'], default='visual', help='a video, or the closed loop timed')
+    p.add_argument('--mode', choices=['visual', 'benchmark'], default='visual',
+                   help='a video, or the closed loop timed')
     p.add_argument('--backend', default='ort', help='the backend that drives the env')
     p.add_argument('--out', type=Path, default=None, help='video path, .gif or .mp4 (default: <run-dir>/episode.gif)')
     p.add_argument('--fps', type=number(int, 1, 240), default=25, help='video frames per second')
@@ -183,14 +220,16 @@ def parser():
     _add_build(_sub(sub, 'build', 'build TensorRT / TensorRT-RTX engines from policy.onnx'))
     p = _sub(sub, 'bench', 'benchmark every backend'); _add_env(p); _add_bench(p)
     _add_evaluate(_sub(sub, 'evaluate', 'control quality per scenario phase and backend, vs the PID baseline'))
-    _add_residual_study(_sub(sub, 'residual-study', 'return vs timesteps: pure PPO, the expert, expert + residual (same seeds)'))
+    _add_residual_study(_sub(sub, 'residual-study',
+                             'return vs timesteps: pure PPO, the expert, expert + residual (same seeds)'))
     _add_env_bench(_sub(sub, 'env-bench', 'batched torch envs vs gymnasium Sync/AsyncVectorEnv: steps/s per num_envs'))
     _add_env(_sub(sub, 'report', 'render report.html from the records'))
     _add_env(_sub(sub, 'advise', 'fastest measured backend per batch size, from bench.json', writes=False))
     _add_env(_sub(sub, 'doctor', 'what can run on this machine, and the state of a run folder', writes=False))
     _add_enjoy(_sub(sub, 'enjoy', 'watch the policy (video) or time the closed loop'))
     p = sub.add_parser('docs', help='render the documentation site (README, notebooks, API docs, results)',
-                       description='render the documentation site (README, notebooks, API docs, results); run it in a clone',
+                       description='render the documentation site (README, notebooks, API docs, results); '
+                                   'run it in a clone',
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument('--out', type=Path, default=Path('_docs'), help='where the site goes')
     p.add_argument('--run-dir', type=Path, default=None, help="also render this run folder's report as a page")
@@ -203,7 +242,8 @@ def _run_dir(a): return a.run_dir or default_run_dir(a.env_id or DEFAULT_ENV_ID)
 def writable_run_dir(path):
     "`path` if it is (or can be made) a writable folder; one clear error before any work otherwise."
     path = Path(path)
-    if path.exists() and not path.is_dir(): raise BadInputError(f'{path} is a file, not a run folder; choose another --run-dir')
+    if path.exists() and not path.is_dir():
+        raise BadInputError(f'{path} is a file, not a run folder; choose another --run-dir')
     probe = next(p for p in (path, *path.parents) if p.exists())
     if not os.access(probe, os.W_OK | os.X_OK):
         raise BadInputError(f'{probe} is not writable, so {path} cannot be written; choose another --run-dir')
@@ -217,7 +257,8 @@ def _check_env(a, rd):
     have = (load_artifact(run, 'train_record')['env_id'] if run.has('train_record') else
             onnx_metadata(run.path('onnx')).get('env_id') if run.has('onnx') else None)
     if have and have != a.env_id:
-        raise BadInputError(f'{run.root} holds a policy for {have}, not {a.env_id}; drop --env-id or use that run\'s folder')
+        raise BadInputError(f'{run.root} holds a policy for {have}, not {a.env_id}; '
+                            'drop --env-id or use that run\'s folder')
 
 # %% ../nbs/90_cli.ipynb #62fe35ae
 def _bench_settings(a):
@@ -234,8 +275,9 @@ def cmd_train(a):
     from ppo_trt.train import train
     if a.fast: return _train_fast(a)
     rd = _run_dir(a)
-    kw = dict(env_id=a.env_id or DEFAULT_ENV_ID, seed=a.seed, timesteps=a.timesteps, preset_name=a.preset, resume=a.resume,
-              force=a.force, eval_freq=a.eval_freq, n_eval_episodes=a.eval_episodes, keep=a.keep, progress=True)
+    kw = dict(env_id=a.env_id or DEFAULT_ENV_ID, seed=a.seed, timesteps=a.timesteps, preset_name=a.preset,
+              resume=a.resume, force=a.force, eval_freq=a.eval_freq, n_eval_episodes=a.eval_episodes, keep=a.keep,
+              progress=True)
     _say(f'training {a.env_id or DEFAULT_ENV_ID} (preset {a.preset}) into {rd}')
     if a.expert:
         from ppo_trt.residual import train_residual
@@ -243,8 +285,9 @@ def cmd_train(a):
         r = train_residual(rd, expert=a.expert, residual_scale=a.residual_scale, append_expert_obs=a.append_expert_obs,
                            zero_init=not a.no_zero_init, **kw)
     else: r = train(rd, **kw)
-    _say(f"trained {r['timesteps']:,} steps in {r['wall_s']:.0f} s ({r['steps_per_s']:,.0f} steps/s); kept the policy of step "
-         f"{r['kept_timesteps']:,} ({r['keep']}): eval return {r['final_eval_mean']:.1f} ± {r['final_eval_std']:.1f}")
+    _say(f"trained {r['timesteps']:,} steps in {r['wall_s']:.0f} s ({r['steps_per_s']:,.0f} steps/s); "
+         f"kept the policy of step {r['kept_timesteps']:,} ({r['keep']}): "
+         f"eval return {r['final_eval_mean']:.1f} ± {r['final_eval_std']:.1f}")
     return r
 
 # %% ../nbs/90_cli.ipynb #0b68941b
@@ -256,11 +299,12 @@ def _train_fast(a):
     if a.num_envs: st = dataclasses.replace(st, num_envs=a.num_envs)
     rd = a.run_dir or default_run_dir(env_id)
     _say(f'fast on-device PPO on {env_id} ({st.num_envs} envs on {a.device}) into {rd}')
-    r = fast_train(rd, env_id, a.timesteps, a.seed, a.device, st, a.expert, a.residual_scale, a.compile, a.cudagraphs, force=a.force,
-                   progress=sys.stderr.isatty())
-    _say(f"{r['timesteps']:,} steps in {r['wall_s']:.1f} s ({r['steps_per_s']:,.0f} steps/s, env + inference + training); greedy return "
-         f"{r['final_eval_mean']:.1f} ± {r['final_eval_std']:.1f}" + (f"; reached {r['target_return']:g} at step {r['solved_at_timesteps']:,} "
-         f"after {r['solved_at_wall_s']:.1f} s" if r['solved'] else ''))
+    r = fast_train(rd, env_id, a.timesteps, a.seed, a.device, st, a.expert, a.residual_scale, a.compile, a.cudagraphs,
+                   force=a.force, progress=sys.stderr.isatty())
+    _say(f"{r['timesteps']:,} steps in {r['wall_s']:.1f} s ({r['steps_per_s']:,.0f} steps/s, "
+         f"env + inference + training); greedy return {r['final_eval_mean']:.1f} ± {r['final_eval_std']:.1f}"
+         + (f"; reached {r['target_return']:g} at step {r['solved_at_timesteps']:,} after {r['solved_at_wall_s']:.1f} s"
+            if r['solved'] else ''))
     return r
 
 # %% ../nbs/90_cli.ipynb #63f63569
@@ -268,10 +312,10 @@ def cmd_export(a):
     from ppo_trt.residual import export_run
     r = export_run(_run_dir(a), n_obs=a.parity_obs, env_id=a.env_id)
     res = r['metadata'].get('residual')
-    if res: _say('expert folded into policy.onnx' if res['folded'] else f"policy.onnx holds the residual network only: {res['fold_reason']}; "
-                 'the runners add the expert on the host')
-    _say(f"exported policy.onnx (opset {r['opset']}); ORT vs model.predict max abs err {r['parity_ort_cpu']['max_abs_err']:.2e} "
-         f"on {r['parity_ort_cpu']['n']} rollout observations")
+    if res: _say('expert folded into policy.onnx' if res['folded'] else f"policy.onnx holds the residual network only: "
+                 f"{res['fold_reason']}; the runners add the expert on the host")
+    _say(f"exported policy.onnx (opset {r['opset']}); ORT vs model.predict max abs err "
+         f"{r['parity_ort_cpu']['max_abs_err']:.2e} on {r['parity_ort_cpu']['n']} rollout observations")
     return r
 
 # %% ../nbs/90_cli.ipynb #f6d7770f
@@ -284,7 +328,8 @@ def cmd_build(a):
         _say(f'trtexec wrote {p}'); return p
     r = build_engine(rd, a.flavour, a.precision, a.min_batch, a.opt_batch, a.max_batch, a.compute_capability)
     _say(f"built {r['engine']} with {r['module']} {r['version']} in {r['build_s']:.2f} s ({r['engine_bytes']:,} bytes)"
-         + (f", FP16 via {r['fp16_method']}" if r['fp16_method'] else '') + (' on a machine without a GPU' if r['built_without_gpu'] else ''))
+         + (f", FP16 via {r['fp16_method']}" if r['fp16_method'] else '')
+         + (' on a machine without a GPU' if r['built_without_gpu'] else ''))
     return r
 
 # %% ../nbs/90_cli.ipynb #4e1b647d
@@ -310,15 +355,17 @@ def cmd_residual_study(a):
     env_id = a.env_id or 'InvertedPendulum-v4'
     rd = a.run_dir or default_run_dir(env_id)
     out = a.out or Path(rd)/'residual_study'
-    _say(f'residual study on {env_id}: pure PPO and {a.expert} + residual, {a.timesteps or "preset"} steps each, into {out}')
-    s = residual_study(out, env_id, a.expert, a.residual_scale, a.timesteps, a.seed, a.preset, a.eval_freq, a.eval_episodes,
-                       progress=True, record_dir=rd)
+    _say(f'residual study on {env_id}: pure PPO and {a.expert} + residual, {a.timesteps or "preset"} steps each, '
+         f'into {out}')
+    s = residual_study(out, env_id, a.expert, a.residual_scale, a.timesteps, a.seed, a.preset, a.eval_freq,
+                       a.eval_episodes, progress=True, record_dir=rd)
     e = s['expert_return']['mean']
     for k, c in s['curves'].items():
         f = s['final'][k]
         _say(f"{k:9s} final {f['mean']:8.1f} ± {f['std']:6.1f}; first eval {c['mean_return'][0]:8.1f}; "
              f"reached the expert's {e:.1f} at step {first_reaching(c, e) or 'never'}")
-    _say(f"expert alone {e:.1f} ± {s['expert_return']['std']:.1f}; wrote {Path(rd)/f'residual_study_{env_id}.json'} ({s['wall_s']:.0f} s)")
+    _say(f"expert alone {e:.1f} ± {s['expert_return']['std']:.1f}; "
+         f"wrote {Path(rd)/f'residual_study_{env_id}.json'} ({s['wall_s']:.0f} s)")
     return s
 
 # %% ../nbs/90_cli.ipynb #5e0e4275
@@ -340,7 +387,8 @@ def cmd_env_bench(a):
     rd = Path(a.run_dir or default_run_dir(a.env_id)); rd.mkdir(parents=True, exist_ok=True)
     out = rd/f'env_bench_{a.env_id}.json'
     from ppo_trt.runtime import cpu_model
-    save_json(out, dict(rows=rows, cpu=cpu_model(), torch_threads=torch.get_num_threads(), created=time.strftime('%Y-%m-%dT%H:%M:%S%z'),
+    save_json(out, dict(rows=rows, cpu=cpu_model(), torch_threads=torch.get_num_threads(),
+                        created=time.strftime('%Y-%m-%dT%H:%M:%S%z'),
                         gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None))
     _say(f'wrote {out}')
     return rows
@@ -365,16 +413,18 @@ def cmd_advise(a):
 
 # %% ../nbs/90_cli.ipynb #92f6522d
 def run_folder_rows(run_dir):
-    "(artifact, state, detail) for every record of a run folder: ok, missing, corrupt or stale, with the command that fixes it."
+    "(artifact, state, detail) per record of a run folder: ok, missing, corrupt or stale, and the command to fix it."
     run, rows = RunDir(run_dir), []
     problems = lineage_problems(run)
     for name, (file, stage) in ARTIFACTS.items():
         if name == 'checkpoints': continue
         mine = [p for p in problems if p[0] in (name, file)]
-        if mine: rows.append((file, 'corrupt' if 'valid' in mine[0][1] else 'stale', f'{mine[0][1]}; run `{mine[0][2]}`'))
+        if mine: rows.append((file, 'corrupt' if 'valid' in mine[0][1] else 'stale',
+                              f'{mine[0][1]}; run `{mine[0][2]}`'))
         elif run.has(name): rows.append((file, 'ok', ''))
         elif stage not in OPTIONAL_STAGES: rows.append((file, 'missing', f'run `ppo-trt {stage} --run-dir {run.root}`'))
-    rows += [(p[0], 'stale', f'{p[1]}; run `{p[2]}`') for p in problems if p[0] not in {r[0] for r in rows} | set(ARTIFACTS)]
+    rows += [(p[0], 'stale', f'{p[1]}; run `{p[2]}`') for p in problems
+             if p[0] not in {r[0] for r in rows} | set(ARTIFACTS)]
     return rows
 
 # %% ../nbs/90_cli.ipynb #31d2a6b7
@@ -389,8 +439,9 @@ def cmd_doctor(a):
     state = run_folder_rows(rd)
     for file, st, detail in state: print(f'run folder {file:16s} {st:8s} {detail}')
     bad = [r for r in state if r[1] != 'ok']
-    print(f'run folder {rd}: ' + ('consistent: every record is readable and made from the current policy' if not bad else
-                                  f'{len(bad)} to fix: ' + ', '.join(f'{f} ({s})' for f, s, _ in bad)))
+    print(f'run folder {rd}: '
+          + ('consistent: every record is readable and made from the current policy' if not bad else
+             f'{len(bad)} to fix: ' + ', '.join(f'{f} ({s})' for f, s, _ in bad)))
     return rows
 
 # %% ../nbs/90_cli.ipynb #3f9f7c8b
@@ -399,11 +450,13 @@ def cmd_enjoy(a):
     rd = _run_dir(a)
     if a.mode == 'visual':
         r = render_episode(rd, a.out, backend=a.backend, env_id=a.env_id, seed=a.seed, max_steps=a.max_steps, fps=a.fps)
-        _say(f"wrote {r['path']}: {r['frames']} frames, {r['steps']} steps, return {r['episode_return']:.1f} ({a.backend})")
+        _say(f"wrote {r['path']}: {r['frames']} frames, {r['steps']} steps, "
+             f"return {r['episode_return']:.1f} ({a.backend})")
     else:
         r = benchmark_loop(rd, backend=a.backend, env_id=a.env_id, warmup=a.warmup, iters=a.iters, seed=a.seed)
         _say(f"{a.backend}: loop {r['loop_rate_hz']:,.0f} Hz, inference p50 {r['inference']['p50_us']:.1f} µs / "
-             f"p99 {r['inference']['p99_us']:.1f} µs, loop p99 {r['loop']['p99_us']:.1f} µs, jitter {r['jitter_us']:.1f} µs")
+             f"p99 {r['inference']['p99_us']:.1f} µs, loop p99 {r['loop']['p99_us']:.1f} µs, "
+             f"jitter {r['jitter_us']:.1f} µs")
     return r
 
 # %% ../nbs/90_cli.ipynb #1231859a
@@ -426,9 +479,9 @@ def cmd_run(a):
     _say(f'done in {time.perf_counter() - t0:.0f} s: open {RunDir(_run_dir(a)).path("report")}')
 
 # %% ../nbs/90_cli.ipynb #73e8b51b
-COMMANDS = {'run': cmd_run, 'train': cmd_train, 'export': cmd_export, 'build': cmd_build, 'bench': cmd_bench, 'evaluate': cmd_evaluate,
-            'residual-study': cmd_residual_study, 'env-bench': cmd_env_bench, 'report': cmd_report, 'advise': cmd_advise,
-            'doctor': cmd_doctor, 'enjoy': cmd_enjoy, 'docs': cmd_docs}
+COMMANDS = {'run': cmd_run, 'train': cmd_train, 'export': cmd_export, 'build': cmd_build, 'bench': cmd_bench,
+            'evaluate': cmd_evaluate, 'residual-study': cmd_residual_study, 'env-bench': cmd_env_bench,
+            'report': cmd_report, 'advise': cmd_advise, 'doctor': cmd_doctor, 'enjoy': cmd_enjoy, 'docs': cmd_docs}
 READ_ONLY = ('advise', 'doctor', 'docs')  # docs writes --out; the run folder's report takes its own lock
 
 def _folder(a):

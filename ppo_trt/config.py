@@ -94,12 +94,13 @@ def sha256_file(path, chunk=1 << 20):
 
 # %% ../nbs/00_config.ipynb #706bb815
 def user_cache(*parts):
-    "A folder for generated code under `$PPO_TRT_CACHE`, else `$XDG_CACHE_HOME/ppo_trt`, else `~/.cache/ppo_trt`; made if missing."
+    "Generated-code folder: `$PPO_TRT_CACHE`, else `$XDG_CACHE_HOME/ppo_trt`, else `~/.cache/ppo_trt`; made if missing."
     root = os.environ.get('PPO_TRT_CACHE') or Path(os.environ.get('XDG_CACHE_HOME') or Path.home()/'.cache')/'ppo_trt'
     path = Path(root, *parts)
     try: path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise PpoTrtError(f'cannot create the cache folder {path} ({e.strerror}); set PPO_TRT_CACHE to a writable folder') from None
+        raise PpoTrtError(f'cannot create the cache folder {path} ({e.strerror}); '
+                          'set PPO_TRT_CACHE to a writable folder') from None
     return path
 
 
@@ -141,7 +142,8 @@ class RunDir:
     def status(self):
         "{stage: True if every artifact it makes is present} in pipeline order, optional stages left out."
         stages = dict.fromkeys(stage for _, stage in ARTIFACTS.values() if stage not in OPTIONAL_STAGES)
-        return {st: all(self.has(n) for n, (_, s) in ARTIFACTS.items() if s == st and n != 'checkpoints') for st in stages}
+        return {st: all(self.has(n) for n, (_, s) in ARTIFACTS.items() if s == st and n != 'checkpoints')
+                for st in stages}
     def next_stage(self):
         "The first stage whose artifacts are missing, or None when the run is complete."
         return next((st for st, done in self.status().items() if not done), None)

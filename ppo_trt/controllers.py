@@ -51,7 +51,8 @@ class Channel:
     amplitude: float = 0.0   # open-loop oscillation of the setpoint
     freq_hz: float = 0.0
     phase: float = 0.0
-    feedforward: dict = field(default_factory=dict)  # {obs_index: gain} added to the setpoint (e.g. torso-angle correction)
+    # {obs_index: gain} added to the setpoint (e.g. torso-angle correction)
+    feedforward: dict = field(default_factory=dict)
 
 # %% ../nbs/11_controllers.ipynb #e7fa7530
 class PIDBaseline:
@@ -62,9 +63,11 @@ class PIDBaseline:
         act_dim = len(self.low)
         for c in self.channels:
             for what, idx, n in (('obs_index', c.obs_index, obs_dim), ('rate_index', c.rate_index, obs_dim),
-                                 ('action_index', c.action_index, act_dim), *(('feedforward index', k, obs_dim) for k in c.feedforward)):
+                                 ('action_index', c.action_index, act_dim),
+                                 *(('feedforward index', k, obs_dim) for k in c.feedforward)):
                 if idx is not None and not 0 <= idx < n:
-                    raise BadInputError(f'channel {what} {idx} is out of range for {n} {"actions" if what == "action_index" else "observations"}')
+                    raise BadInputError(f'channel {what} {idx} is out of range for '
+                                        f'{n} {"actions" if what == "action_index" else "observations"}')
         self.pids = [PIDController(c.kp, c.ki, c.kd, dt, i_limit=i_limit) for c in self.channels]
         self.reset()
     def reset(self):
@@ -74,7 +77,8 @@ class PIDBaseline:
     def act(self, obs):
         "Action for one observation [obs_dim]."
         obs = np.asarray(obs, np.float64)
-        if obs.shape != (self.obs_dim,): raise BadInputError(f'obs must have shape ({self.obs_dim},) or (1, {self.obs_dim}), got {obs.shape}')
+        if obs.shape != (self.obs_dim,):
+            raise BadInputError(f'obs must have shape ({self.obs_dim},) or (1, {self.obs_dim}), got {obs.shape}')
         u = np.zeros(len(self.low))
         for c, pid in zip(self.channels, self.pids):
             sp = c.setpoint + sum(g * obs[k] for k, g in c.feedforward.items())
@@ -100,23 +104,27 @@ def hopper_channels(amplitude, freq_hz, kp, kd, torso_kp, torso_kd, phase_leg, p
 
 # %% ../nbs/11_controllers.ipynb #0ba0e130
 PRESETS = {
-    'InvertedPendulum-v4': lambda: [Channel(1, 0, kp=-10.0, kd=-1.0, rate_index=3), Channel(0, 0, kp=-1.0, kd=-1.0, rate_index=2)],
+    'InvertedPendulum-v4': lambda: [Channel(1, 0, kp=-10.0, kd=-1.0, rate_index=3),
+                                    Channel(0, 0, kp=-1.0, kd=-1.0, rate_index=2)],
     'Hopper-v4': lambda: hopper_channels(**HOPPER_TUNED),
 }
 
 def pid_baseline(env_id, channels=None):
     "The PID baseline for `env_id` (a preset unless `channels` are given)."
     if channels is None:
-        if env_id not in PRESETS: raise BadInputError(f'no PID preset for {env_id}; presets exist for {", ".join(PRESETS)} (or pass channels)')
+        if env_id not in PRESETS:
+            raise BadInputError(f'no PID preset for {env_id}; presets exist for {", ".join(PRESETS)} '
+                                '(or pass channels)')
         channels = PRESETS[env_id]()
     env = make_env(env_id)
-    b = PIDBaseline(channels, env.observation_space.shape[0], env.action_space.low, env.action_space.high, env.unwrapped.dt, name=f'pid:{env_id}')
+    b = PIDBaseline(channels, env.observation_space.shape[0], env.action_space.low, env.action_space.high,
+                    env.unwrapped.dt, name=f'pid:{env_id}')
     env.close()
     return b
 
 # %% ../nbs/11_controllers.ipynb #b6f641ad
 def run_episode(env, policy, seed, max_steps=None):
-    "(return, steps) of one seeded episode of `policy.predict`; `reset()` first and `notify(info)` after each step when it has them."
+    "(return, steps) of a seeded episode of `policy.predict`; `reset()` first and `notify(info)` per step, if defined."
     obs, _ = env.reset(seed=seed)
     if hasattr(policy, 'reset'): policy.reset()
     ret, steps, done = 0.0, 0, False
@@ -143,6 +151,8 @@ def tune_hopper(n=60, episodes=2, seed=0):
     best, best_r = None, -np.inf
     for _ in range(n):
         params = dict(zip(keys, map(float, rng.uniform(lo, hi))))
-        r = rollout_returns(pid_baseline('Hopper-v4', hopper_channels(**params)), 'Hopper-v4', episodes, seed=seed).mean()
+        r = rollout_returns(pid_baseline('Hopper-v4', hopper_channels(**params)), 'Hopper-v4', episodes,
+                            seed=seed).mean()
         if r > best_r: best, best_r = params, r
-    return best, float(rollout_returns(pid_baseline('Hopper-v4', hopper_channels(**best)), 'Hopper-v4', 10, seed=100).mean())
+    return best, float(rollout_returns(pid_baseline('Hopper-v4', hopper_channels(**best)), 'Hopper-v4', 10,
+                                       seed=100).mean())

@@ -25,7 +25,7 @@ def _trained(src, backend):
 
 # %% ../nbs/31_cpu_runners.ipynb #5763fb76
 class SB3Runner(Runner):
-    "SB3 `predict` on normalised observations (the reference); `predict` is not thread-safe (measured), so checked calls take turns."
+    "SB3 `predict` on normalised observations (the reference); not thread-safe (measured), so checked calls take turns."
     name, needs_run = 'sb3', True
     def __init__(self, src, threads=1):
         import torch
@@ -33,9 +33,11 @@ class SB3Runner(Runner):
         torch.set_num_threads(threads)
         self.model, self.norm = load_policy(run.root), ObsNorm.load(run.require('obs_norm'))
         super().__init__(obs_dim, act_dim, provider='stable-baselines3 predict', torch_threads=threads,
-                         versions={'stable-baselines3': package_version('stable-baselines3'), 'torch': package_version('torch')})
+                         versions={'stable-baselines3': package_version('stable-baselines3'),
+                                   'torch': package_version('torch')})
     def run(self, obs):
-        return self.model.predict(self.norm(obs).astype(np.float32), deterministic=True)[0].astype(np.float32, copy=False)
+        return self.model.predict(self.norm(obs).astype(np.float32),
+                                  deterministic=True)[0].astype(np.float32, copy=False)
 
 # %% ../nbs/31_cpu_runners.ipynb #48555978
 class TorchRunner(Runner):
@@ -46,7 +48,8 @@ class TorchRunner(Runner):
         run, obs_dim, act_dim = _trained(_source(src), self.name)
         torch.set_num_threads(threads)
         self._torch, self.module = torch, deployable_module(run.root)
-        super().__init__(obs_dim, act_dim, provider='torch eager', torch_threads=threads, versions={'torch': package_version('torch')})
+        super().__init__(obs_dim, act_dim, provider='torch eager', torch_threads=threads,
+                         versions={'torch': package_version('torch')})
     def run(self, obs):
         with self._torch.inference_mode(): return self.module(self._torch.from_numpy(obs)).numpy()
 
@@ -57,12 +60,14 @@ def ort_session(onnx_path, providers, threads=1, options=None):
     proto = load_onnx(onnx_path)
     wanted = providers[0] if isinstance(providers[0], str) else providers[0][0]
     if wanted not in ort.get_available_providers():
-        raise BackendUnavailable(f'{wanted} is not in this onnxruntime build (it has {", ".join(ort.get_available_providers())}); '
+        raise BackendUnavailable(f'{wanted} is not in this onnxruntime build '
+                                 f'(it has {", ".join(ort.get_available_providers())}); '
                                  'see `ppo-trt doctor` for the fix')
     so = options or ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = threads, 1, 3
     try: sess = ort.InferenceSession(proto.SerializeToString(), so, providers=providers)
-    except Exception as e: raise BackendUnavailable(f'{wanted} failed to create a session: {str(e).splitlines()[0][:300]}') from None
+    except Exception as e:
+        raise BackendUnavailable(f'{wanted} failed to create a session: {str(e).splitlines()[0][:300]}') from None
     active = sess.get_providers()
     if active[0] != wanted:
         raise BackendUnavailable(f'{wanted} was asked for but ONNX Runtime fell back to {active[0]} '
@@ -77,8 +82,9 @@ class OrtRunner(Runner):
         src = _source(src)
         self.sess, _ = ort_session(src.onnx(), [self.provider], threads)
         meta = src.meta
-        super().__init__(meta['obs_dim'], meta['act_dim'], provider=self.sess.get_providers()[0], intra_op_threads=threads,
-                         inter_op_threads=1, env_id=meta['env_id'], versions={'onnxruntime': package_version('onnxruntime')})
+        super().__init__(meta['obs_dim'], meta['act_dim'], provider=self.sess.get_providers()[0],
+                         intra_op_threads=threads, inter_op_threads=1, env_id=meta['env_id'],
+                         versions={'onnxruntime': package_version('onnxruntime')})
     def run(self, obs): return self.sess.run(['action'], {'obs': obs})[0]
 
 # %% ../nbs/31_cpu_runners.ipynb #392fd735
@@ -130,11 +136,12 @@ class NativeRunner(Runner):
         b = obs.shape[0]
         out = self._outs.get(b)
         if out is None: out = self._outs[b] = np.empty((b, self.act_dim), np.float32)
-        if self._par is not None and b >= self.parallel_min_batch: self._par(obs, out, max(16, b // (4 * self._threads)))
+        if self._par is not None and b >= self.parallel_min_batch:
+            self._par(obs, out, max(16, b // (4 * self._threads)))
         else: self._rows(obs, out, self._scratch)
         return out
     def __call__(self, obs):
-        "The checked call: types by numba's closed dispatcher, width, rows and finiteness in the jitted function; a new array."
+        "The checked call: types by numba's closed dispatcher; width, rows, finiteness in the jitted code; a new array."
         if type(obs) is np.ndarray and obs.ndim == 2 and obs.shape[1] == self.obs_dim:
             out = np.empty((obs.shape[0], self.act_dim), np.float32)
             try:
@@ -142,7 +149,8 @@ class NativeRunner(Runner):
             except TypeError: pass  # not a float32 C array: check_obs copies it or says why
         obs = check_obs(obs, self.obs_dim)
         out = np.empty((obs.shape[0], self.act_dim), np.float32)
-        if self._checked(obs, out) != -1: raise PpoTrtError('native refused an obs that check_obs accepts: report this as a bug')
+        if self._checked(obs, out) != -1:
+            raise PpoTrtError('native refused an obs that check_obs accepts: report this as a bug')
         return out
 
 # %% ../nbs/31_cpu_runners.ipynb #eb758d9f
@@ -155,8 +163,8 @@ class NativeCRunner(Runner):
         try: pol = compile_c_policy(_source(src).onnx(), check_obs)
         except (NativeUnsupportedError, PpoTrtError) as e: raise BackendUnavailable(str(e)) from None
         self._fwd, self._call, self._outs = pol.forward, pol.call, {}
-        super().__init__(pol.obs_dim, pol.act_dim, provider='C extension (gcc -O3 -march=native)', compile_s=round(pol.build_s, 3),
-                         build=pol.cache, module=str(pol.path))
+        super().__init__(pol.obs_dim, pol.act_dim, provider='C extension (gcc -O3 -march=native)',
+                         compile_s=round(pol.build_s, 3), build=pol.cache, module=str(pol.path))
     def run(self, obs):
         out = self._outs.get(obs.shape[0])
         if out is None: out = self._outs[obs.shape[0]] = np.empty((obs.shape[0], self.act_dim), np.float32)
@@ -185,8 +193,9 @@ class TorchCompileRunner(Runner):
         self._torch, self.module = torch, torch.compile(deployable_module(run.root).to(self.device).eval())
         t0 = time.perf_counter()
         with torch.no_grad(): self.module(torch.zeros((1, obs_dim), device=self.device))
-        super().__init__(obs_dim, act_dim, provider=f'torch.compile (inductor) on {self.device}', compile_s=round(time.perf_counter() - t0, 2),
-                         torch_threads=threads, versions={'torch': package_version('torch')})
+        super().__init__(obs_dim, act_dim, provider=f'torch.compile (inductor) on {self.device}',
+                         compile_s=round(time.perf_counter() - t0, 2), torch_threads=threads,
+                         versions={'torch': package_version('torch')})
     def run(self, obs):
         hot_path_shape(obs, self.obs_dim)
         t = self._torch

@@ -28,7 +28,7 @@ def split_directives(src):
 
 # %% ../nbs/62_docs.ipynb #e57ccdaa
 def relink(text, doc_url, up=''):
-    "Links nbdev made into its Quarto site (`{doc_host}{doc_baseurl}/page.html#sym`) made relative; pandoc link attributes dropped."
+    "Links into nbdev's Quarto site (`{doc_host}{doc_baseurl}/page.html#sym`) made relative; pandoc link attrs dropped."
     text = _PANDOC_ATTRS.sub(r'\1', text)
     if not doc_url: return text
     return re.sub(re.escape(doc_url) + r'([^\s)"\'<>#]*)(#[^\s)"\'<>]*)?',
@@ -42,7 +42,8 @@ def _front_matter(src):
     "The `# title` and `> description` markdown for a Quarto front-matter raw cell."
     import yaml
     fm = yaml.safe_load(src.strip().strip('-')) or {}
-    return (f"# {fm['title']}\n" if fm.get('title') else '') + (f"\n> {fm['description']}\n" if fm.get('description') else '')
+    return ((f"# {fm['title']}\n" if fm.get('title') else '')
+            + (f"\n> {fm['description']}\n" if fm.get('description') else ''))
 
 # %% ../nbs/62_docs.ipynb #649663eb
 def _show_doc_markdown(cell):
@@ -85,8 +86,8 @@ def _plain_code(c, src, doc_url, up):
     return [c] if body.strip() or outs else []
 
 # %% ../nbs/62_docs.ipynb #b65aecfe
-STAGES = {'0': 'Core', '1': 'Training', '2': 'Deployable artifacts', '3': 'Backends', '4': 'Measurement', '5': 'Throughput',
-          '6': 'Results and docs', '9': 'Command line'}
+STAGES = {'0': 'Core', '1': 'Training', '2': 'Deployable artifacts', '3': 'Backends', '4': 'Measurement',
+          '5': 'Throughput', '6': 'Results and docs', '9': 'Command line'}
 
 def page_name(path):
     "nbdev's page name for a notebook (`40_bench.ipynb` -> `bench`), as Quarto would name it."
@@ -112,9 +113,10 @@ def mkdocs_config(name, description, nav, docs_dir, site_dir):
         use_directory_urls=False,  # page.html, so the site works from file:// too
         theme=dict(name='material', custom_dir=str(Path(docs_dir).parent/'theme'), font=False,
                    features=['navigation.sections', 'navigation.top', 'search.highlight', 'content.code.copy']),
-        plugins=['search', 'offline', {'mkdocs-jupyter': dict(include=['*.ipynb'], execute=False, include_requirejs=False,
-                                                                 custom_mathjax_url='', cache=False,
-                                                                 remove_tag_config=dict(remove_input_tags=['remove_input']))}],
+        plugins=['search', 'offline',
+                 {'mkdocs-jupyter': dict(include=['*.ipynb'], execute=False, include_requirejs=False,
+                                         custom_mathjax_url='', cache=False,
+                                         remove_tag_config=dict(remove_input_tags=['remove_input']))}],
         hooks=[str(templates/'docs_hooks.py')],
         extra=dict(generator=False, polyfills=['assets/javascripts/iframe-worker-shim.js']),
         markdown_extensions=['attr_list', 'tables', 'admonition', {'toc': dict(permalink=True)}, 'pymdownx.highlight',
@@ -138,7 +140,7 @@ def _readme_page(readme, nbs_dir, doc_url):
 
 # %% ../nbs/62_docs.ipynb #f9cdcfba
 def write_pages(proc, docs_dir, cfg, run_report=None):
-    "Processed notebooks (under their page names), nbs/'s other files, the README as index.md, and a run's report, into `docs_dir`."
+    "Processed notebooks (by page name), nbs/'s other files, README as index.md, and a run's report, into `docs_dir`."
     doc_url = (cfg.get('doc_host', '') + cfg.get('doc_baseurl', '')).rstrip('/') + '/'
     doc_url = '' if doc_url == '/' else doc_url
     for f in sorted(Path(proc).rglob('*')):
@@ -152,7 +154,8 @@ def write_pages(proc, docs_dir, cfg, run_report=None):
         dst.write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding='utf-8')
     (Path(docs_dir)/'index.ipynb').unlink(missing_ok=True)
     nbs_dir = Path(cfg.nbs_path).relative_to(cfg.config_path).as_posix()
-    (Path(docs_dir)/'index.md').write_text(_readme_page(Path(cfg.config_path)/'README.md', nbs_dir, doc_url), encoding='utf-8')
+    (Path(docs_dir)/'index.md').write_text(_readme_page(Path(cfg.config_path)/'README.md', nbs_dir, doc_url),
+                                           encoding='utf-8')
     if run_report is not None: _report_page(run_report, Path(docs_dir)/'run_report.ipynb')
 
 # %% ../nbs/62_docs.ipynb #377389c4
@@ -170,7 +173,8 @@ def _project():
     try: cfg = get_config()
     except Exception: cfg = None
     if cfg is None or not (Path(cfg.config_path)/'nbs').is_dir():
-        raise BadInputError('ppo-trt docs builds the site from the notebooks: run it in a clone of the repository (with nbs/)')
+        raise BadInputError('ppo-trt docs builds the site from the notebooks: '
+                            'run it in a clone of the repository (with nbs/)')
     return cfg
 
 # %% ../nbs/62_docs.ipynb #db702208
@@ -180,7 +184,7 @@ def _require(module, fix):
 
 # %% ../nbs/62_docs.ipynb #7e0699e8
 def build_site(out='_docs', run_dir=None, say=print):
-    "Render the documentation site into `out` (with `run_dir`'s report as a page); Quarto if installed, else mkdocs. The site's index."
+    "Render the docs site into `out` (`run_dir`'s report as a page); Quarto if installed, else mkdocs. Its index.html."
     import yaml
     cfg, t0 = _project(), time.perf_counter()
     out = Path(out).resolve()
@@ -205,10 +209,11 @@ def build_site(out='_docs', run_dir=None, say=print):
     write_pages(proc, work/'pages', cfg, report)
     _theme(work)
     nav = navigation(Path(cfg.nbs_path).glob('*.ipynb')) + ([{'Run report': 'run_report.ipynb'}] if report else [])
-    (work/'mkdocs.yml').write_text(yaml.safe_dump(mkdocs_config(cfg.title, cfg.description, nav, work/'pages', out), sort_keys=False))
+    (work/'mkdocs.yml').write_text(yaml.safe_dump(mkdocs_config(cfg.title, cfg.description, nav, work/'pages', out),
+                                                  sort_keys=False))
     say('[ppo-trt] building the site with mkdocs ...')
-    r = subprocess.run([sys.executable, '-m', 'mkdocs', 'build', '--strict', '-f', str(work/'mkdocs.yml')], capture_output=True, text=True,
-                       env={**os.environ, 'NO_MKDOCS_2_WARNING': '1'})
+    r = subprocess.run([sys.executable, '-m', 'mkdocs', 'build', '--strict', '-f', str(work/'mkdocs.yml')],
+                       capture_output=True, text=True, env={**os.environ, 'NO_MKDOCS_2_WARNING': '1'})
     if r.returncode: raise PpoTrtError(f'mkdocs build failed: {r.stderr.strip()[-1500:]}')
     say(f'[ppo-trt] {len(list(out.rglob("*.html")))} pages in {time.perf_counter() - t0:.0f} s')
     return out/'index.html'

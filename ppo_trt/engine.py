@@ -21,7 +21,7 @@ __all__ = ['FP16_TOL', 'FLAVOURS', 'fp16_onnx', 'EngineError', 'trt_module', 'en
 FP16_TOL = 1e-2
 
 def fp16_onnx(run_dir, tol=FP16_TOL):
-    "Write `policy.fp16.onnx` (FP16 inside, FP32 I/O) after checking parity vs FP32 on the CPU EP; return (path, parity)."
+    "Write `policy.fp16.onnx` (FP16 inside, FP32 I/O) after checking parity vs FP32 on CPU EP; return (path, parity)."
     from onnxconverter_common import float16
     run = RunDir(run_dir)
     src = run.require('onnx')
@@ -31,7 +31,8 @@ def fp16_onnx(run_dir, tol=FP16_TOL):
     ref = ort_cpu_session(src).run(['action'], {'obs': obs})[0]
     par = parity(ref, ort_cpu_session(blob).run(['action'], {'obs': obs})[0])
     if par['max_abs_err'] > tol:
-        raise ParityError(f"FP16 ONNX differs from FP32 by {par['max_abs_err']:.3g} (> {tol:g}); policy.fp16.onnx was not written")
+        raise ParityError(f"FP16 ONNX differs from FP32 by {par['max_abs_err']:.3g} (> {tol:g}); "
+                          "policy.fp16.onnx was not written")
     dst = run.root/'policy.fp16.onnx'
     with atomic_path(dst) as tmp: tmp.write_bytes(blob)
     return dst, {**par, 'tol': tol}
@@ -45,12 +46,14 @@ class EngineError(PpoTrtError):
 # %% ../nbs/22_engine.ipynb #56cd20e4
 def trt_module(flavour='auto'):
     "(flavour, imported module) for `flavour` in trt / trt-rtx / auto."
-    if flavour not in (*FLAVOURS, 'auto'): raise BadInputError(f"unknown TensorRT flavour {flavour!r}; use trt, trt-rtx or auto")
+    if flavour not in (*FLAVOURS, 'auto'):
+        raise BadInputError(f"unknown TensorRT flavour {flavour!r}; use trt, trt-rtx or auto")
     errors = {}
     for name in (FLAVOURS if flavour == 'auto' else [flavour]):
         try: return name, importlib.import_module(FLAVOURS[name][0])
         except Exception as e: errors[name] = f'{type(e).__name__}: {e}'.splitlines()[0]
-    raise EngineError('no TensorRT flavour imports: ' + '; '.join(f'{n}: {e} -> {FLAVOURS[n][1]}' for n, e in errors.items()))
+    raise EngineError('no TensorRT flavour imports: '
+                      + '; '.join(f'{n}: {e} -> {FLAVOURS[n][1]}' for n, e in errors.items()))
 
 # %% ../nbs/22_engine.ipynb #54b8846f
 def _file_logger(trt, lines):
@@ -70,7 +73,8 @@ def _check_profile(min_batch, opt_batch, max_batch):
 
 # %% ../nbs/22_engine.ipynb #84c97258
 @locked('build')
-def build_engine(run_dir, flavour='auto', precision='fp32', min_batch=1, opt_batch=1, max_batch=4096, compute_capabilities=None):
+def build_engine(run_dir, flavour='auto', precision='fp32', min_batch=1, opt_batch=1, max_batch=4096,
+                 compute_capabilities=None):
     "Build a TensorRT / TensorRT-RTX engine for the run's policy; return its `build.json` record."
     if precision not in ('fp32', 'fp16'): raise BadInputError(f"precision must be fp32 or fp16, got {precision!r}")
     _check_profile(min_batch, opt_batch, max_batch)
@@ -88,11 +92,13 @@ def build_engine(run_dir, flavour='auto', precision='fp32', min_batch=1, opt_bat
     network = builder.create_network(0)
     parser = trt.OnnxParser(network, logger)
     if not parser.parse(src.read_bytes()):
-        raise EngineError(f'{flavour} could not parse {src.name}: ' + '; '.join(parser.get_error(i).desc() for i in range(parser.num_errors)))
+        raise EngineError(f'{flavour} could not parse {src.name}: '
+                          + '; '.join(parser.get_error(i).desc() for i in range(parser.num_errors)))
     config = builder.create_builder_config()
     if via_flag: config.set_flag(trt.BuilderFlag.FP16)
     if compute_capabilities:
-        if not hasattr(trt, 'ComputeCapability'): raise BadInputError(f'{flavour} does not take target compute capabilities')
+        if not hasattr(trt, 'ComputeCapability'):
+            raise BadInputError(f'{flavour} does not take target compute capabilities')
         config.num_compute_capabilities = len(compute_capabilities)
         for i, cc in enumerate(compute_capabilities):
             try: config.set_compute_capability(getattr(trt.ComputeCapability, cc), i)
@@ -116,11 +122,13 @@ def build_engine(run_dir, flavour='auto', precision='fp32', min_batch=1, opt_bat
     with atomic_path(engine_path) as tmp: tmp.write_bytes(bytes(serialized))
     with atomic_path(cache_path) as tmp: tmp.write_bytes(bytes(config.get_timing_cache().serialize()))
     gpu = gpu_info()
-    record = dict(engine=engine_path.name, flavour=flavour, module=FLAVOURS[flavour][0], version=trt.__version__,
-                  precision=precision, fp16_method=None if precision == 'fp32' else ('builder flag' if via_flag else 'fp16-typed onnx'),
-                  source_onnx=src.name, fp16_parity=fp16_parity, profile=dict(min=min_batch, opt=opt_batch, max=max_batch),
-                  input=dict(name='obs', dim=d), compute_capabilities=list(compute_capabilities or []),
-                  gpu=gpu, built_without_gpu=gpu is None, build_s=round(build_s, 3), engine_bytes=len(bytes(serialized)),
+    record = dict(engine=engine_path.name, flavour=flavour, module=FLAVOURS[flavour][0],
+                  version=trt.__version__, precision=precision,
+                  fp16_method=None if precision == 'fp32' else ('builder flag' if via_flag else 'fp16-typed onnx'),
+                  source_onnx=src.name, fp16_parity=fp16_parity,
+                  profile=dict(min=min_batch, opt=opt_batch, max=max_batch), input=dict(name='obs', dim=d),
+                  compute_capabilities=list(compute_capabilities or []), gpu=gpu, built_without_gpu=gpu is None,
+                  build_s=round(build_s, 3), engine_bytes=len(bytes(serialized)),
                   engine_sha256=sha256_file(engine_path), onnx_sha256=sha256_file(onnx_path), log=log_path.name,
                   timing_cache=cache_path.name, builder='python api', created=time.strftime('%Y-%m-%dT%H:%M:%S%z'))
     records = load_artifact(run, 'build_record') if run.has('build_record') else {}
@@ -135,7 +143,8 @@ def find_trtexec():
     return p if p and Path(p).exists() else None
 
 # %% ../nbs/22_engine.ipynb #f0ea346d
-def trtexec_command(trtexec, onnx_path, engine_path, obs_dim, precision='fp32', min_batch=1, opt_batch=1, max_batch=4096, cache=None):
+def trtexec_command(trtexec, onnx_path, engine_path, obs_dim, precision='fp32', min_batch=1, opt_batch=1,
+                    max_batch=4096, cache=None):
     "The trtexec command line for our build."
     shape = lambda b: f'obs:{b}x{obs_dim}'
     cmd = [str(trtexec), f'--onnx={onnx_path}', f'--saveEngine={engine_path}', f'--minShapes={shape(min_batch)}',
@@ -149,38 +158,44 @@ def trtexec_command(trtexec, onnx_path, engine_path, obs_dim, precision='fp32', 
 def build_with_trtexec(run_dir, precision='fp32', min_batch=1, opt_batch=1, max_batch=4096):
     "Build with trtexec into the run folder; the log is `build.trtexec.<precision>.log`."
     exe = find_trtexec()
-    if not exe: raise EngineError('trtexec not found: set TRTEXEC_BIN to its path (it ships with TensorRT, not with pip wheels)')
+    if not exe: raise EngineError('trtexec not found: set TRTEXEC_BIN to its path '
+                                  '(it ships with TensorRT, not with pip wheels)')
     _check_profile(min_batch, opt_batch, max_batch)
     run = RunDir(run_dir)
     onnx_path = run.require('onnx')
     require_fresh(run, 'build')
     engine_path = run.root/engine_name('trtexec', precision)
     with atomic_path(engine_path) as tmp:
-        cmd = trtexec_command(exe, onnx_path, tmp, onnx_metadata(onnx_path)['obs_dim'], precision, min_batch, opt_batch, max_batch,
-                              run.root/'timing.trtexec.cache')
+        cmd = trtexec_command(exe, onnx_path, tmp, onnx_metadata(onnx_path)['obs_dim'], precision, min_batch, opt_batch,
+                              max_batch, run.root/'timing.trtexec.cache')
         res = subprocess.run(cmd, capture_output=True, text=True)
         atomic_write_text(run.root/f'build.trtexec.{precision}.log', ' '.join(cmd) + '\n' + res.stdout + res.stderr)
-        if res.returncode: raise EngineError(f'trtexec failed (exit {res.returncode}); see build.trtexec.{precision}.log')
+        if res.returncode:
+            raise EngineError(f'trtexec failed (exit {res.returncode}); see build.trtexec.{precision}.log')
     return engine_path
 
 # %% ../nbs/22_engine.ipynb #62ac07d6
 def check_engine(run_dir, name, onnx_path=None):
-    "The `build.json` record of engine `name` (beside `onnx_path`, default the folder's policy.onnx), or `EngineError` saying why it must be rebuilt."
+    "Engine `name`'s build.json record (beside `onnx_path` or policy.onnx), or `EngineError` saying why to rebuild."
     run = RunDir(run_dir)
     path = run.root/name
-    if not path.exists(): raise MissingArtifactError(f'{path} not found: run `ppo-trt build --run-dir {run.root}` first')
+    if not path.exists():
+        raise MissingArtifactError(f'{path} not found: run `ppo-trt build --run-dir {run.root}` first')
     rec = (load_artifact(run, 'build_record') if run.has('build_record') else {}).get(name)
     rebuild = f"rebuild with `ppo-trt build --run-dir {run.root}`"
     if rec is None: raise EngineError(f'{name} has no record in build.json, so its origin is unknown: {rebuild}')
-    if sha256_file(path) != rec['engine_sha256']: raise EngineError(f'{name} is not the file that was built (changed or truncated): {rebuild}')
+    if sha256_file(path) != rec['engine_sha256']:
+        raise EngineError(f'{name} is not the file that was built (changed or truncated): {rebuild}')
     if sha256_file(onnx_path or run.require('onnx')) != rec['onnx_sha256']:
         raise EngineError(f'policy.onnx changed since {name} was built (re-exported?): {rebuild}')
     try: installed = importlib.import_module(rec['module']).__version__
     except Exception: installed = None
     if installed != rec['version']:
-        raise EngineError(f"{name} was built with {rec['module']} {rec['version']} but {installed or 'none'} is installed: {rebuild}")
+        raise EngineError(f"{name} was built with {rec['module']} {rec['version']} "
+                          f"but {installed or 'none'} is installed: {rebuild}")
     gpu = gpu_info()
-    if gpu and rec.get('gpu') and rec['flavour'] == 'trt' and gpu['compute_capability'] != rec['gpu']['compute_capability']:
-        raise EngineError(f"{name} was built for compute capability {rec['gpu']['compute_capability']} ({rec['gpu']['name']}), "
-                          f"this GPU is {gpu['compute_capability']} ({gpu['name']}): {rebuild}")
+    if (gpu and rec.get('gpu') and rec['flavour'] == 'trt'
+            and gpu['compute_capability'] != rec['gpu']['compute_capability']):
+        raise EngineError(f"{name} was built for compute capability {rec['gpu']['compute_capability']} "
+                          f"({rec['gpu']['name']}), this GPU is {gpu['compute_capability']} ({gpu['name']}): {rebuild}")
     return rec

@@ -23,13 +23,15 @@ def _writer_kwargs(out, fps):
     if ext == '.gif': return dict(duration=1000 / fps, loop=0)
     if ext == '.mp4':
         try: import imageio_ffmpeg  # noqa: F401
-        except ImportError: raise BadInputError('writing .mp4 needs imageio-ffmpeg: pip install imageio-ffmpeg (or write a .gif)') from None
+        except ImportError:
+            raise BadInputError('writing .mp4 needs imageio-ffmpeg: '
+                                'pip install imageio-ffmpeg (or write a .gif)') from None
         return dict(fps=fps, macro_block_size=1)
     raise BadInputError(f'unsupported video type {ext!r}; use .gif or .mp4')
 
 # %% ../nbs/42_enjoy.ipynb #35a8e0cc
 def tracking_camera(env_id):
-    "`{'camera_name': 'track'}` when the env's model has a camera of that name (MuJoCo's locomotion envs do), else `{}`."
+    "`{'camera_name': 'track'}` if the env's model has a camera of that name (MuJoCo's locomotion envs do), else `{}`."
     env = make_env(env_id)
     try:
         model = getattr(env.unwrapped, 'model', None)
@@ -40,7 +42,7 @@ def tracking_camera(env_id):
 # %% ../nbs/42_enjoy.ipynb #05324352
 @locked('enjoy')
 def render_episode(run_dir, out=None, backend='ort', env_id=None, seed=0, max_steps=1000, fps=25, size=320):
-    "Render one episode driven by `backend` to a GIF/MP4 at `out`, the camera following the robot; return a summary dict."
+    "Render one episode driven by `backend` to a GIF/MP4 at `out`, the camera following the robot; return a summary."
     import imageio.v2 as imageio
     run = RunDir(run_dir)
     meta = onnx_metadata(run.require('onnx'))
@@ -62,12 +64,14 @@ def render_episode(run_dir, out=None, backend='ort', env_id=None, seed=0, max_st
             if term or trunc: break
     except Exception as e:
         if 'gl' in type(e).__name__.lower() or 'GL' in str(e) or 'EGL' in str(e):
-            raise BadInputError(f'offscreen rendering failed ({e}); install EGL (apt-get install libegl1 libgl1-mesa-dri) '
+            raise BadInputError(f'offscreen rendering failed ({e}); install EGL '
+                                '(apt-get install libegl1 libgl1-mesa-dri) '
                                 'or set MUJOCO_GL=osmesa with libosmesa6') from None
         raise
     finally: env.close()
     with atomic_path(out) as tmp: imageio.mimsave(tmp, frames, **kw)
-    return dict(path=str(out), frames=len(frames), steps=steps, episode_return=float(ret), backend=backend, env_id=env_id)
+    return dict(path=str(out), frames=len(frames), steps=steps, episode_return=float(ret), backend=backend,
+                env_id=env_id)
 
 # %% ../nbs/42_enjoy.ipynb #1dfc69a1
 def benchmark_loop(run_dir, backend='ort', env_id=None, warmup=200, iters=2000, seed=0):
@@ -76,4 +80,5 @@ def benchmark_loop(run_dir, backend='ort', env_id=None, warmup=200, iters=2000, 
     meta = onnx_metadata(run.require('onnx'))
     env_id = env_id or meta['env_id']
     check_policy_env(meta, env_id)
-    return bench_closed_loop(B.load(backend, run.root), env_id, BenchSettings(closed_loop_steps=iters, seed=seed), warmup_steps=warmup)
+    return bench_closed_loop(B.load(backend, run.root), env_id, BenchSettings(closed_loop_steps=iters, seed=seed),
+                             warmup_steps=warmup)

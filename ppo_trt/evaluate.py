@@ -35,7 +35,9 @@ class SensorNoise(gym.ObservationWrapper):
 class ActuationDelay(gym.Wrapper):
     "Apply each action `steps` control steps late (zeros until the queue fills)."
     def __init__(self, env, steps=2): super().__init__(env); self.k = int(steps); self.queue = []
-    def reset(self, **kw): self.queue = [np.zeros(self.action_space.shape, np.float32)] * self.k; return super().reset(**kw)
+    def reset(self, **kw):
+        self.queue = [np.zeros(self.action_space.shape, np.float32)] * self.k
+        return super().reset(**kw)
     def step(self, action):
         self.queue.append(np.array(action, np.float32))  # a copy: runners may reuse their output buffer
         return super().step(self.queue.pop(0))
@@ -71,7 +73,8 @@ class ActuatorFailure(_StepCounter):
     "From step `step` on, actuator `index` delivers `gain` × its command (0: dead)."
     def __init__(self, env, index=0, step=300, gain=0.0):
         super().__init__(env); self.index, self.at, self.gain = index, step, gain
-        if not 0 <= index < env.action_space.shape[0]: raise BadInputError(f'actuator index {index} out of range for {env.action_space.shape[0]} actuators')
+        if not 0 <= index < env.action_space.shape[0]:
+            raise BadInputError(f'actuator index {index} out of range for {env.action_space.shape[0]} actuators')
     def _step(self, action):
         a = np.array(action, np.float32)
         if self.t >= self.at: a[self.index] *= self.gain
@@ -83,7 +86,8 @@ class Trip(_StepCounter):
     def __init__(self, env, step=300):
         super().__init__(env)
         limit = env.spec.max_episode_steps if env.spec else None
-        if limit is not None and step >= limit: raise BadInputError(f'trip step {step} is beyond the episode length ({limit} steps); use a smaller step')
+        if limit is not None and step >= limit:
+            raise BadInputError(f'trip step {step} is beyond the episode length ({limit} steps); use a smaller step')
         self.at = step
     def _step(self, action):
         obs, r, term, trunc, info = self.env.step(action)
@@ -112,7 +116,7 @@ def make_phase_env(env_id, phase, **overrides):
 BACKEND_FAULTS = ('deadline', 'nonfinite', 'bad-input')  # event kinds that count against a backend
 
 class ControlLoop:
-    "Run a Runner with a per-step deadline; fall back in the same step on a bad observation, a miss, a NaN/inf action or a trip."
+    "Run a Runner with a per-step deadline; fall back in the same step on bad obs, a miss, a NaN/inf action or a trip."
     def __init__(self, runner, fallback, deadline_us=1000.0, period_s=None, realtime=False, warmup=20):
         self.runner, self.fallback, self.deadline_ns = runner, fallback, deadline_us * 1e3
         self.period_s, self.realtime = period_s, realtime
@@ -120,7 +124,7 @@ class ControlLoop:
         for _ in range(warmup): runner(x)  # as a deployment would before going live: first calls pay one-off costs
         self.reset()
     def reset(self):
-        "Start an episode: clear the trip latch, the event log, the held observation and the fallback's (and a residual expert's) state."
+        "Start an episode: clear the trip latch, event log and held obs; reset the fallback (and a residual expert)."
         self.tripped, self.trip_signal, self.events, self.t, self.last_good_obs = False, False, [], 0, None
         for part in (self.fallback, self.runner):
             if hasattr(part, 'reset'): part.reset()
@@ -149,7 +153,8 @@ class ControlLoop:
         obs_ok = bool(np.isfinite(x).all())
         if obs_ok: self.last_good_obs = obs
         held = obs if obs_ok else self.last_good_obs
-        safe = None if held is None else self.fallback.predict(held, deterministic=True)[0]  # keeps the fallback's state current
+        # keeps the fallback's state current
+        safe = None if held is None else self.fallback.predict(held, deterministic=True)[0]
         if trip and not self.tripped: self.tripped = True; self._event('trip')
         if not obs_ok and not self.tripped: self._event('bad-obs')
         action = None if self.tripped or not obs_ok else self._policy(x)
@@ -203,14 +208,15 @@ class EvaluationReport:
 
 # %% ../nbs/41_evaluate.ipynb #775f7e27
 def _gates(rep, bench, policy_sha256=None):
-    "Per backend: SLA (bench.json, this policy's records) AND zero violations AND mean return within 1 % of the reference, every phase."
+    "Per backend: SLA (this policy's bench records) AND no violations AND return within 1 % of reference, all phases."
     cur = {k for k, s in (bench or {}).get('sessions', {}).items() if s.get('policy_sha256') == policy_sha256}
-    sla = {r['backend']: r['sla_pass'] for r in records_by(bench, 'latency') if not cur or r.get('session') in cur} if bench else {}
+    sla = {r['backend']: r['sla_pass'] for r in records_by(bench, 'latency')
+           if not cur or r.get('session') in cur} if bench else {}
     out = {}
     for b in rep.backends:
         mine = [p for p in rep.phases if f'ppo:{b}' in p.returns and f'ppo:{rep.reference}' in p.returns]
-        gaps = [abs(p.means[f'ppo:{b}'] - p.means[f'ppo:{rep.reference}']) / max(abs(p.means[f'ppo:{rep.reference}']), 1e-9)
-                for p in mine]
+        gaps = [abs(p.means[f'ppo:{b}'] - p.means[f'ppo:{rep.reference}'])
+                / max(abs(p.means[f'ppo:{rep.reference}']), 1e-9) for p in mine]
         worst, viol = max(gaps, default=float('nan')), sum(p.violations.get(b, 0) for p in mine)
         missing = [p.phase for p in rep.phases if p not in mine]
         out[b] = dict(sla_pass=sla.get(b), violations=viol, worst_return_gap=worst, phases_missing=missing,
@@ -221,7 +227,7 @@ def _gates(rep, bench, policy_sha256=None):
 DELAY_STEPS = (0, 1, 2, 3, 4, 6, 8)
 
 def delay_curve(run_dir, runner, env_id, delay_steps=DELAY_STEPS, episodes=5, seed=0, bench=None):
-    "Mean return vs injected actuation delay (control steps) for PPO (`runner`) and PID; backends' p99 latency on the same axis."
+    "Mean return vs injected actuation delay (control steps) for PPO (`runner`) and PID; backends' p99 on that axis."
     dt = make_env(env_id).unwrapped.dt
     ppo, pid, p = [], [], pid_baseline(env_id)
     for k in delay_steps:
@@ -237,12 +243,14 @@ def _check_comparable(old, new):
     "Refuse to merge an evaluation that would not be comparable with the one already in evaluate.json."
     for k in ('env_id', 'episodes', 'seed', 'deadline_us', 'reference'):
         if getattr(old, k) != getattr(new, k):
-            raise BadInputError(f'evaluate.json holds results with {k}={getattr(old, k)!r}, not {getattr(new, k)!r}: results must be '
-                                'comparable to be merged; evaluate with the same settings, or pass --replace to start over')
+            raise BadInputError(f'evaluate.json holds results with {k}={getattr(old, k)!r}, not {getattr(new, k)!r}: '
+                                'results must be comparable to be merged; evaluate with the same settings, '
+                                'or pass --replace to start over')
     for p in new.phases:
         o = next((q for q in old.phases if q.phase == p.phase), None)
         if o is not None and o.params != p.params:
-            raise BadInputError(f'phase {p.phase} was evaluated with {o.params}, not {p.params}; use the same overrides or --replace')
+            raise BadInputError(f'phase {p.phase} was evaluated with {o.params}, not {p.params}; '
+                                'use the same overrides or --replace')
 
 # %% ../nbs/41_evaluate.ipynb #14fbec48
 def merge_evaluation(old, new):
@@ -252,15 +260,17 @@ def merge_evaluation(old, new):
     phases = {p.phase: p for p in old.phases}
     for p in new.phases:
         o = phases.get(p.phase)
-        phases[p.phase] = p if o is None else PhaseResult(p.phase, p.params, {**o.returns, **p.returns}, {**o.violations, **p.violations},
-                                                         {**o.events, **p.events}, {**o.sessions, **p.sessions})
+        phases[p.phase] = p if o is None else PhaseResult(p.phase, p.params, {**o.returns, **p.returns},
+                                                          {**o.violations, **p.violations}, {**o.events, **p.events},
+                                                          {**o.sessions, **p.sessions})
     order = [q for q in PHASES if q in phases]
     backends = list(dict.fromkeys(old.backends + new.backends))
     skipped = {**{b: w for b, w in old.skipped.items() if b not in new.backends}, **new.skipped}
     used = {s for p in phases.values() for s in p.sessions.values()}
     sessions = {k: v for k, v in {**old.sessions, **new.sessions}.items() if k in used}
-    return EvaluationReport(new.env_id, new.episodes, new.seed, new.deadline_us, new.reference, backends, [phases[q] for q in order],
-                            skipped=skipped, delay_curve=new.delay_curve or old.delay_curve, created=new.created, sessions=sessions)
+    return EvaluationReport(new.env_id, new.episodes, new.seed, new.deadline_us, new.reference, backends,
+                            [phases[q] for q in order], skipped=skipped,
+                            delay_curve=new.delay_curve or old.delay_curve, created=new.created, sessions=sessions)
 
 # %% ../nbs/41_evaluate.ipynb #e28e894e
 def _load_runners(run, names):
@@ -276,7 +286,8 @@ def _residual_policy(residual_run, env_id):
     "The torch runner of a residual run for the same env (`--residual-run`)."
     rmeta = onnx_metadata(RunDir(residual_run).require('onnx'))
     if rmeta['env_id'] != env_id or not rmeta.get('residual'):
-        raise BadInputError(f'{residual_run} holds a {"residual" if rmeta.get("residual") else "plain PPO"} policy for {rmeta["env_id"]}; '
+        raise BadInputError(f'{residual_run} holds a {"residual" if rmeta.get("residual") else "plain PPO"} policy '
+                            f'for {rmeta["env_id"]}; '
                             f'--residual-run needs a residual policy for {env_id} (ppo-trt train --expert ...)')
     return B.load('torch', residual_run)
 
@@ -295,25 +306,27 @@ def evaluate_phase(env_id, phase, params, seeds, pid, extra, runners, deadline_u
         returns[f'ppo:{n}'], viol[n], events[n] = rets, sum(e['kind'] in BACKEND_FAULTS for e in evs), evs[:20]
         advance()
     env.close()
-    return PhaseResult(phase, {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}, returns, viol, events,
-                       dict.fromkeys(returns, sid))
+    return PhaseResult(phase, {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}, returns, viol,
+                       events, dict.fromkeys(returns, sid))
 
 # %% ../nbs/41_evaluate.ipynb #4df9ba60
 @locked('evaluate')
-def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, deadline_us=None, overrides=None, progress=True,
-             delay_steps=DELAY_STEPS, residual_run=None, env_id=None, replace=False):
-    "Evaluate the run's policy per phase and backend vs the PID baseline (and a residual run's); merge into (or `replace`) evaluate.json."
+def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, deadline_us=None, overrides=None,
+             progress=True, delay_steps=DELAY_STEPS, residual_run=None, env_id=None, replace=False):
+    "Evaluate the policy per phase and backend vs PID (and a residual run's); merge into (or `replace`) evaluate.json."
     run = RunDir(run_dir)
     meta = onnx_metadata(run.require('onnx'))
     if env_id is not None and env_id != meta['env_id']:
-        raise BadInputError(f"{run.root} holds a policy for {meta['env_id']}, not {env_id}; drop --env-id or use that run's folder")
+        raise BadInputError(f"{run.root} holds a policy for {meta['env_id']}, not {env_id}; "
+                            "drop --env-id or use that run's folder")
     env_id = meta['env_id']
     require_fresh(run, 'evaluate')
     phases = list(phases or PHASES)
     for p in phases:
         if p not in PHASES: raise BadInputError(f'unknown phase {p!r}; phases: {", ".join(PHASES)}')
     if episodes < 1: raise BadInputError(f'episodes must be >= 1, got {episodes}')
-    if env_id not in PID_PRESETS: raise BadInputError(f'no PID fallback preset for {env_id}: evaluate supports {", ".join(PID_PRESETS)}')
+    if env_id not in PID_PRESETS:
+        raise BadInputError(f'no PID fallback preset for {env_id}: evaluate supports {", ".join(PID_PRESETS)}')
     old = None if replace or not run.has('evaluate_record') else EvaluationReport.load(run.path('evaluate_record'))
     bench = load_artifact(run, 'bench_record') if run.has('bench_record') else None
     deadline_us = deadline_us or (bench['settings']['sla_us'] if bench else 1000.0)
@@ -328,9 +341,10 @@ def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, dead
         task = bar.add_task('evaluate', total=len(phases) * (len(runners) + 1))
         for ph in phases:
             params = {**PHASES[ph][1], **((overrides or {}).get(ph, {}))}
-            results.append(evaluate_phase(env_id, ph, params, [seed + i for i in range(episodes)], pid, extra, runners, deadline_us,
-                                          sid, lambda: bar.advance(task)))
-    curve = delay_curve(run.root, runners['torch'], env_id, delay_steps, min(episodes, 5), seed, bench) if delay_steps else {}
+            results.append(evaluate_phase(env_id, ph, params, [seed + i for i in range(episodes)], pid, extra, runners,
+                                          deadline_us, sid, lambda: bar.advance(task)))
+    curve = (delay_curve(run.root, runners['torch'], env_id, delay_steps, min(episodes, 5), seed, bench)
+             if delay_steps else {})
     new = EvaluationReport(env_id, episodes, seed, deadline_us, 'torch', list(runners), results, skipped=skipped,
                            delay_curve=curve, created=sess['created'], sessions={sid: sess})
     rep = merge_evaluation(old, new)
@@ -343,7 +357,8 @@ def print_evaluation(rep, con=None):
     "Rich table: per phase, PID and PPO mean ± std, each backend's gap to the reference, violations; then the gates."
     from rich.table import Table
     from ppo_trt.bench import console
-    t = Table(title=f'ppo-trt evaluate: {rep.env_id}, {rep.episodes} episodes per phase, deadline {rep.deadline_us:g} µs')
+    t = Table(title=f'ppo-trt evaluate: {rep.env_id}, {rep.episodes} episodes per phase, '
+                    f'deadline {rep.deadline_us:g} µs')
     t.add_column('phase'); t.add_column('PID', justify='right'); t.add_column(f'PPO ({rep.reference})', justify='right')
     others = [b for b in rep.backends if b != rep.reference]
     for b in others: t.add_column(f'{b} Δ', justify='right')
@@ -351,13 +366,15 @@ def print_evaluation(rep, con=None):
     for p in rep.phases:
         ms = lambda k: f"{np.mean(p.returns[k]):.1f} ± {np.std(p.returns[k]):.1f}"
         ref = p.means[f'ppo:{rep.reference}']
-        t.add_row(p.phase, ms('pid'), ms(f'ppo:{rep.reference}'), *(f"{p.means[f'ppo:{b}'] - ref:+.1f}" for b in others),
+        t.add_row(p.phase, ms('pid'), ms(f'ppo:{rep.reference}'),
+                  *(f"{p.means[f'ppo:{b}'] - ref:+.1f}" for b in others),
                   ', '.join(f'{b}: {v}' for b, v in p.violations.items() if v) or '0')
     con = con or console()
     con.print(t)
     c = rep.delay_curve
-    if c: con.print('return vs actuation delay (ms): ' + ', '.join(f'{ms:g}: PPO {a:.0f} / PID {b:.0f}' for ms, a, b in zip(c['delay_ms'], c['ppo'], c['pid'])))
+    if c: con.print('return vs actuation delay (ms): ' + ', '.join(
+        f'{ms:g}: PPO {a:.0f} / PID {b:.0f}' for ms, a, b in zip(c['delay_ms'], c['ppo'], c['pid'])))
     for b, g in rep.gates.items():
-        con.print(f"gate {b}: {'[green]PASS[/]' if g['passed'] else '[red]FAIL[/]'} (SLA {g['sla_pass']}, violations {g['violations']}, "
-                  f"worst return gap {g['worst_return_gap']:.2%})")
+        con.print(f"gate {b}: {'[green]PASS[/]' if g['passed'] else '[red]FAIL[/]'} (SLA {g['sla_pass']}, "
+                  f"violations {g['violations']}, worst return gap {g['worst_return_gap']:.2%})")
     for b, why in rep.skipped.items(): con.print(f'[yellow]skipped {b}[/]: {why}')

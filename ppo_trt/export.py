@@ -63,7 +63,8 @@ def load_deployable(run_dir):
     "The deployable torch module of a trained (plain PPO) run folder."
     run = RunDir(run_dir)
     if load_artifact(run, 'train_record').get('residual'):
-        raise PpoTrtError(f'{run.root} holds a residual policy; use ppo_trt.residual.deployable_module, which adds the expert')
+        raise PpoTrtError(f'{run.root} holds a residual policy; use ppo_trt.residual.deployable_module, '
+                          'which adds the expert')
     return build_deployable(load_policy(run.root), ObsNorm.load(run.require('obs_norm')))
 
 # %% ../nbs/20_export.ipynb #e3762747
@@ -90,7 +91,8 @@ def sb3_actions(model, norm: ObsNorm, raw_obs):
 def _quiet_torch_onnx():
     "Mute the exporter's progress prints, logger and deprecation warnings."
     lg = logging.getLogger('torch.onnx'); lvl = lg.level; lg.setLevel(logging.ERROR)
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    with (warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()),
+          contextlib.redirect_stderr(io.StringIO())):
         warnings.simplefilter('ignore')
         try: yield
         finally: lg.setLevel(lvl)
@@ -127,10 +129,12 @@ def load_onnx(path):
         proto = onnx.load(str(path))
         onnx.checker.check_model(proto)
     except Exception as e:
-        raise BadArtifactError(f'{path} is not a valid ONNX model ({type(e).__name__}: {str(e).splitlines()[0][:120]}); '
-                               f'it may be truncated or not ONNX at all: re-run `ppo-trt export --run-dir {path.parent}`') from None
+        raise BadArtifactError(f'{path} is not a valid ONNX model ({type(e).__name__}: '
+                               f'{str(e).splitlines()[0][:120]}); it may be truncated or not ONNX at all: '
+                               f're-run `ppo-trt export --run-dir {path.parent}`') from None
     if [i.name for i in proto.graph.input] != ['obs'] or [o.name for o in proto.graph.output] != ['action']:
-        raise BadArtifactError(f'{path} is not a ppo_trt policy (needs input "obs" and output "action"); re-run `ppo-trt export`')
+        raise BadArtifactError(f'{path} is not a ppo_trt policy (needs input "obs" and output "action"); '
+                               're-run `ppo-trt export`')
     return proto
 
 # %% ../nbs/20_export.ipynb #f9105848
@@ -150,7 +154,8 @@ def check_policy_env(meta, env_id):
     obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
     env.close()
     if meta.get('env_id') != env_id or meta.get('obs_dim') != obs_dim or meta.get('act_dim') != act_dim:
-        raise BadInputError(f"policy was exported for {meta.get('env_id')} (obs {meta.get('obs_dim')}, act {meta.get('act_dim')}) "
+        raise BadInputError(f"policy was exported for {meta.get('env_id')} "
+                            f"(obs {meta.get('obs_dim')}, act {meta.get('act_dim')}) "
                             f"but the environment is {env_id} (obs {obs_dim}, act {act_dim}); "
                             f"use --env-id {meta.get('env_id')} or train and export a policy for {env_id}")
     return True
@@ -178,7 +183,7 @@ class ParityError(PpoTrtError):
 # %% ../nbs/20_export.ipynb #1befaac2
 @dataclass
 class Deployment:
-    "What `export` turns into policy.onnx: the torch module, how to collect rollout observations, the reference actions."
+    "What `export` turns into policy.onnx: the torch module, how to collect rollout obs, the reference actions."
     module: object          # raw obs [B, obs_dim] -> action [B, act_dim]
     collect: Callable       # (env_id, n, seed) -> raw obs [n, obs_dim] float32
     reference: Callable     # raw obs -> the actions the trained agent takes (float32)
@@ -187,20 +192,22 @@ class Deployment:
 
 # %% ../nbs/20_export.ipynb #7d579574
 def reference_normalizer(run_dir):
-    "(normalise function, what it is) for the parity reference: SB3's own VecNormalize of the kept policy when training saved it."
+    "(normaliser, what it is) for the parity reference: SB3's own VecNormalize of the kept policy if training saved it."
     pkl = RunDir(run_dir).path('checkpoints')/'kept_vecnormalize.pkl'
     if not pkl.exists(): return ObsNorm.load(RunDir(run_dir).require('obs_norm')), 'obs_norm.json'
     import pickle
-    with open(pkl, 'rb') as f: vn = pickle.load(f)  # written by this run's training (a training-side file, never deployed)
+    # written by this run's training (a training-side file, never deployed)
+    with open(pkl, 'rb') as f: vn = pickle.load(f)
     return vn.normalize_obs, 'VecNormalize (checkpoints/kept_vecnormalize.pkl)'
 
 # %% ../nbs/20_export.ipynb #7a12f33f
 def plain_deployment(run_dir):
-    "The `Deployment` of a plain PPO run: `build_deployable` checked against `model.predict` on SB3-normalised observations."
+    "The `Deployment` of a plain PPO run: `build_deployable` checked against `model.predict` on SB3-normalised obs."
     run = RunDir(run_dir)
     model, norm = load_policy(run.root), ObsNorm.load(run.require('obs_norm'))
     ref_norm, ref_what = reference_normalizer(run.root)
-    return Deployment(build_deployable(model, norm), lambda env_id, n, seed: collect_observations(model, norm, env_id, n, seed),
+    return Deployment(build_deployable(model, norm),
+                      lambda env_id, n, seed: collect_observations(model, norm, env_id, n, seed),
                       lambda obs: sb3_actions(model, ref_norm, obs), reference_norm=ref_what)
 
 # %% ../nbs/20_export.ipynb #c523af0f
@@ -219,13 +226,14 @@ def export(run_dir, n_obs=1000, seed=123, tol=PARITY_TOL, opset=OPSET, deploymen
     run = RunDir(run_dir)
     rec_train = load_artifact(run, 'train_record')
     if env_id is not None and env_id != rec_train['env_id']:
-        raise BadInputError(f"{run.root} holds a policy for {rec_train['env_id']}, not {env_id}; drop --env-id or use that run's folder")
+        raise BadInputError(f"{run.root} holds a policy for {rec_train['env_id']}, not {env_id}; "
+                            "drop --env-id or use that run's folder")
     env_id = rec_train['env_id']
     if rec_train.get('deployable') is False:
         raise BadInputError(f"{run.root} cannot be exported: {rec_train['not_deployable_reason']}")
     if deployment is None and rec_train.get('residual'):
-        raise PpoTrtError(f'{run.root} holds a residual policy on expert {rec_train["residual"]["expert"]!r}: export it with '
-                          '`ppo-trt export` or `ppo_trt.residual.export_run`, which fold the expert in')
+        raise PpoTrtError(f'{run.root} holds a residual policy on expert {rec_train["residual"]["expert"]!r}: '
+                          'export it with `ppo-trt export` or `ppo_trt.residual.export_run`, which fold the expert in')
     require_fresh(run, 'export')
     _check_norm(run, rec_train)
     t0 = time.perf_counter()
@@ -238,21 +246,25 @@ def export(run_dir, n_obs=1000, seed=123, tol=PARITY_TOL, opset=OPSET, deploymen
     meta = dict(env_id=env_id, obs_dim=int(obs.shape[1]), act_dim=int(ref.shape[1]),
                 action_low=rec_train['action_low'], action_high=rec_train['action_high'],
                 clip_obs=norm.clip_obs, producer='ppo_trt', ppo_trt_version=package_version('ppo_trt') or '?',
-                policy_sha256=sha256_file(run.path('policy')), obs_norm_sha256=sha256_file(run.path('obs_norm')), **dep.meta)
+                policy_sha256=sha256_file(run.path('policy')), obs_norm_sha256=sha256_file(run.path('obs_norm')),
+                **dep.meta)
     set_metadata(proto, **meta)
     onnx.checker.check_model(proto)
     blob = proto.SerializeToString()
     ort_act = ort_cpu_session(blob).run(['action'], {'obs': obs})[0]
     p_ort, p_torch = parity(ref, ort_act), parity(ref, torch_act)
     if not p_ort['max_abs_err'] < tol:
-        raise ParityError(f"ONNX Runtime differs from the trained agent's actions by {p_ort['max_abs_err']:.3g} (> {tol:g}) on {n_obs} "
-                          f"rollout observations (torch module: {p_torch['max_abs_err']:.3g}); policy.onnx was not written")
+        raise ParityError(f"ONNX Runtime differs from the trained agent's actions by {p_ort['max_abs_err']:.3g} "
+                          f"(> {tol:g}) on {n_obs} rollout observations (torch module: {p_torch['max_abs_err']:.3g}); "
+                          "policy.onnx was not written")
     with atomic_path(run.path('onnx')) as tmp: tmp.write_bytes(blob)
     with atomic_path(run.path('export_obs')) as tmp: np.save(tmp, obs)
-    record = dict(schema_version=2, env_id=env_id, opset=opset, input=dict(name='obs', shape=['B', int(obs.shape[1])], dtype='float32'),
+    record = dict(schema_version=2, env_id=env_id, opset=opset,
+                  input=dict(name='obs', shape=['B', int(obs.shape[1])], dtype='float32'),
                   output=dict(name='action', shape=['B', int(ref.shape[1])], dtype='float32'),
                   ops=dict(Counter(n.op_type for n in proto.graph.node)), parity_tol=tol, parity_seed=seed,
-                  parity_ort_cpu=p_ort, parity_torch=p_torch, onnx_bytes=len(blob), onnx_sha256=sha256_file(run.path('onnx')),
+                  parity_ort_cpu=p_ort, parity_torch=p_torch, onnx_bytes=len(blob),
+                  onnx_sha256=sha256_file(run.path('onnx')),
                   metadata=meta, export_s=round(time.perf_counter() - t0, 2), parity_reference_norm=dep.reference_norm,
                   export_obs_sha256=sha256_file(run.path('export_obs')),
                   versions={p: package_version(p) for p in ('torch', 'onnx', 'onnxruntime', 'onnxscript')})
@@ -274,9 +286,11 @@ def policy_metadata(path_or_proto):
     missing = [k for k in DEPLOY_KEYS if k not in meta]
     if missing:
         raise BadArtifactError(f'{where} lacks the ppo_trt metadata {missing}: it was not written by `ppo-trt export`; '
-                               'export the policy with ppo-trt (or add env_id, obs_dim and act_dim to its metadata_props)')
+                               'export the policy with ppo-trt '
+                               '(or add env_id, obs_dim and act_dim to its metadata_props)')
     widths = (_graph_width(proto.graph.input[0]), _graph_width(proto.graph.output[0]))
     if (meta['obs_dim'], meta['act_dim']) != widths:
-        raise BadArtifactError(f"{where}: its metadata says obs_dim {meta['obs_dim']}, act_dim {meta['act_dim']} but the graph takes "
-                               f'{widths[0]} and gives {widths[1]}: the file was altered; re-run `ppo-trt export`')
+        raise BadArtifactError(f"{where}: its metadata says obs_dim {meta['obs_dim']}, act_dim {meta['act_dim']} "
+                               f'but the graph takes {widths[0]} and gives {widths[1]}: the file was altered; '
+                               're-run `ppo-trt export`')
     return meta

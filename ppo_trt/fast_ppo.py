@@ -39,10 +39,11 @@ class FastSettings:
 
 FAST_PRESETS = {
     'CartPole-v1': dict(timesteps=300_000, target=475.0, settings=FastSettings()),
-    'Pendulum-v1': dict(timesteps=1_000_000, target=-200.0, settings=FastSettings(num_envs=64, n_steps=64, epochs=10, minibatches=8,
-                                                                                 lr=1e-3, gamma=0.95, ent_coef=0.0, log_std_init=-0.5)),
-    'MountainCarContinuous-v0': dict(timesteps=1_000_000, target=90.0, settings=FastSettings(num_envs=64, n_steps=64, lr=3e-4,
-                                                                                              log_std_init=0.5)),
+    'Pendulum-v1': dict(timesteps=1_000_000, target=-200.0,
+                        settings=FastSettings(num_envs=64, n_steps=64, epochs=10, minibatches=8, lr=1e-3, gamma=0.95,
+                                              ent_coef=0.0, log_std_init=-0.5)),
+    'MountainCarContinuous-v0': dict(timesteps=1_000_000, target=90.0,
+                                     settings=FastSettings(num_envs=64, n_steps=64, lr=3e-4, log_std_init=0.5)),
 }
 
 # %% ../nbs/52_fast_ppo.ipynb #8a686661
@@ -50,14 +51,17 @@ def _agent_class():
     import torch, torch.nn as nn
     class Agent(nn.Module):
         "Actor and critic MLPs (SB3 MlpPolicy layout), Gaussian or Categorical head, optional expert + residual."
-        def __init__(self, obs_dim, act_dim, discrete, hidden, log_std_init, expert=None, scale=1.0, low=None, high=None):
+        def __init__(self, obs_dim, act_dim, discrete, hidden, log_std_init, expert=None, scale=1.0, low=None,
+                     high=None):
             super().__init__()
             mlp = lambda: nn.Sequential(nn.Linear(obs_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh())
             self.policy_net, self.value_body, self.discrete = mlp(), mlp(), discrete
             self.action_net, self.value_net = nn.Linear(hidden, act_dim), nn.Linear(hidden, 1)
             self.log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)), requires_grad=not discrete)
             self.expert, self.scale = expert, float(scale)
-            if low is not None: self.register_buffer('low', torch.as_tensor(low, dtype=torch.float32)); self.register_buffer('high', torch.as_tensor(high, dtype=torch.float32))
+            if low is not None:
+                self.register_buffer('low', torch.as_tensor(low, dtype=torch.float32))
+                self.register_buffer('high', torch.as_tensor(high, dtype=torch.float32))
             if expert is not None:  # zero-initialised last layer: the agent starts as the expert
                 with torch.no_grad(): self.action_net.weight.zero_(); self.action_net.bias.zero_()
         def value(self, x): return self.value_net(self.value_body(x))[:, 0]
@@ -66,8 +70,9 @@ def _agent_class():
             if self.discrete: return torch.distributions.Categorical(logits=out)
             return torch.distributions.Normal(out, self.log_std.exp().expand_as(out))
         def env_action(self, raw_obs, sample):
-            "What the env receives for a policy sample (or the mean): the residual on the expert, clipped, when there is one."
-            a = sample if self.discrete or self.expert is None else self.expert(raw_obs) + self.scale * sample.clamp(-1, 1)
+            "What the env receives for a policy sample (or mean): the residual on the expert, clipped, if there is one."
+            a = (sample if self.discrete or self.expert is None
+                 else self.expert(raw_obs) + self.scale * sample.clamp(-1, 1))
             return a if self.discrete else torch.maximum(torch.minimum(a, self.high), self.low)
     return Agent
 
@@ -76,7 +81,8 @@ class RunningNorm:
     "Running mean/var of observations on the device (Chan's parallel update), VecNormalize's formula."
     def __init__(self, dim, device, clip=10.0, eps=1e-8):
         import torch
-        self.mean, self.var = torch.zeros(dim, device=device, dtype=torch.float64), torch.ones(dim, device=device, dtype=torch.float64)
+        self.mean, self.var = (torch.zeros(dim, device=device, dtype=torch.float64),
+                               torch.ones(dim, device=device, dtype=torch.float64))
         self.count, self.clip, self.eps = torch.tensor(1e-4, device=device, dtype=torch.float64), clip, eps
     def update(self, x):
         "Fold a batch [B, dim] into the statistics (no host sync)."
@@ -123,7 +129,7 @@ def greedy_returns(agent, norm, env_id, episodes=32, device='cpu', seed=10_000):
 # %% ../nbs/52_fast_ppo.ipynb #5edf311f
 @dataclass
 class Rollout:
-    "One rollout's storage on the device, [n_steps, num_envs, ...] (CleanRL's `obs`, `actions`, `logprobs`, ... tensors)."
+    "One rollout's storage on device, [n_steps, num_envs, ...] (CleanRL's `obs`, `actions`, `logprobs`, ... tensors)."
     obs: object
     actions: object
     logprobs: object
@@ -147,7 +153,7 @@ class Rollout:
 
 # %% ../nbs/52_fast_ppo.ipynb #5a3573f9
 class EpisodeStats:
-    "Sum and count of the returns of episodes that ended during training, kept on the device (read once per evaluation)."
+    "Sum and count of the returns of episodes that ended during training, kept on device (read once per evaluation)."
     def __init__(self, num_envs, device):
         import torch
         self.running = torch.zeros(num_envs, device=device)
@@ -196,7 +202,8 @@ def collect_rollout(env, agent, norm, policy_step, rollout, next_obs, gamma, sta
         next_obs, reward, _, truncated, info = env.step(env_action, check=False)
         # a truncated episode (time limit) bootstraps from the value of its final observation
         reward_boot = reward + gamma * agent.value(normed(info['final_obs'])) * truncated
-        rollout.obs[step], rollout.actions[step], rollout.logprobs[step], rollout.values[step] = nobs, action, logprob, value
+        (rollout.obs[step], rollout.actions[step], rollout.logprobs[step],
+         rollout.values[step]) = nobs, action, logprob, value
         rollout.rewards[step], rollout.dones[step] = reward_boot, info['done'].float()
         stats.add(reward, info['done'])
     return next_obs
@@ -211,7 +218,8 @@ def ppo_update(agent, optimizer, loss_fn, batch, s, device):
         b_inds = torch.randperm(batch_size, device=device)
         for start in range(s.minibatches):
             mb_inds = b_inds[start * minibatch_size:(start + 1) * minibatch_size]
-            loss = loss_fn(*(batch[k][mb_inds] for k in ('b_obs', 'b_actions', 'b_logprobs', 'b_advantages', 'b_returns')))
+            loss = loss_fn(*(batch[k][mb_inds]
+                             for k in ('b_obs', 'b_actions', 'b_logprobs', 'b_advantages', 'b_returns')))
             optimizer.zero_grad(set_to_none=True); loss.backward()
             torch.nn.utils.clip_grad_norm_(agent.parameters(), s.max_grad_norm); optimizer.step()
 
@@ -220,11 +228,13 @@ def _expert_settings(expert, env, env_id, residual_scale):
     "(expert, its residual record) for Expert+Residual on the device, or (None, None)."
     if expert is None: return None, None
     if env.discrete_actions:
-        raise BadInputError(f'Expert+Residual needs continuous actions; {env_id} has {env.discrete_actions} discrete ones')
+        raise BadInputError(f'Expert+Residual needs continuous actions; '
+                            f'{env_id} has {env.discrete_actions} discrete ones')
     from ppo_trt.residual import make_expert, residual_record, check_residual_settings
     ex = make_expert(expert, env_id)
     check_residual_settings(ex, residual_scale, False)
-    if not ex.foldable: raise BadInputError(f'fast PPO runs the expert on the device and needs its torch module: {ex.fold_reason}')
+    if not ex.foldable:
+        raise BadInputError(f'fast PPO runs the expert on the device and needs its torch module: {ex.fold_reason}')
     return ex, residual_record(ex, residual_scale, False, True)
 
 # %% ../nbs/52_fast_ppo.ipynb #7fc43e52
@@ -233,14 +243,15 @@ def _make_agent(env, s, expert, residual_scale, device):
     discrete = bool(env.discrete_actions)
     act_dim = env.discrete_actions if discrete else env.act_dim
     bounds = (None, None) if discrete else ([env.action_low] * act_dim, [env.action_high] * act_dim)
-    return _agent_class()(env.obs_dim, act_dim, discrete, s.hidden, s.log_std_init, expert.module().to(device) if expert else None,
-                          residual_scale, *bounds).to(device)
+    return _agent_class()(env.obs_dim, act_dim, discrete, s.hidden, s.log_std_init,
+                          expert.module().to(device) if expert else None, residual_scale, *bounds).to(device)
 
 # %% ../nbs/52_fast_ppo.ipynb #5c2a3d32
 @locked('train')
-def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cpu', settings=None, expert=None, residual_scale=0.5,
-               compile=False, cudagraphs=False, target_return=None, eval_every=5, eval_episodes=32, force=False, progress=True):
-    "PPO on batched on-device envs into `run_dir`; stops early once the greedy return reaches `target_return`. Returns train.json."
+def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cpu', settings=None, expert=None,
+               residual_scale=0.5, compile=False, cudagraphs=False, target_return=None, eval_every=5, eval_episodes=32,
+               force=False, progress=True):
+    "PPO on batched on-device envs into `run_dir`; stops early at greedy return >= `target_return`. Returns train.json."
     import torch
     # settings and checks
     preset = FAST_PRESETS.get(env_id, dict(timesteps=1_000_000, target=None, settings=FastSettings()))
@@ -249,10 +260,13 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
     target_return = preset['target'] if target_return is None else target_return
     device = resolve_device(device)
     if cudagraphs and device.type != 'cuda':
-        raise BadInputError(f'--cudagraphs needs a CUDA device, but the device is {device}; drop it or use --device cuda')
+        raise BadInputError(f'--cudagraphs needs a CUDA device, but the device is {device}; '
+                            'drop it or use --device cuda')
     run = RunDir(run_dir)
     if run.has('policy') or run.has('train_record'):
-        if not force: raise PpoTrtError(f'{run.root} already holds a trained policy; pass --force to train again or choose another --run-dir')
+        if not force:
+            raise PpoTrtError(f'{run.root} already holds a trained policy; '
+                              'pass --force to train again or choose another --run-dir')
         remove_derived(run)  # a new policy: nothing made from the old one may stay
     # env, agent, optimizer, normaliser, storage
     torch.manual_seed(seed)
@@ -262,10 +276,12 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
     agent = _make_agent(env, s, ex, residual_scale, device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=s.lr, eps=1e-5)
     norm = RunningNorm(env.obs_dim, device) if s.norm_obs else None
-    rollout = Rollout.empty(s.n_steps, s.num_envs, env.obs_dim, env.discrete_actions if discrete else env.act_dim, discrete, device)
+    rollout = Rollout.empty(s.n_steps, s.num_envs, env.obs_dim, env.discrete_actions if discrete else env.act_dim,
+                            discrete, device)
     stats, (policy_step, loss_fn) = EpisodeStats(s.num_envs, device), _ppo_fns(agent, s, discrete, compile, cudagraphs)
     # the loop: rollout, advantages, update; an evaluation (the only host reads) every `eval_every` updates
-    num_updates, log, start, solved_at, eval_s = max(1, timesteps // (s.num_envs * s.n_steps)), [], time.perf_counter(), None, 0.0
+    num_updates, log, start, solved_at, eval_s = (max(1, timesteps // (s.num_envs * s.n_steps)), [],
+                                                  time.perf_counter(), None, 0.0)
     next_obs = env.reset(seed=seed)
     from rich.progress import Progress
     with Progress(transient=True, disable=not progress) as bar:
@@ -275,7 +291,8 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
             if norm: norm.update(next_obs)
             with torch.no_grad():
                 next_obs = collect_rollout(env, agent, norm, policy_step, rollout, next_obs, s.gamma, stats)
-                advantages, returns = _gae(rollout.rewards, rollout.values, agent.value(norm(next_obs) if norm else next_obs),
+                advantages, returns = _gae(rollout.rewards, rollout.values,
+                                           agent.value(norm(next_obs) if norm else next_obs),
                                            rollout.dones, s.gamma, s.gae_lambda)
             ppo_update(agent, optimizer, loss_fn, rollout.batch(advantages, returns), s, device)
             bar.advance(task)
@@ -285,11 +302,12 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
                 eval_s += time.perf_counter() - eval_start
                 steps, wall = (update + 1) * s.num_envs * s.n_steps, time.perf_counter() - start
                 log.append(dict(timesteps=steps, mean_return=float(greedy.mean()), std_return=float(greedy.std()),
-                                mean_ep_length=float('nan'), wall_s=wall, steps_per_s=steps / (wall - eval_s),  # evaluations excluded
+                                mean_ep_length=float('nan'), wall_s=wall,
+                                steps_per_s=steps / (wall - eval_s),  # evaluations excluded
                                 train_episode_return=stats.mean_and_reset()))
                 if target_return is not None and greedy.mean() >= target_return: solved_at = log[-1]; break
-    return _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target_return, device, compile, cudagraphs, res_rec,
-                     residual_scale, eval_episodes)
+    return _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target_return, device, compile, cudagraphs,
+                     res_rec, residual_scale, eval_episodes)
 
 # %% ../nbs/52_fast_ppo.ipynb #ca06a7db
 def _to_sb3(agent, env_id, s, norm, log_std_init):
@@ -310,33 +328,39 @@ def _to_sb3(agent, env_id, s, norm, log_std_init):
     return model
 
 # %% ../nbs/52_fast_ppo.ipynb #2c8144af
-def _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target, dev, compile, cudagraphs, res_rec, scale, eval_episodes):
+def _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target, dev, compile, cudagraphs, res_rec, scale,
+              eval_episodes):
     import torch
     run.root.mkdir(parents=True, exist_ok=True)
     last = log[-1]
     total = last['timesteps']
-    RunConfig(env_id=env_id, seed=seed, timesteps=total, preset='fast', residual=res_rec, versions=_versions()).save(run.root)
+    RunConfig(env_id=env_id, seed=seed, timesteps=total, preset='fast', residual=res_rec,
+              versions=_versions()).save(run.root)
     with atomic_path(run.path('train_log')) as tmp, open(tmp, 'w', newline='') as f:
         w = csv.DictWriter(f, LOG_FIELDS, extrasaction='ignore'); w.writeheader(); w.writerows(log)
-    rec = dict(env_id=env_id, seed=seed, preset='fast', trainer='ppo_trt.fast_ppo', device=str(dev), compile=compile, cudagraphs=cudagraphs,
-               timesteps=total, keep='last', kept_timesteps=total, trained_this_call=total, resumed_from=None,
-               wall_s=round(last['wall_s'], 2), steps_per_s=round(last['steps_per_s'], 1),
-               final_eval_mean=last['mean_return'], final_eval_std=last['std_return'], final_eval_episodes=eval_episodes,
-               target_return=target, solved=solved_at is not None, solved_at_timesteps=solved_at['timesteps'] if solved_at else None,
-               solved_at_wall_s=round(solved_at['wall_s'], 2) if solved_at else None, torch_threads=torch.get_num_threads(),
-               hyperparameters=asdict(s), policy_kwargs=dict(net_arch=dict(pi=[s.hidden] * 2, vf=[s.hidden] * 2), activation_fn='tanh'),
+    rec = dict(env_id=env_id, seed=seed, preset='fast', trainer='ppo_trt.fast_ppo', device=str(dev), compile=compile,
+               cudagraphs=cudagraphs, timesteps=total, keep='last', kept_timesteps=total, trained_this_call=total,
+               resumed_from=None, wall_s=round(last['wall_s'], 2), steps_per_s=round(last['steps_per_s'], 1),
+               final_eval_mean=last['mean_return'], final_eval_std=last['std_return'],
+               final_eval_episodes=eval_episodes, target_return=target, solved=solved_at is not None,
+               solved_at_timesteps=solved_at['timesteps'] if solved_at else None,
+               solved_at_wall_s=round(solved_at['wall_s'], 2) if solved_at else None,
+               torch_threads=torch.get_num_threads(), hyperparameters=asdict(s),
+               policy_kwargs=dict(net_arch=dict(pi=[s.hidden] * 2, vf=[s.hidden] * 2), activation_fn='tanh'),
                residual=res_rec, versions=_versions())
     if agent.discrete:
         torch.save(agent.state_dict(), run.root/'fast_agent.pt')
         rec.update(obs_dim=agent.policy_net[0].in_features, act_dim=1, discrete_actions=agent.action_net.out_features,
-                   deployable=False, not_deployable_reason=f'{env_id} has discrete actions; the ppo_trt deployable contract '
-                   '(policy.onnx: obs -> continuous action) covers Box action spaces only')
+                   deployable=False,
+                   not_deployable_reason=f'{env_id} has discrete actions; the ppo_trt deployable contract '
+                                         '(policy.onnx: obs -> continuous action) covers Box action spaces only')
     else:
         e = make_env(env_id); spaces = env_spaces(e); e.close()
         rec.update(**spaces, deployable=True)
         model = _to_sb3(agent, env_id, s, norm, s.log_std_init)
         with atomic_path(run.path('policy')) as tmp: model.save(tmp)
-        (norm.obs_norm() if norm else ObsNorm(np.zeros(spaces['obs_dim']), np.ones(spaces['obs_dim']) - 1e-8, 1e9, 1e-8)).save(run.path('obs_norm'))
+        (norm.obs_norm() if norm else ObsNorm(np.zeros(spaces['obs_dim']), np.ones(spaces['obs_dim']) - 1e-8,
+                                              1e9, 1e-8)).save(run.path('obs_norm'))
     save_json(run.path('train_record'), rec)
     return rec
 
@@ -349,8 +373,9 @@ def train_throughput(env_id='CartPole-v1', num_envs=(32, 1024, 65536), device='c
     for n in track(list(num_envs), description=f'{env_id} PPO throughput', disable=not progress, transient=True):
         s = dataclasses.replace(base, num_envs=n, minibatches=max(base.minibatches, n * base.n_steps // 65536))
         with tempfile.TemporaryDirectory() as d:
-            rec = fast_train(Path(d)/'run', env_id, n * s.n_steps * updates, device=device, settings=s, target_return=None,
-                             eval_every=10 ** 9, eval_episodes=4, progress=False)
+            rec = fast_train(Path(d)/'run', env_id, n * s.n_steps * updates, device=device, settings=s,
+                             target_return=None, eval_every=10 ** 9, eval_episodes=4, progress=False)
         rows.append(dict(env_id=env_id, num_envs=n, device=str(resolve_device(device)), level='env+inference+training',
-                         impl=f'fast_ppo, {s.epochs} epochs x {s.minibatches} minibatches', steps_per_s=rec['steps_per_s']))
+                         impl=f'fast_ppo, {s.epochs} epochs x {s.minibatches} minibatches',
+                         steps_per_s=rec['steps_per_s']))
     return rows

@@ -18,12 +18,15 @@ def resolve_device(device):
     "`device` as a torch.device that exists here, or a clear error."
     import torch
     try: dev = torch.device(device)
-    except (RuntimeError, TypeError) as e: raise BadInputError(f'{device!r} is not a torch device ({e}); use cpu, cuda or cuda:N') from None
+    except (RuntimeError, TypeError) as e:
+        raise BadInputError(f'{device!r} is not a torch device ({e}); use cpu, cuda or cuda:N') from None
     if dev.type == 'cuda':
         if not torch.cuda.is_available():
-            raise BadInputError(f'device {device!r} asked for, but torch {torch.__version__} sees no CUDA GPU here; use --device cpu')
+            raise BadInputError(f'device {device!r} asked for, but torch {torch.__version__} sees no CUDA GPU here; '
+                                'use --device cpu')
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise BadInputError(f'device {device!r} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)')
+            raise BadInputError(f'device {device!r} does not exist: '
+                                f'this machine has {torch.cuda.device_count()} CUDA device(s)')
     elif dev.type not in ('cpu', 'mps'):
         raise BadInputError(f'device type {dev.type!r} is not supported; use cpu or cuda')
     return dev
@@ -37,7 +40,8 @@ class BatchedEnv:
         import torch
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
             raise BadInputError(f'num_envs must be a positive integer, got {num_envs!r}')
-        if dtype not in ('float32', 'float64'): raise BadInputError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+        if dtype not in ('float32', 'float64'):
+            raise BadInputError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
         self.num_envs, self.device, self.dtype = num_envs, resolve_device(device), getattr(torch, dtype)
         self._torch = torch
         self.gen = torch.Generator(device=self.device); self.gen.manual_seed(seed)
@@ -55,7 +59,8 @@ class BatchedEnv:
     def set_state(self, state):
         "Set the raw state [N, state_dim] (e.g. copied from gymnasium envs) and zero the step counters."
         state = self._torch.as_tensor(state, dtype=self.dtype, device=self.device)
-        if state.shape != self.state.shape: raise BadInputError(f'state must have shape {tuple(self.state.shape)}, got {tuple(state.shape)}')
+        if state.shape != self.state.shape:
+            raise BadInputError(f'state must have shape {tuple(self.state.shape)}, got {tuple(state.shape)}')
         self.state = state.clone(); self.steps.zero_()
         return self.obs()
     def obs(self): return self._observe(self.state)
@@ -63,23 +68,31 @@ class BatchedEnv:
         "`actions` if they fit this env's action tensor contract, else a clear error naming the fix."
         t = self._torch
         if not isinstance(actions, t.Tensor):
-            raise BadInputError(f'actions must be a torch tensor on {self.device}, got {type(actions).__name__}; use torch.as_tensor(a, device=...)')
+            raise BadInputError(f'actions must be a torch tensor on {self.device}, got {type(actions).__name__}; '
+                                'use torch.as_tensor(a, device=...)')
         if actions.device != self.device:
-            raise BadInputError(f'actions are on {actions.device} but the envs are on {self.device}; move them with .to({str(self.device)!r})')
+            raise BadInputError(f'actions are on {actions.device} but the envs are on {self.device}; '
+                                f'move them with .to({str(self.device)!r})')
         if self.discrete_actions:
-            if actions.shape != (self.num_envs,): raise BadInputError(f'actions must have shape ({self.num_envs},) (one index per env), got {tuple(actions.shape)}')
+            if actions.shape != (self.num_envs,):
+                raise BadInputError(f'actions must have shape ({self.num_envs},) (one index per env), '
+                                    f'got {tuple(actions.shape)}')
             if actions.dtype not in (t.int64, t.int32, t.int16, t.int8, t.uint8, t.bool):
-                raise BadInputError(f'{self.env_id} takes integer action indices in [0, {self.discrete_actions}), got dtype {actions.dtype}')
+                raise BadInputError(f'{self.env_id} takes integer action indices in [0, {self.discrete_actions}), '
+                                    f'got dtype {actions.dtype}')
         else:
             if actions.shape != (self.num_envs, self.act_dim):
-                raise BadInputError(f'actions must have shape ({self.num_envs}, {self.act_dim}), got {tuple(actions.shape)}')
-            if not actions.is_floating_point(): raise BadInputError(f'{self.env_id} takes float actions, got dtype {actions.dtype}')
+                raise BadInputError(f'actions must have shape ({self.num_envs}, {self.act_dim}), '
+                                    f'got {tuple(actions.shape)}')
+            if not actions.is_floating_point():
+                raise BadInputError(f'{self.env_id} takes float actions, got dtype {actions.dtype}')
         return actions
     def step(self, actions, check=True):
-        "Step every env: (obs, reward, terminated, truncated, info) as tensors; finished envs are reset in the same call."
+        "Step every env: (obs, reward, terminated, truncated, info) as tensors; finished envs reset in the same call."
         if check: self.check_actions(actions)
         fresh = self._sample_state(self.num_envs)  # drawn for all, kept where done: no data-dependent shapes, no sync
-        obs, reward, terminated, truncated, final_obs, done, self.state, self.steps = self._core(self.state, self.steps, actions, fresh)
+        obs, reward, terminated, truncated, final_obs, done, self.state, self.steps = self._core(self.state, self.steps,
+                                                                                                 actions, fresh)
         return obs, reward, terminated, truncated, dict(final_obs=final_obs, done=done)
     def _core(self, state, steps, actions, fresh):
         "The pure part of a step (what `fused_step` compiles): dynamics, time limit, same-step reset."
@@ -95,9 +108,11 @@ class BatchedEnv:
     def random_actions(self):
         "Uniform random actions drawn on the device."
         t = self._torch
-        if self.discrete_actions: return t.randint(0, self.discrete_actions, (self.num_envs,), generator=self.gen, device=self.device)
+        if self.discrete_actions:
+            return t.randint(0, self.discrete_actions, (self.num_envs,), generator=self.gen, device=self.device)
         return self._uniform((self.num_envs, self.act_dim), self.action_low, self.action_high)
-    def __repr__(self): return f'{type(self).__name__}(num_envs={self.num_envs}, device={self.device}, dtype={self.dtype})'
+    def __repr__(self):
+        return f'{type(self).__name__}(num_envs={self.num_envs}, device={self.device}, dtype={self.dtype})'
 
 # %% ../nbs/50_gpu_envs.ipynb #d82c13b9
 class CartPole(BatchedEnv):
@@ -114,11 +129,14 @@ class CartPole(BatchedEnv):
         force = t.where(action.bool(), self.force_mag, -self.force_mag).to(s.dtype)
         cos, sin = t.cos(theta), t.sin(theta)
         temp = (force + self.polemass_length * theta_dot ** 2 * sin) / self.total_mass
-        thetaacc = (self.gravity * sin - cos * temp) / (self.length * (4.0 / 3.0 - self.masspole * cos ** 2 / self.total_mass))
+        thetaacc = ((self.gravity * sin - cos * temp)
+                    / (self.length * (4.0 / 3.0 - self.masspole * cos ** 2 / self.total_mass)))
         xacc = temp - self.polemass_length * thetaacc * cos / self.total_mass
-        new = t.stack([x + self.tau * x_dot, x_dot + self.tau * xacc, theta + self.tau * theta_dot, theta_dot + self.tau * thetaacc], 1)
+        new = t.stack([x + self.tau * x_dot, x_dot + self.tau * xacc, theta + self.tau * theta_dot,
+                       theta_dot + self.tau * thetaacc], 1)
         x, theta = new[:, 0], new[:, 2]
-        terminated = (x < -self.x_threshold) | (x > self.x_threshold) | (theta < -self.theta_threshold) | (theta > self.theta_threshold)
+        terminated = ((x < -self.x_threshold) | (x > self.x_threshold)
+                      | (theta < -self.theta_threshold) | (theta > self.theta_threshold))
         return new, t.ones_like(x, dtype=t.float32), terminated
 
 # %% ../nbs/50_gpu_envs.ipynb #24db1e94
@@ -135,10 +153,12 @@ class Pendulum(BatchedEnv):
     def _dynamics(self, s, action):
         t = self._torch
         th, thdot = s.unbind(1)
-        u = action[:, 0].float().clamp(self.action_low, self.action_high)  # float32 as in gymnasium: u's terms round like its NumPy code
+        # float32 as in gymnasium: u's terms round like its NumPy code
+        u = action[:, 0].float().clamp(self.action_low, self.action_high)
         norm = t.remainder(th + math.pi, 2 * math.pi) - math.pi
         costs = norm ** 2 + 0.1 * thdot ** 2 + 0.001 * u ** 2
-        newthdot = (thdot + (3 * self.g / (2 * self.l) * t.sin(th) + 3.0 / (self.m * self.l ** 2) * u) * self.dt).clamp(-self.max_speed, self.max_speed)
+        newthdot = (thdot + (3 * self.g / (2 * self.l) * t.sin(th) + 3.0 / (self.m * self.l ** 2) * u)
+                    * self.dt).clamp(-self.max_speed, self.max_speed)
         return t.stack([th + newthdot * self.dt, newthdot], 1), (-costs).float(), t.zeros_like(th, dtype=t.bool)
 
 # %% ../nbs/50_gpu_envs.ipynb #37e15435
@@ -154,7 +174,8 @@ class MountainCarContinuous(BatchedEnv):
         t = self._torch
         pos, vel = s.unbind(1)
         a = action[:, 0].to(s.dtype)
-        vel = (vel + a.clamp(self.action_low, self.action_high) * self.power - 0.0025 * t.cos(3 * pos)).clamp(-self.max_speed, self.max_speed)
+        vel = (vel + a.clamp(self.action_low, self.action_high) * self.power
+               - 0.0025 * t.cos(3 * pos)).clamp(-self.max_speed, self.max_speed)
         pos = (pos + vel).clamp(self.min_pos, self.max_pos)
         vel = t.where((pos == self.min_pos) & (vel < 0), t.zeros_like(vel), vel)
         terminated = (pos >= self.goal) & (vel >= 0)
@@ -179,7 +200,7 @@ def _gym_state(env):
 
 # %% ../nbs/50_gpu_envs.ipynb #a932db35
 def gym_trajectories(env_id, num_envs=8, steps=200, seed=0, dtype='float32', resync=False):
-    "Max abs differences (obs, reward) and termination mismatches between gymnasium and the batched env on shared states and actions (`resync`: restart from gymnasium's state every step)."
+    "Max abs obs/reward diffs, termination mismatches vs gymnasium on shared states/actions (`resync`: every step)."
     import gymnasium as gym, torch
     envs = [gym.make(env_id) for _ in range(num_envs)]
     for i, e in enumerate(envs): e.reset(seed=seed + i)
@@ -190,21 +211,23 @@ def gym_trajectories(env_id, num_envs=8, steps=200, seed=0, dtype='float32', res
     for _ in range(steps):
         if resync: b.set_state(np.stack([_gym_state(e) for e in envs]))
         if b.discrete_actions: acts = rng.integers(0, b.discrete_actions, num_envs)
-        else: acts = rng.uniform(b.action_low * 1.2, b.action_high * 1.2, (num_envs, b.act_dim)).astype(np.float32)  # also out of range
+        else: acts = rng.uniform(b.action_low * 1.2, b.action_high * 1.2,  # also out of range
+                                 (num_envs, b.act_dim)).astype(np.float32)
         bo, br, bt, _, info = b.step(torch.as_tensor(acts) if b.discrete_actions else torch.as_tensor(acts))
         fo = info['final_obs'].numpy()
         for i, e in enumerate(envs):
             if not alive[i]: continue
             o, r, term, trunc, _ = e.step(int(acts[i]) if b.discrete_actions else acts[i])
-            worst['obs'] = max(worst['obs'], float(np.abs(fo[i] - o).max())); worst['reward'] = max(worst['reward'], abs(float(br[i]) - r))
+            worst['obs'] = max(worst['obs'], float(np.abs(fo[i] - o).max()))
+            worst['reward'] = max(worst['reward'], abs(float(br[i]) - r))
             term_mismatch += int(bool(bt[i]) != term); compared += 1
             if term or trunc: alive[i] = False
-    return dict(env_id=env_id, dtype=dtype, resync=resync, compared_steps=compared, max_abs_obs=worst['obs'], max_abs_reward=worst['reward'],
-                termination_mismatches=term_mismatch)
+    return dict(env_id=env_id, dtype=dtype, resync=resync, compared_steps=compared, max_abs_obs=worst['obs'],
+                max_abs_reward=worst['reward'], termination_mismatches=term_mismatch)
 
 # %% ../nbs/50_gpu_envs.ipynb #74d02875
 def to_dlpack(tensor):
-    "A DLPack capsule of `tensor` (contiguous first) for frameworks that take one; most take the tensor itself via `__dlpack__`."
+    "A DLPack capsule of `tensor` (made contiguous) for frameworks that want one; most take a tensor via `__dlpack__`."
     import torch.utils.dlpack
     return torch.utils.dlpack.to_dlpack(tensor.contiguous())
 
@@ -224,10 +247,11 @@ def fused_step(env, mode='default'):
         return step, f'eager (torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:120]})'
 
 # %% ../nbs/50_gpu_envs.ipynb #609ba6ce
-SYNC_OPS = ('aten::_local_scalar_dense', 'aten::item', 'aten::nonzero', 'aten::is_nonzero', 'aten::masked_select', 'aten::_to_cpu')
+SYNC_OPS = ('aten::_local_scalar_dense', 'aten::item', 'aten::nonzero', 'aten::is_nonzero', 'aten::masked_select',
+            'aten::_to_cpu')
 
 def device_rollout(env, policy, steps, noise_std=0.1, step_fn=None):
-    "Run `steps` batched steps with `policy` (+ Gaussian noise drawn on the device); return the per-env summed reward tensor."
+    "Run `steps` batched steps with `policy` (+ Gaussian noise drawn on the device); return the per-env summed rewards."
     import torch
     step = step_fn or (lambda a: env.step(a, check=False))
     obs, total = env.obs(), torch.zeros(env.num_envs, device=env.device)
@@ -282,9 +306,10 @@ def gym_vector_throughput(env_id, num_envs, steps=200, kind='sync'):
     return steps * num_envs / dt
 
 # %% ../nbs/50_gpu_envs.ipynb #3874c3c3
-def env_throughput(env_id='CartPole-v1', num_envs=(32, 1024, 65536), device='cpu', steps=100, repeats=3, hidden=64, compile=False,
-                   gym_baselines=('sync', 'async'), gym_max_envs=1024, async_max_envs=64, fused_mlp=True, progress=True):
-    "Steps/s per num_envs: env only, env + MLP inference (on a GPU also with the MLP as one Triton kernel), and gymnasium's vector envs."
+def env_throughput(env_id='CartPole-v1', num_envs=(32, 1024, 65536), device='cpu', steps=100, repeats=3, hidden=64,
+                   compile=False, gym_baselines=('sync', 'async'), gym_max_envs=1024, async_max_envs=64, fused_mlp=True,
+                   progress=True):
+    "Steps/s per num_envs: env only, env + MLP inference (on a GPU also as one Triton kernel), gymnasium's vector envs."
     import torch
     dev, rows = resolve_device(device), []
     from rich.progress import track
@@ -294,20 +319,26 @@ def env_throughput(env_id='CartPole-v1', num_envs=(32, 1024, 65536), device='cpu
         def env_only():
             for _ in range(steps): step(env.random_actions())
         out_dim = env.discrete_actions or env.act_dim
-        mlp = torch.nn.Sequential(torch.nn.Linear(env.obs_dim, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, hidden), torch.nn.Tanh(),
+        mlp = torch.nn.Sequential(torch.nn.Linear(env.obs_dim, hidden), torch.nn.Tanh(),
+                                  torch.nn.Linear(hidden, hidden), torch.nn.Tanh(),
                                   torch.nn.Linear(hidden, out_dim)).to(dev)
         rows.append(dict(env_id=env_id, num_envs=n, device=str(dev), level='env', impl=f'batched, {how}',
                          steps_per_s=_timed(env_only, steps, n, dev, repeats)))
-        rows.append(dict(env_id=env_id, num_envs=n, device=str(dev), level='env+inference', impl=f'batched, {how}, MLP {hidden}x2',
-                         steps_per_s=_timed(lambda: device_rollout(env, mlp, steps, step_fn=step), steps, n, dev, repeats)))
+        rows.append(dict(env_id=env_id, num_envs=n, device=str(dev), level='env+inference',
+                         impl=f'batched, {how}, MLP {hidden}x2',
+                         steps_per_s=_timed(lambda: device_rollout(env, mlp, steps, step_fn=step),
+                                            steps, n, dev, repeats)))
         if dev.type == 'cuda' and fused_mlp:  # the same MLP as one Triton kernel per step
             from ppo_trt.triton_mlp import triton_module_policy
             tp = triton_module_policy(mlp)
-            rows.append(dict(env_id=env_id, num_envs=n, device=str(dev), level='env+inference', impl=f'batched, {how}, Triton fused MLP {hidden}x2',
-                             steps_per_s=_timed(lambda: device_rollout(env, tp, steps, step_fn=step), steps, n, dev, repeats)))
+            rows.append(dict(env_id=env_id, num_envs=n, device=str(dev), level='env+inference',
+                             impl=f'batched, {how}, Triton fused MLP {hidden}x2',
+                             steps_per_s=_timed(lambda: device_rollout(env, tp, steps, step_fn=step),
+                                                steps, n, dev, repeats)))
         for kind in gym_baselines:
             if n <= (async_max_envs if kind == 'async' else gym_max_envs):  # AsyncVectorEnv runs one process per env
-                rows.append(dict(env_id=env_id, num_envs=n, device='cpu', level='env', impl=f'gymnasium {kind.capitalize()}VectorEnv',
+                rows.append(dict(env_id=env_id, num_envs=n, device='cpu', level='env',
+                                 impl=f'gymnasium {kind.capitalize()}VectorEnv',
                                  steps_per_s=gym_vector_throughput(env_id, n, max(10, min(steps, 20_000 // n)), kind)))
     return rows
 
@@ -317,10 +348,11 @@ def print_throughput(rows, con=None):
     from rich.table import Table
     from rich.console import Console
     t = Table(title='Environment throughput (env steps / s)')
-    for c in ('env', 'num_envs', 'device', 'level', 'implementation', 'steps/s', '× SyncVectorEnv'): t.add_column(c, overflow='fold')
+    for c in ('env', 'num_envs', 'device', 'level', 'implementation', 'steps/s', '× SyncVectorEnv'):
+        t.add_column(c, overflow='fold')
     sync = {r['num_envs']: r['steps_per_s'] for r in rows if 'SyncVectorEnv' in r['impl']}
     for r in rows:
         ref = sync.get(r['num_envs'])
-        t.add_row(r['env_id'].split('-')[0], f"{r['num_envs']:,}", r['device'], r['level'], r['impl'], f"{r['steps_per_s']:.3g}",
-                  f"{r['steps_per_s'] / ref:.1f}" if ref else '-')
+        t.add_row(r['env_id'].split('-')[0], f"{r['num_envs']:,}", r['device'], r['level'], r['impl'],
+                  f"{r['steps_per_s']:.3g}", f"{r['steps_per_s'] / ref:.1f}" if ref else '-')
     (con or Console()).print(t)

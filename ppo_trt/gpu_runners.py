@@ -22,7 +22,8 @@ def _torch_cuda_ok():
     if not ok: return ok, why
     import torch
     if not torch.cuda.is_available():
-        return False, (f'torch {torch.__version__} sees no CUDA GPU ({"CPU-only build" if torch.version.cuda is None else "no device visible"}); '
+        return False, (f'torch {torch.__version__} sees no CUDA GPU '
+                       f'({"CPU-only build" if torch.version.cuda is None else "no device visible"}); '
                        + FIXES['torch-cuda'])
     return True, ''
 
@@ -39,7 +40,8 @@ class TorchCudaRunner(Runner):
                          versions={'torch': package_version('torch'), 'cuda': torch.version.cuda})
     def _slot(self, b):
         t = self._torch
-        s = self._slots[b] = dict(hin=t.empty((b, self.obs_dim), pin_memory=True), hout=t.empty((b, self.act_dim), pin_memory=True))
+        s = self._slots[b] = dict(hin=t.empty((b, self.obs_dim), pin_memory=True),
+                                  hout=t.empty((b, self.act_dim), pin_memory=True))
         s['in_np'], s['out_np'] = s['hin'].numpy(), s['hout'].numpy()
         return s
     def run(self, obs):
@@ -67,7 +69,7 @@ def _event_times(fn, iters, t):
 
 # %% ../nbs/32_gpu_runners.ipynb #09dc1021
 def _cuda_graph(t, fn, warmup=3):
-    "(graph, what `fn` returned inside it): `fn` run on a side stream first (as torch's docs require; compiles kernels), then captured."
+    "(graph, `fn`'s result in it): `fn` first run on a side stream (per torch's docs; compiles kernels), then captured."
     side = t.cuda.Stream(); side.wait_stream(t.cuda.current_stream())
     with t.cuda.stream(side):
         for _ in range(warmup): fn()
@@ -104,7 +106,8 @@ def _triton_ok():
     from ppo_trt.triton_mlp import import_triton, triton_interpreted
     triton, why = import_triton()
     if triton is None: return False, why
-    if triton_interpreted(): return False, 'TRITON_INTERPRET is set: the interpreter checks kernels, it is not a backend; unset it'
+    if triton_interpreted():
+        return False, 'TRITON_INTERPRET is set: the interpreter checks kernels, it is not a backend; unset it'
     return True, ''
 
 # %% ../nbs/32_gpu_runners.ipynb #bcb636fc
@@ -119,10 +122,15 @@ class TritonRunner(Runner):
         try: self.pol = compile_triton_policy(_source(src).onnx(), self.precision)
         except NativeUnsupportedError as e: raise BackendUnavailable(str(e)) from None
         self._torch, self._params, self._slots = torch, self.pol.params_on('cuda'), {}
-        super().__init__(self.pol.obs_dim, self.pol.act_dim, provider=f'Triton fused MLP on {torch.cuda.get_device_name()} (CUDA graph; zero-copy pinned I/O up to batch {self.zero_copy_max_batch})',
-                         kernel=f'generated source {self.pol.key} (in memory)', versions={'triton': triton.__version__, 'torch': package_version('torch'), 'cuda': torch.version.cuda})
+        super().__init__(self.pol.obs_dim, self.pol.act_dim,
+                         provider=f'Triton fused MLP on {torch.cuda.get_device_name()} (CUDA graph; '
+                                  f'zero-copy pinned I/O up to batch {self.zero_copy_max_batch})',
+                         kernel=f'generated source {self.pol.key} (in memory)',
+                         versions={'triton': triton.__version__, 'torch': package_version('torch'),
+                                   'cuda': torch.version.cuda})
     def _slot(self, b):
-        t, fwd = self._torch, (lambda x, out: self.pol.forward(x, out, self._params, check=False))  # no host queries inside a capture
+        # no host queries inside a capture
+        t, fwd = self._torch, (lambda x, out: self.pol.forward(x, out, self._params, check=False))
         s = dict(hin=t.zeros((b, self.obs_dim), pin_memory=True), hout=t.zeros((b, self.act_dim), pin_memory=True))
         self.pol.check(s['hin'], s['hout'], self._params)
         s['in_np'], s['out_np'] = s['hin'].numpy(), s['hout'].numpy()
@@ -130,7 +138,8 @@ class TritonRunner(Runner):
         else:
             s['din'], s['dout'] = t.zeros((b, self.obs_dim), device='cuda'), t.zeros((b, self.act_dim), device='cuda')
             def io():
-                s['din'].copy_(s['hin'], non_blocking=True); fwd(s['din'], s['dout']); s['hout'].copy_(s['dout'], non_blocking=True)
+                s['din'].copy_(s['hin'], non_blocking=True); fwd(s['din'], s['dout'])
+                s['hout'].copy_(s['dout'], non_blocking=True)
             s['graph'] = _cuda_graph(t, io, warmup=1)[0]
         self._slots[b] = s
         return s
@@ -159,7 +168,8 @@ def _ort_gpu_ok(provider):
     if not ok: return ok, why
     import onnxruntime as ort
     if provider not in ort.get_available_providers():
-        return False, (f'{provider} is not in this onnxruntime build (it has {", ".join(ort.get_available_providers())}); '
+        return False, (f'{provider} is not in this onnxruntime build '
+                       f'(it has {", ".join(ort.get_available_providers())}); '
                        f"on a GPU machine: {FIXES['onnxruntime-gpu']}")
     return True, ''
 
@@ -204,7 +214,8 @@ def _cuda_call(res, what):
     "Unpack a cuda-python (err, *values) result, raising with the call's name on an error."
     from cuda.bindings import runtime as cudart
     err, *vals = res if isinstance(res, tuple) else (res,)
-    if err != cudart.cudaError_t.cudaSuccess: raise BackendUnavailable(f'{what} failed: {cudart.cudaGetErrorString(err)[1].decode()}')
+    if err != cudart.cudaError_t.cudaSuccess:
+        raise BackendUnavailable(f'{what} failed: {cudart.cudaGetErrorString(err)[1].decode()}')
     return vals[0] if len(vals) == 1 else vals
 
 # %% ../nbs/32_gpu_runners.ipynb #d48e8bf7
@@ -216,7 +227,8 @@ def _trt_ok(module):
     from cuda.bindings import runtime as cudart
     err, n = cudart.cudaGetDeviceCount()
     if err != cudart.cudaError_t.cudaSuccess or n == 0:
-        return False, f'{module} imports but CUDA reports no GPU ({cudart.cudaGetErrorString(err)[1].decode()}); engines run only on a GPU machine'
+        return False, (f'{module} imports but CUDA reports no GPU ({cudart.cudaGetErrorString(err)[1].decode()}); '
+                       'engines run only on a GPU machine')
     return True, ''
 
 # %% ../nbs/32_gpu_runners.ipynb #1a2eefdc
@@ -230,24 +242,30 @@ class TrtRunner(Runner):
         src = _source(src)
         folder = RunDir(src.folder)  # engines and build.json sit beside policy.onnx
         recs = load_artifact(folder, 'build_record') if folder.has('build_record') else {}
-        mine = sorted((n for n, r in recs.items() if r['flavour'] == self.flavour), key=lambda n: recs[n]['precision'] != 'fp32')
-        if not mine: raise BackendUnavailable(f'no {self.flavour} engine beside {src.onnx_path}: run `ppo-trt build --flavour {self.flavour} --run-dir {src.folder}`')
+        mine = sorted((n for n, r in recs.items() if r['flavour'] == self.flavour),
+                      key=lambda n: recs[n]['precision'] != 'fp32')
+        if not mine: raise BackendUnavailable(f'no {self.flavour} engine beside {src.onnx_path}: '
+                                              f'run `ppo-trt build --flavour {self.flavour} --run-dir {src.folder}`')
         rec = check_engine(src.folder, mine[0], onnx_path=src.onnx())
         self.precision, trt = rec['precision'], importlib.import_module(rec['module'])
         self._rt, self._ct, self._cudart = trt.Runtime(trt.Logger(trt.Logger.ERROR)), ctypes, cudart
         self.engine = self._rt.deserialize_cuda_engine((src.folder/mine[0]).read_bytes())
-        if self.engine is None: raise BackendUnavailable(f'{rec["module"]} could not deserialize {mine[0]} on this GPU (see its log)')
+        if self.engine is None:
+            raise BackendUnavailable(f'{rec["module"]} could not deserialize {mine[0]} on this GPU (see its log)')
         self.ctx = self.engine.create_execution_context()
         self.stream = _cuda_call(cudart.cudaStreamCreate(), 'cudaStreamCreate')
         self._slots, self.max_batch = {}, rec['profile']['max_batch'] if 'profile' in rec else None
-        super().__init__(src.meta['obs_dim'], src.meta['act_dim'], provider=f"{rec['module']} {rec['version']} engine {mine[0]}", engine=mine[0],
+        super().__init__(src.meta['obs_dim'], src.meta['act_dim'],
+                         provider=f"{rec['module']} {rec['version']} engine {mine[0]}", engine=mine[0],
                          versions={rec['module']: rec['version'], 'cuda-python': package_version('cuda-python')})
     def _host(self, shape):
         n = int(np.prod(shape)) * 4
         ptr = _cuda_call(self._cudart.cudaMallocHost(n), 'cudaMallocHost')
         return ptr, np.ctypeslib.as_array((self._ct.c_float * int(np.prod(shape))).from_address(ptr)).reshape(shape)
     def _slot(self, b):
-        if self.max_batch and b > self.max_batch: raise BadInputError(f'batch {b} exceeds the engine profile max_batch {self.max_batch}; rebuild with --max-batch')
+        if self.max_batch and b > self.max_batch:
+            raise BadInputError(f'batch {b} exceeds the engine profile max_batch {self.max_batch}; '
+                                'rebuild with --max-batch')
         cr = self._cudart
         (hin_p, hin), (hout_p, hout) = self._host((b, self.obs_dim)), self._host((b, self.act_dim))
         din, dout = (_cuda_call(cr.cudaMalloc(n * 4), 'cudaMalloc') for n in (b * self.obs_dim, b * self.act_dim))
@@ -275,7 +293,8 @@ class TrtRunner(Runner):
         s = self._slots.get(batch) or self._slot(batch)
         self._bind(s, batch)
         for _ in range(20): self.ctx.execute_async_v3(st)
-        ev = [(_cuda_call(cr.cudaEventCreate(), 'cudaEventCreate'), _cuda_call(cr.cudaEventCreate(), 'cudaEventCreate')) for _ in range(iters)]
+        ev = [(_cuda_call(cr.cudaEventCreate(), 'cudaEventCreate'), _cuda_call(cr.cudaEventCreate(), 'cudaEventCreate'))
+              for _ in range(iters)]
         for a, e in ev: cr.cudaEventRecord(a, st); self.ctx.execute_async_v3(st); cr.cudaEventRecord(e, st)
         _cuda_call(cr.cudaStreamSynchronize(st), 'cudaStreamSynchronize')
         out = np.array([_cuda_call(cr.cudaEventElapsedTime(a, e), 'cudaEventElapsedTime') * 1e3 for a, e in ev])

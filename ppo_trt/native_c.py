@@ -4,7 +4,8 @@
 
 # %% ../nbs/24_native_c.ipynb #828ebe2d
 from __future__ import annotations
-import hashlib, importlib.machinery, importlib.util, json, os, shutil, subprocess, sys, sysconfig, tempfile, threading, time
+import hashlib, importlib.machinery, importlib.util, json, os, shutil, subprocess, sys, sysconfig, tempfile, \
+    threading, time
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -17,7 +18,8 @@ from .native import (NativeUnsupportedError, parse_chain, _stages, TANH_CLAMP, T
 __all__ = ['CFLAGS', 'ROWS', 'c_toolchain', 'generate_c', 'CPolicy', 'compile_c_policy']
 
 # %% ../nbs/24_native_c.ipynb #cac7d082
-CFLAGS = ('-O3', '-march=native', '-fno-math-errno', '-fno-trapping-math', '-ffp-contract=fast', '-fPIC', '-shared', '-std=c11')
+CFLAGS = ('-O3', '-march=native', '-fno-math-errno', '-fno-trapping-math', '-ffp-contract=fast', '-fPIC', '-shared',
+          '-std=c11')
 # -fno-trapping-math lets GCC if-convert the clamps (tanh, clip) so those loops vectorise; it changes no result
 
 def c_toolchain():
@@ -31,7 +33,8 @@ def c_toolchain():
 
 # %% ../nbs/24_native_c.ipynb #15fb6725
 def _carr(name, a):
-    vals = ', '.join(f'{float(v)!r}f' if np.isfinite(v) else ('INFINITY' if v > 0 else '-INFINITY') for v in np.asarray(a, np.float32).reshape(-1))
+    vals = ', '.join(f'{float(v)!r}f' if np.isfinite(v) else ('INFINITY' if v > 0 else '-INFINITY')
+                     for v in np.asarray(a, np.float32).reshape(-1))
     return f'static const float {name}[{max(1, np.asarray(a).size)}] __attribute__((aligned(64))) = {{{vals}}};'
 
 # %% ../nbs/24_native_c.ipynb #7531baa7
@@ -61,7 +64,8 @@ def _c_ew(e, idx, const):
     raise NativeUnsupportedError(f'elementwise op {k!r}')
 
 # %% ../nbs/24_native_c.ipynb #0a998227
-ROWS = 6  # rows per register tile: 6 x 16 outputs = 12 accumulators + 2 weight vectors + 1 broadcast fit AVX2's 16 registers (4 and 8 measured slower)
+# 6 x 16 outputs = 12 accumulators + 2 weight vectors + 1 broadcast fit AVX2's 16 registers (4 and 8 measured slower)
+ROWS = 6  # rows per register tile
 
 def _dense_lines(dst, src, W, b, n_in, width):
     "One row of a dense layer, outputs in the inner (vectorised) loop; `dst`/`src` map an index to a C lvalue."
@@ -80,7 +84,7 @@ def _indent(lines, n=4): return [' ' * n + l for l in lines]
 
 # %% ../nbs/24_native_c.ipynb #f945e96a
 def _rows_body(stages, dims, const_of):
-    "C loop nests for ROWS rows at once: dense layers whose width is a multiple of 16 as register tiles of ROWS x 16 outputs."
+    "C loop nests for ROWS rows at once: dense layers of width a multiple of 16 as register tiles of ROWS x 16 outputs."
     obs, act = dims
     body, width = [], obs
     src = lambda r, i: f'x[{r} * {obs} + {i}]'
@@ -97,10 +101,14 @@ def _rows_body(stages, dims, const_of):
                          f'        v8 b0, b1; memcpy(&b0, {b} + ot, 32); memcpy(&b1, {b} + ot + 8, 32);',
                          '        v8 ' + ', '.join(f'{a} = b{a[-1]}' for a in acc) + ';',
                          f'        for (int i = 0; i < {n_in}; i++) {{',
-                         f'            v8 w0, w1; memcpy(&w0, {W} + i * {width} + ot, 32); memcpy(&w1, {W} + i * {width} + ot + 8, 32);']
-                body += [f'            const float x{r} = {src(r, "i")}; a{r}0 += x{r} * w0; a{r}1 += x{r} * w1;' for r in range(ROWS)]
-                body += ['        }'] + [f'        memcpy({dptr(r)} + ot, &a{r}0, 32); memcpy({dptr(r)} + ot + 8, &a{r}1, 32);' for r in range(ROWS)] + ['    }']
-            elif width <= 8:  # narrow (the action head): ROWS x width scalar accumulators, independent chains in registers
+                         f'            v8 w0, w1; memcpy(&w0, {W} + i * {width} + ot, 32); '
+                         f'memcpy(&w1, {W} + i * {width} + ot + 8, 32);']
+                body += [f'            const float x{r} = {src(r, "i")}; a{r}0 += x{r} * w0; a{r}1 += x{r} * w1;'
+                         for r in range(ROWS)]
+                body += ['        }'] + [f'        memcpy({dptr(r)} + ot, &a{r}0, 32); '
+                                         f'memcpy({dptr(r)} + ot + 8, &a{r}1, 32);' for r in range(ROWS)] + ['    }']
+            elif width <= 8:  # narrow (the action head)
+                # ROWS x width scalar accumulators, independent chains in registers
                 acc = [(r, o) for r in range(ROWS) for o in range(width)]
                 body += ['    {', '        float ' + ', '.join(f'c{r}_{o} = {b}[{o}]' for r, o in acc) + ';',
                          f'        for (int i = 0; i < {n_in}; i++) {{']
@@ -108,18 +116,20 @@ def _rows_body(stages, dims, const_of):
                 body += [f'            c{r}_{o} += {W}[i * {width} + {o}] * x{r};' for r, o in acc]
                 body += ['        }'] + [f'        {dst(r, o)} = c{r}_{o};' for r, o in acc] + ['    }']
             else:
-                body += [f'    for (int r = 0; r < {ROWS}; r++) {{', *_indent(_dense_lines(lambda i, d=dst: d('r', i), lambda i, s_=src: s_('r', i),
-                                                                                           W, b, n_in, width), 8), '    }']
+                body += [f'    for (int r = 0; r < {ROWS}; r++) {{',
+                         *_indent(_dense_lines(lambda i, d=dst: d('r', i), lambda i, s_=src: s_('r', i),
+                                               W, b, n_in, width), 8), '    }']
             src = dst
         if ews:
-            body += [f'    for (int r = 0; r < {ROWS}; r++) {{', *_indent(_ew_lines(lambda i, d=dst: d('r', i), lambda i, s_=src: s_('r', i),
-                                                                                    ews, width, const_of), 8), '    }']
+            body += [f'    for (int r = 0; r < {ROWS}; r++) {{',
+                     *_indent(_ew_lines(lambda i, d=dst: d('r', i), lambda i, s_=src: s_('r', i),
+                                        ews, width, const_of), 8), '    }']
             src = dst
     return body
 
 # %% ../nbs/24_native_c.ipynb #9e98356f
 def _kernels(steps, dims):
-    "The generated part of the C source: the weights as constants, the tanh, the one-row and ROWS-row kernels, forward_n."
+    "The generated part of the C source: weights as constants, the tanh, the one-row and ROWS-row kernels, forward_n."
     consts, named = [], {}
     def const(arr):
         consts.append(_carr(f'K{len(consts)}', arr)); return f'K{len(consts) - 1}'
@@ -160,7 +170,7 @@ def _kernels(steps, dims):
 
 # %% ../nbs/24_native_c.ipynb #654d6a23
 def generate_c(steps, dims, module_name):
-    "C source of extension `module_name` (`forward`, `call`, `set_check`): the generated kernels inside templates/policy_module.c."
+    "C source of extension `module_name` (forward, call, set_check): generated kernels in templates/policy_module.c."
     from importlib.resources import files
     from string import Template
     template = Template((files('ppo_trt')/'templates'/'policy_module.c').read_text())
@@ -195,16 +205,19 @@ def _build(cc, incs, src, so, record):
     c_path = so.with_name(so.name.split('.')[0] + '.c')
     atomic_write_text(c_path, src)
     with atomic_path(so) as tmp:
-        r = subprocess.run([cc, *CFLAGS, *(f'-I{i}' for i in incs), str(c_path), '-o', str(tmp), '-lm'], capture_output=True, text=True)
-        if r.returncode: raise NativeUnsupportedError(f'{cc} failed to build the policy extension: {r.stderr.strip()[-600:]}')
+        r = subprocess.run([cc, *CFLAGS, *(f'-I{i}' for i in incs), str(c_path), '-o', str(tmp), '-lm'],
+                           capture_output=True, text=True)
+        if r.returncode:
+            raise NativeUnsupportedError(f'{cc} failed to build the policy extension: {r.stderr.strip()[-600:]}')
         blob = tmp.read_bytes()
-    save_json(record, dict(so_sha256=hashlib.sha256(blob).hexdigest(), source_sha256=hashlib.sha256(src.encode()).hexdigest(),
+    save_json(record, dict(so_sha256=hashlib.sha256(blob).hexdigest(),
+                           source_sha256=hashlib.sha256(src.encode()).hexdigest(),
                            compiler=cc, cflags=list(CFLAGS), built=time.strftime('%Y-%m-%dT%H:%M:%S%z')))
     return blob
 
 # %% ../nbs/24_native_c.ipynb #e8d2ee55
 def _load_extension(blob, name, folder):
-    "Import extension module `name` from exactly these bytes: a private copy is loaded, so the bytes checked are the bytes run."
+    "Import extension `name` from exactly these bytes: a private copy is loaded, so the bytes checked are those run."
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f'.{name}.load.', suffix=sysconfig.get_config_var('EXT_SUFFIX'))
     try:
         with os.fdopen(fd, 'wb') as f: f.write(blob)
@@ -225,7 +238,8 @@ def compile_c_policy(onnx_path, check_obs=None, cache_dir=None):
     cc, incs = tc
     steps, dims = parse_chain(load_onnx(onnx_path))
     src = generate_c(steps, dims, 'MODULE_NAME')
-    key = hashlib.sha256(b'\0'.join(x.encode() for x in (src, ' '.join(CFLAGS), cc, cpu_model(), sys.version, np.__version__)))
+    key = hashlib.sha256(b'\0'.join(x.encode() for x in (src, ' '.join(CFLAGS), cc, cpu_model(), sys.version,
+                                                          np.__version__)))
     name = f'ppo_trt_policy_{key.hexdigest()[:16]}'
     folder = Path(cache_dir) if cache_dir else user_cache('native_c')
     so, record = folder/f'{name}{sysconfig.get_config_var("EXT_SUFFIX")}', folder/f'{name}.json'
@@ -233,7 +247,8 @@ def compile_c_policy(onnx_path, check_obs=None, cache_dir=None):
     with _BUILD_LOCK:
         if name not in sys.modules:
             blob, why = _cached_blob(so, record)
-            how = 'loaded from the cache (hash verified)' if blob else ('built' if why == 'not built yet' else f'rebuilt: {why}')
+            how = ('loaded from the cache (hash verified)' if blob else
+                   ('built' if why == 'not built yet' else f'rebuilt: {why}'))
             if blob is None: blob = _build(cc, incs, src.replace('MODULE_NAME', name), so, record)
             sys.modules[name] = _load_extension(blob, name, folder)
     mod = sys.modules[name]

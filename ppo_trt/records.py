@@ -198,14 +198,15 @@ def _schema_of(name, path):
 
 # %% ../nbs/02_records.ipynb #3ac95031
 def read_record(path, name=None, root=None):
-    "The JSON record at `path` (artifact `name`), validated against its schema; `BadArtifactError` with the fix otherwise."
+    "The JSON record at `path` (artifact `name`), checked against its schema, else `BadArtifactError` with the fix."
     path = Path(path)
     name = name or path.name
     redo = f'`ppo-trt {_stage_of(name)} --run-dir {root or path.parent}`'
     if not path.exists(): raise MissingArtifactError(f'{path} does not exist: it is written by {redo}')
     try: data = json.loads(path.read_bytes())
     except (ValueError, UnicodeDecodeError) as e:
-        raise BadArtifactError(f'{path} is not valid JSON ({str(e)[:80]}): it is damaged or truncated; run {redo} again') from None
+        raise BadArtifactError(f'{path} is not valid JSON ({str(e)[:80]}): it is damaged or truncated; '
+                               f'run {redo} again') from None
     schema, version = _schema_of(name, path)
     if schema is None: return data
     try: msgspec.convert(data, type=schema)
@@ -232,16 +233,16 @@ def machine_id(info=None):
     info = info or probe(deep=False)
     from ppo_trt.runtime import gpu_info
     gpu = info['gpu'] if 'gpu' in info else gpu_info()
-    key = '|'.join(str(x) for x in (info['cpu'], info['logical_cpus'], gpu and gpu['name'], platform.system(), platform.machine(),
-                                     info['python']))
+    key = '|'.join(str(x) for x in (info['cpu'], info['logical_cpus'], gpu and gpu['name'], platform.system(),
+                                     platform.machine(), info['python']))
     return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 # %% ../nbs/02_records.ipynb #4df0b06e
 def session(policy_sha256):
     "A new session record: now, this machine, the policy measured."
     info = probe(deep=False)
-    return dict(created=time.strftime('%Y-%m-%dT%H:%M:%S%z'), machine=machine_summary(info), machine_id=machine_id(info),
-                policy_sha256=policy_sha256, ppo_trt=package_version('ppo_trt'))
+    return dict(created=time.strftime('%Y-%m-%dT%H:%M:%S%z'), machine=machine_summary(info),
+                machine_id=machine_id(info), policy_sha256=policy_sha256, ppo_trt=package_version('ppo_trt'))
 
 # %% ../nbs/02_records.ipynb #f2e2581c
 def session_id(s):
@@ -263,22 +264,27 @@ def _holder(root):
 # %% ../nbs/02_records.ipynb #43733968
 @contextmanager
 def run_lock(root, command, wait=True, say=None):
-    "Hold the writer lock of run folder `root` while `command` runs; wait for another writer, or refuse when `wait` is False."
+    "Hold the writer lock of run folder `root` while `command` runs; wait for another writer, or refuse if not `wait`."
     from filelock import FileLock, Timeout
     root = Path(root)
     try: root.mkdir(parents=True, exist_ok=True)
-    except OSError as e: raise PpoTrtError(f'cannot create the run folder {root} ({e.strerror}); choose another --run-dir') from None
+    except OSError as e:
+        raise PpoTrtError(f'cannot create the run folder {root} ({e.strerror}); choose another --run-dir') from None
     lock = FileLock(root/LOCK_NAME, is_singleton=True)
     try: lock.acquire(timeout=0)
     except Timeout:
-        if not wait: raise RunFolderBusy(f'{root} is in use by {_holder(root)}; wait for it to finish, or drop --no-wait to wait') from None
-        (say or (lambda m: print(m, file=sys.stderr, flush=True)))(f'[ppo-trt] waiting for {_holder(root)} to finish with {root} ...')
+        if not wait: raise RunFolderBusy(f'{root} is in use by {_holder(root)}; wait for it to finish, '
+                                         'or drop --no-wait to wait') from None
+        (say or (lambda m: print(m, file=sys.stderr, flush=True)))(f'[ppo-trt] waiting for {_holder(root)} '
+                                                                  f'to finish with {root} ...')
         lock.acquire()
     outermost = lock.lock_counter == 1
     try:
         if outermost:
-            (root/HOLDER_NAME).write_text(json.dumps(dict(command=command, pid=os.getpid(), since=time.strftime('%H:%M:%S'))))
-            for p in root.rglob(f'.*{PARTIAL}*'): p.unlink(missing_ok=True)  # left by a killed writer: no one else writes now
+            (root/HOLDER_NAME).write_text(json.dumps(dict(command=command, pid=os.getpid(),
+                                                          since=time.strftime('%H:%M:%S'))))
+            # left by a killed writer: no one else writes now
+            for p in root.rglob(f'.*{PARTIAL}*'): p.unlink(missing_ok=True)
         yield
     finally:
         if outermost:
@@ -308,8 +314,8 @@ def _policy_links(run, train):
     for name, key in (('policy', 'policy_sha256'), ('obs_norm', 'obs_norm_sha256')):
         want, path = train.get(key), run.path(name)
         if want and path.exists() and _sha(path) != want:
-            out.append((path.name, f'{path.name} is not the file training wrote (its hash differs from train.json): it was '
-                        'replaced or damaged', f'ppo-trt train --force --run-dir {run.root}'))
+            out.append((path.name, f'{path.name} is not the file training wrote (its hash differs from train.json): '
+                        'it was replaced or damaged', f'ppo-trt train --force --run-dir {run.root}'))
     return out
 
 # %% ../nbs/02_records.ipynb #004b5228
@@ -322,7 +328,8 @@ def _onnx_links(run, export):
             out.append((path.name, f'{path.name} does not match export.json (an interrupted or foreign export)', redo))
     parent = export.get('metadata', {}).get('policy_sha256')
     if parent and run.has('policy') and _sha(run.path('policy')) != parent:
-        out.append(('policy.onnx', 'policy.onnx was exported from another policy.zip (the policy was trained again)', redo))
+        out.append(('policy.onnx', 'policy.onnx was exported from another policy.zip '
+                    '(the policy was trained again)', redo))
     return out
 
 # %% ../nbs/02_records.ipynb #7475c504
@@ -330,9 +337,11 @@ def _engine_links(run, build, onnx_sha):
     out = []
     for name, rec in build.items():
         p = run.root/name
-        if not p.exists(): out.append((name, f'{name} is listed in build.json but missing', f'ppo-trt build --run-dir {run.root}'))
+        if not p.exists():
+            out.append((name, f'{name} is listed in build.json but missing', f'ppo-trt build --run-dir {run.root}'))
         elif _sha(p) != rec.get('engine_sha256') or rec.get('onnx_sha256') != onnx_sha:
-            out.append((name, f'{name} was built from another policy.onnx or changed since', f'ppo-trt build --run-dir {run.root}'))
+            out.append((name, f'{name} was built from another policy.onnx or changed since',
+                        f'ppo-trt build --run-dir {run.root}'))
     return out
 
 # %% ../nbs/02_records.ipynb #8d82e4e5
@@ -340,8 +349,8 @@ def _session_links(run, rec, file, onnx_sha, stage):
     "Sessions of bench.json / evaluate.json that measured another policy.onnx."
     stale = sorted({s['created'] for s in rec.get('sessions', {}).values() if s.get('policy_sha256') != onnx_sha})
     if not stale: return []
-    return [(file, f'{file} holds records of another policy.onnx (measured {", ".join(stale)}); they are kept and marked',
-             f'ppo-trt {stage} --replace --run-dir {run.root}')]
+    return [(file, f'{file} holds records of another policy.onnx (measured {", ".join(stale)}); '
+             'they are kept and marked', f'ppo-trt {stage} --replace --run-dir {run.root}')]
 
 # %% ../nbs/02_records.ipynb #62b94e35
 def lineage_problems(run):
@@ -359,7 +368,8 @@ def lineage_problems(run):
     onnx_sha = _sha(run.path('onnx'))
     build = rec('build_record')
     if build: out += _engine_links(run, build, onnx_sha)
-    for name, file, stage in (('bench_record', 'bench.json', 'bench'), ('evaluate_record', 'evaluate.json', 'evaluate')):
+    for name, file, stage in (('bench_record', 'bench.json', 'bench'),
+                              ('evaluate_record', 'evaluate.json', 'evaluate')):
         r = rec(name)
         if r and onnx_sha: out += _session_links(run, r, file, onnx_sha, stage)
     out += _report_links(run)
@@ -373,13 +383,15 @@ def _report_links(run):
     p = run.root/'report.ipynb'
     if not p.exists(): return []
     try: inputs = json.loads(p.read_text()).get('metadata', {}).get('ppo_trt', {}).get('inputs', {})
-    except (OSError, ValueError): return [('report.ipynb', 'report.ipynb is unreadable', f'ppo-trt report --run-dir {run.root}')]
+    except (OSError, ValueError):
+        return [('report.ipynb', 'report.ipynb is unreadable', f'ppo-trt report --run-dir {run.root}')]
     changed = [f for f in REPORT_INPUTS if _sha(run.root/f) != inputs.get(f)]  # changed, appeared or gone since
-    return [('report.html', f'the report predates the current {", ".join(changed)}', f'ppo-trt report --run-dir {run.root}')] if changed else []
+    return [('report.html', f'the report predates the current {", ".join(changed)}',
+             f'ppo-trt report --run-dir {run.root}')] if changed else []
 
 # %% ../nbs/02_records.ipynb #7c9a7662
-STAGE_PARENTS = {'export': ('policy',), 'build': ('policy', 'onnx'), 'bench': ('policy', 'onnx'), 'evaluate': ('policy', 'onnx'),
-                 'report': ('policy', 'onnx'), 'enjoy': ('policy', 'onnx')}
+STAGE_PARENTS = {'export': ('policy',), 'build': ('policy', 'onnx'), 'bench': ('policy', 'onnx'),
+                 'evaluate': ('policy', 'onnx'), 'report': ('policy', 'onnx'), 'enjoy': ('policy', 'onnx')}
 
 def require_fresh(run, stage):
     "Raise `BadArtifactError` with the command to run if a parent of `stage` is stale or unreadable."
@@ -395,9 +407,9 @@ def require_fresh(run, stage):
 
 # %% ../nbs/02_records.ipynb #d3bc52bf
 DERIVED = ('config.json', 'policy.zip', 'obs_norm.json', 'train_log.csv', 'train.json', 'checkpoints', 'fast_agent.pt',
-           'policy.onnx', 'policy.fp16.onnx', 'export_obs.npy', 'export.json', 'build.json', 'policy.*.engine', 'build.*.log',
-           'timing.*.cache', 'bench.json', 'evaluate.json', 'report.ipynb', 'report.html', 'episode.gif', 'episode.mp4',
-           'native', 'ort_trt_cache')
+           'policy.onnx', 'policy.fp16.onnx', 'export_obs.npy', 'export.json', 'build.json', 'policy.*.engine',
+           'build.*.log', 'timing.*.cache', 'bench.json', 'evaluate.json', 'report.ipynb', 'report.html',
+           'episode.gif', 'episode.mp4', 'native', 'ort_trt_cache')
 
 def derived_paths(run):
     "Everything in the run folder that was made from its policy (or by training it)."

@@ -30,8 +30,8 @@ def load_records(run_dir):
     run = RunDir(run_dir)
     recs = dict(run_dir=str(run.root), bench=load_artifact(run, 'bench_record'),
                 policy_sha256=sha256_file(run.path('onnx')) if run.has('onnx') else None)
-    for key, name in (('train', 'train_record'), ('export', 'export_record'), ('config', 'config'), ('build', 'build_record'),
-                      ('evaluate', 'evaluate_record')):
+    for key, name in (('train', 'train_record'), ('export', 'export_record'), ('config', 'config'),
+                      ('build', 'build_record'), ('evaluate', 'evaluate_record')):
         recs[key] = load_artifact(run, name) if run.has(name) else None
     recs['train_log'] = read_train_log(run.path('train_log')) if run.has('train_log') else None
     recs['residual_studies'] = [read_record(p) for p in sorted(run.root.glob('residual_study_*.json'))]
@@ -45,7 +45,8 @@ def record_note(bench, rec, policy_sha256):
     s = sessions.get(rec.get('session'))
     if s is None: return ''
     latest, notes = sessions.get(bench.get('session'), s), []
-    if s.get('policy_sha256') != policy_sha256: notes.append('another policy.onnx' if s.get('policy_sha256') else 'policy unknown')
+    if s.get('policy_sha256') != policy_sha256:
+        notes.append('another policy.onnx' if s.get('policy_sha256') else 'policy unknown')
     if s.get('machine_id') != latest.get('machine_id'): notes.append(f"on {s['machine']}")
     return f"{', '.join(notes)} ({s['created'][:10]})" if notes else ''
 
@@ -62,14 +63,14 @@ def _numeric(cell):
 # %% ../nbs/60_report.ipynb #3c8f4682
 def _md_table(header, rows):
     "A markdown table; columns whose every cell is a number are right-aligned."
-    align = ['---:' if rows and all(_numeric(r[i]) or str(r[i]) in ('', '-') for r in rows) and any(_numeric(r[i]) for r in rows)
-             else '---' for i in range(len(header))]
+    align = ['---:' if rows and all(_numeric(r[i]) or str(r[i]) in ('', '-') for r in rows)
+             and any(_numeric(r[i]) for r in rows) else '---' for i in range(len(header))]
     return '\n'.join(['| ' + ' | '.join(header) + ' |', '|' + '|'.join(align) + '|'] +
                      ['| ' + ' | '.join(str(c) for c in r) + ' |' for r in rows])
 
 # %% ../nbs/60_report.ipynb #66502ecf
 def latency_table(bench, policy_sha256=None):
-    "Markdown: batch-1 latency of the checked call per backend that ran (hot path beside it), SLA, parity; other policies' records marked."
+    "Markdown: batch-1 latency per backend run (checked call, hot path), SLA, parity; other policy/machine marked."
     rows, marks = [], {}
     for r in records_by(bench, 'latency'):
         st, par = r['stats'], r.get('parity_vs_ort_fp32', {}).get('max_abs_err')
@@ -80,17 +81,18 @@ def latency_table(bench, policy_sha256=None):
                      *(_us(st[k]) for k in ('mean_us', 'p50_us', 'p95_us', 'p99_us', 'p999_us', 'max_us')),
                      _us(hot['p50_us']) if hot else '', _us(hot['p99_us']) if hot else '',
                      'pass' if r['sla_pass'] else '**FAIL**', '' if par is None else f'{par:.1e}'])
-    table = _md_table(['backend', 'device', 'provider', 'precision', 'mean µs', 'p50 µs', 'p95 µs', 'p99 µs', 'p99.9 µs',
-                       'max µs', 'hot path p50 µs', 'hot path p99 µs', f"SLA p99 < {bench['settings']['sla_us']:g} µs",
-                       'max abs err vs ORT FP32'], rows)
+    table = _md_table(['backend', 'device', 'provider', 'precision', 'mean µs', 'p50 µs', 'p95 µs', 'p99 µs',
+                       'p99.9 µs', 'max µs', 'hot path p50 µs', 'hot path p99 µs',
+                       f"SLA p99 < {bench['settings']['sla_us']:g} µs", 'max abs err vs ORT FP32'], rows)
     return table + ''.join(f'\n\n{m} measured {note}, not in this run: kept in bench.json, left out of the claims above'
                            for note, m in marks.items())
 
 # %% ../nbs/60_report.ipynb #53e59f21
 def closed_loop_table(bench):
     "Markdown: control-loop rate, jitter and headroom per backend."
-    rows = [[f"`{r['backend']}`", _us(r['inference']['p50_us']), _us(r['inference']['p99_us']), _us(r['loop']['p50_us']),
-             _us(r['loop']['p99_us']), f"{r['loop_rate_hz']:,.0f}", _us(r['jitter_us']), f"{r['headroom']:.1f}×"]
+    rows = [[f"`{r['backend']}`", _us(r['inference']['p50_us']), _us(r['inference']['p99_us']),
+             _us(r['loop']['p50_us']), _us(r['loop']['p99_us']), f"{r['loop_rate_hz']:,.0f}", _us(r['jitter_us']),
+             f"{r['headroom']:.1f}×"]
             for r in records_by(bench, 'closed-loop')]
     return _md_table(['backend', 'inference p50 µs', 'inference p99 µs', 'loop p50 µs', 'loop p99 µs', 'loop rate Hz',
                       'jitter (std) µs', 'headroom (period / loop p99)'], rows)
@@ -98,8 +100,10 @@ def closed_loop_table(bench):
 # %% ../nbs/60_report.ipynb #7617d2d1
 def advise_table(bench):
     "Markdown: the fastest measured backend per batch size and its lead."
-    rows = [[a['batch'], f"`{a['best']}`", f"{a['throughput_per_s']:.3g}", f"`{a['runner_up']}`" if a['runner_up'] else '',
-             '' if a['ratio'] is None else f"{a['ratio']:.2f}×" + (' (tie)' if a['tie'] else '')] for a in advise(bench)]
+    rows = [[a['batch'], f"`{a['best']}`", f"{a['throughput_per_s']:.3g}",
+             f"`{a['runner_up']}`" if a['runner_up'] else '',
+             '' if a['ratio'] is None else f"{a['ratio']:.2f}×" + (' (tie)' if a['tie'] else '')]
+            for a in advise(bench)]
     return _md_table(['batch', 'fastest', 'actions/s', 'runner-up', 'lead'], rows)
 
 # %% ../nbs/60_report.ipynb #da7965b0
@@ -111,7 +115,7 @@ def _eval_cell(ev, p, key, policy_sha256, fmt):
 
 # %% ../nbs/60_report.ipynb #b1ab6862
 def evaluation_table(ev, policy_sha256=None):
-    "Markdown: per phase, PID and PPO mean ± std and each backend's gap to the reference, results of another policy marked; then the gates."
+    "Markdown: per phase PID and PPO mean ± std, each backend's gap to reference, other policy/machine marked; gates."
     ref, others = ev['reference'], [b for b in ev['backends'] if b != ev['reference']]
     ms = lambda v: f'{np.mean(v):.1f} ± {np.std(v):.1f}'
     res = any('residual' in p['returns'] for p in ev['phases'])
@@ -119,12 +123,13 @@ def evaluation_table(ev, policy_sha256=None):
     gap = lambda p: (lambda v: f"{np.mean(v) - np.mean(p['returns'][f'ppo:{ref}']):+.1f}")
     rows = [[p['phase'], cell(p, 'pid', ms), cell(p, f'ppo:{ref}', ms), *([cell(p, 'residual', ms)] if res else []),
              *(cell(p, f'ppo:{b}', gap(p)) for b in others), sum(p['violations'].values())] for p in ev['phases']]
-    t = _md_table(['phase', 'PID', f'PPO ({ref})', *(['expert + residual'] if res else []), *(f'{b} Δ return' for b in others),
-                   'violations'], rows)
+    t = _md_table(['phase', 'PID', f'PPO ({ref})', *(['expert + residual'] if res else []),
+                   *(f'{b} Δ return' for b in others), 'violations'], rows)
     if '†' in t: t += '\n\n† evaluated on another policy.onnx: kept in evaluate.json, not comparable with this policy'
     g = _md_table(['backend', 'SLA', 'violations', 'worst return gap', 'gate'],
                   [[f'`{b}`', x['sla_pass'], x['violations'], f"{x['worst_return_gap']:.2%}",
-                    'pass' if x['passed'] else '**FAIL**' + (f" (not in {', '.join(x['phases_missing'])})" if x.get('phases_missing') else '')]
+                    'pass' if x['passed'] else '**FAIL**' + (f" (not in {', '.join(x['phases_missing'])})"
+                                                             if x.get('phases_missing') else '')]
                    for b, x in ev['gates'].items()])
     return t + '\n\n' + g
 
@@ -133,7 +138,8 @@ def soak_table(bench):
     "Markdown: per soak window p50/p99/p99.9/max for every soaked backend."
     rows = [[f"`{r['backend']}`", i + 1, *(_us(w[k]) for k in ('p50_us', 'p99_us', 'p999_us', 'max_us'))]
             for r in records_by(bench, 'soak') for i, w in enumerate(r['windows'])]
-    return _md_table(['backend', 'window', 'p50 µs', 'p99 µs', 'p99.9 µs', 'max µs'], rows) if rows else '_No soak in this run (`ppo-trt bench --soak`)._'
+    return (_md_table(['backend', 'window', 'p50 µs', 'p99 µs', 'p99.9 µs', 'max µs'], rows) if rows
+            else '_No soak in this run (`ppo-trt bench --soak`)._')
 
 # %% ../nbs/60_report.ipynb #64848ac2
 def kernel_table(bench):
@@ -142,11 +148,12 @@ def kernel_table(bench):
     for r in records_by(bench, 'latency'):
         if 'kernel_only' not in r: continue
         k, e, top = r['kernel_only'], r['stats'], best_kernel_sweep(bench, r['backend'])
-        rows.append([f"`{r['backend']}`", r['provider'], _us(e['p50_us']), _us(e['p99_us']), _us(k['p50_us']), _us(k['p99_us']),
-                     f"{top['kernel_throughput_per_s']:.3g} (batch {top['batch']:,})" if top else ''])
-    if not rows: return '_No GPU backend ran on this machine: kernel-only timings need a CUDA GPU (see the skipped backends above)._'
-    return _md_table(['backend', 'provider', 'end-to-end p50 µs', 'end-to-end p99 µs', 'kernel-only p50 µs', 'kernel-only p99 µs',
-                      'on-device actions/s (batch)'], rows)
+        rows.append([f"`{r['backend']}`", r['provider'], _us(e['p50_us']), _us(e['p99_us']), _us(k['p50_us']),
+                     _us(k['p99_us']), f"{top['kernel_throughput_per_s']:.3g} (batch {top['batch']:,})" if top else ''])
+    if not rows: return ('_No GPU backend ran on this machine: kernel-only timings need a CUDA GPU '
+                         '(see the skipped backends above)._')
+    return _md_table(['backend', 'provider', 'end-to-end p50 µs', 'end-to-end p99 µs', 'kernel-only p50 µs',
+                      'kernel-only p99 µs', 'on-device actions/s (batch)'], rows)
 
 # %% ../nbs/60_report.ipynb #20086cb7
 def _fig(w=7, h=4):
@@ -155,7 +162,7 @@ def _fig(w=7, h=4):
 
 # %% ../nbs/60_report.ipynb #c7e31593
 def plot_latency_cdf(bench):
-    "Batch-1 latency per backend: the CDF (log x), and the tail as the fraction of calls slower than x (log-log), SLA marked."
+    "Batch-1 latency per backend: CDF (log x) and tail, the fraction of calls slower than x (log-log); SLA marked."
     import matplotlib.pyplot as plt
     from ppo_trt.bench import CDF_POINTS, TAIL_POINTS
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4), layout='constrained')
@@ -168,9 +175,10 @@ def plot_latency_cdf(bench):
     for a in (a1, a2): a.axvline(bench['settings']['sla_us'], color='crimson', ls='--', lw=1, label='SLA (p99)')
     a1.axhline(0.99, color='grey', ls=':', lw=1)
     for p in (1e-2, 1e-3): a2.axhline(p, color='grey', ls=':', lw=1)
-    a1.set(xscale='log', xlabel='batch-1 call latency (µs, log)', ylabel='fraction of calls ≤ x', title='Latency CDF', ylim=(0, 1.01))
-    a2.set(xscale='log', yscale='log', xlabel='batch-1 call latency (µs, log)', ylabel='fraction of calls slower than x (log)',
-           title='The tail: p99 at 1e-2, p99.9 at 1e-3')
+    a1.set(xscale='log', xlabel='batch-1 call latency (µs, log)', ylabel='fraction of calls ≤ x', title='Latency CDF',
+           ylim=(0, 1.01))
+    a2.set(xscale='log', yscale='log', xlabel='batch-1 call latency (µs, log)',
+           ylabel='fraction of calls slower than x (log)', title='The tail: p99 at 1e-2, p99.9 at 1e-3')
     for a in (a1, a2): a.grid(alpha=.3, which='both')
     a1.legend(fontsize=8)
     return fig
@@ -185,7 +193,8 @@ def plot_batch_sweep(bench):
         b = [r['batch'] for r in rs]
         line, = a1.plot(b, [r['throughput_per_s'] for r in rs], 'o-', label=name)
         if all('kernel_throughput_per_s' in r for r in rs):  # GPU runners: on-device throughput, dashed, same colour
-            a1.plot(b, [r['kernel_throughput_per_s'] for r in rs], '--', color=line.get_color(), label=f'{name} (kernel-only)')
+            a1.plot(b, [r['kernel_throughput_per_s'] for r in rs], '--', color=line.get_color(),
+                    label=f'{name} (kernel-only)')
         a2.plot(b, [r['stats']['mean_us'] * 1e3 / r['batch'] for r in rs], 'o-', label=name)
     a1.set(xscale='log', yscale='log', xlabel='batch size', ylabel='actions / s', title='Throughput')
     a2.set(xscale='log', yscale='log', xlabel='batch size', ylabel='ns per action (mean)', title='Cost per action')
@@ -197,12 +206,15 @@ def plot_delay_curve(curve):
     "Mean return vs injected actuation delay for PPO and PID, with each backend's p99 inference latency marked."
     fig, ax = _fig()
     # markers only: delays were injected in whole control periods, nothing was measured in between
-    ax.plot(curve['delay_ms'], curve['ppo'], 'o', ms=7, label='PPO (torch)'); ax.plot(curve['delay_ms'], curve['pid'], 's', ms=6, label='PID baseline')
+    ax.plot(curve['delay_ms'], curve['ppo'], 'o', ms=7, label='PPO (torch)')
+    ax.plot(curve['delay_ms'], curve['pid'], 's', ms=6, label='PID baseline')
     for i, (b, ms) in enumerate(sorted(curve['latency_p99_ms'].items(), key=lambda x: x[1])):
         ax.axvline(ms, color=f'C{i + 2}', lw=1, ls=':', label=f'{b} p99 latency ({ms * 1e3:.3g} µs)')
     ax.set_xscale('symlog', linthresh=1e-3); ax.set_xlim(0, max(curve['delay_ms']) * 1.1)
-    ax.set(xlabel=f"actuation delay (ms, symlog), injected in whole control periods of {curve['control_period_ms']:g} ms",
-           ylabel=f"mean return ({curve['episodes']} episodes)", title='Latency → return'); ax.grid(alpha=.3); ax.legend(fontsize=8)
+    ax.set(xlabel=f"actuation delay (ms, symlog), "
+                  f"injected in whole control periods of {curve['control_period_ms']:g} ms",
+           ylabel=f"mean return ({curve['episodes']} episodes)", title='Latency → return')
+    ax.grid(alpha=.3); ax.legend(fontsize=8)
     return fig
 
 # %% ../nbs/60_report.ipynb #8b522468
@@ -216,31 +228,36 @@ def plot_residual_study(study):
         c = study['curves'][k]
         m, sd = np.asarray(c['mean_return']), np.asarray(c['std_return'])
         ax.plot(c['timesteps'], m, 'o-', ms=3, label=label); ax.fill_between(c['timesteps'], m - sd, m + sd, alpha=.15)
-    ax.set(xlabel='timesteps', ylabel='deterministic eval return', title=f"{study['env_id']}: return vs timesteps (seed {study['seed']})")
+    ax.set(xlabel='timesteps', ylabel='deterministic eval return',
+           title=f"{study['env_id']}: return vs timesteps (seed {study['seed']})")
     ax.grid(alpha=.3); ax.legend(fontsize=8)
     return fig
 
 # %% ../nbs/60_report.ipynb #3ebd0f83
 def residual_study_table(studies):
-    "Markdown: per study, the expert's return and each learner's first / best / final return and when it reached the expert."
+    "Markdown: per study, the expert's return, each learner's first/best/final return and when it reached the expert."
     rows = []
     for st in studies:
         e = st['expert_return']['mean']
-        rows.append((st['env_id'], f"expert ({st['expert_kind']})", '-', f"{e:.1f} ± {st['expert_return']['std']:.1f}", '-', '-'))
+        rows.append((st['env_id'], f"expert ({st['expert_kind']})", '-', f"{e:.1f} ± {st['expert_return']['std']:.1f}",
+                     '-', '-'))
         for k, name in (('ppo', 'pure PPO'), ('residual', 'expert + residual')):
             c, f = st['curves'][k], st['final'][k]
             hit = first_reaching(c, e)
-            rows.append((st['env_id'], name, f"{c['mean_return'][0]:.1f}", f"{f['mean']:.1f} ± {f['std']:.1f}", f"{max(c['mean_return']):.1f}",
+            rows.append((st['env_id'], name, f"{c['mean_return'][0]:.1f}", f"{f['mean']:.1f} ± {f['std']:.1f}",
+                         f"{max(c['mean_return']):.1f}",
                          f'{hit:,}' if hit is not None else f"never (in {st['timesteps']:,})"))
-    return _md_table(['env', 'policy', 'first eval', 'final (kept policy)', 'best eval', "steps to the expert's return"], rows)
+    return _md_table(['env', 'policy', 'first eval', 'final (kept policy)', 'best eval',
+                      "steps to the expert's return"], rows)
 
 # %% ../nbs/60_report.ipynb #b131c2ea
 def env_bench_table(eb):
-    "Markdown: steps/s per implementation and num_envs, with the ratio to gymnasium's SyncVectorEnv at the same num_envs."
+    "Markdown: steps/s per implementation and num_envs, with the ratio to gymnasium's SyncVectorEnv at equal num_envs."
     sync = {r['num_envs']: r['steps_per_s'] for r in eb['rows'] if 'SyncVectorEnv' in r['impl']}
     return _md_table(['env', 'num_envs', 'device', 'level', 'implementation', 'steps/s', '× SyncVectorEnv'],
                      [(r['env_id'], f"{r['num_envs']:,}", r['device'], r['level'], r['impl'], f"{r['steps_per_s']:.3g}",
-                       f"{r['steps_per_s'] / sync[r['num_envs']]:.1f}" if r['num_envs'] in sync else '-') for r in eb['rows']])
+                       f"{r['steps_per_s'] / sync[r['num_envs']]:.1f}" if r['num_envs'] in sync else '-')
+                      for r in eb['rows']])
 
 # %% ../nbs/60_report.ipynb #625eccca
 def plot_learning_curve(log, train_rec=None):
@@ -250,7 +267,8 @@ def plot_learning_curve(log, train_rec=None):
     ax.plot(x, m, 'o-', label='eval mean return'); ax.fill_between(x, m - s, m + s, alpha=.2, label='± 1 std')
     if train_rec:
         ax.axhline(train_rec['final_eval_mean'], color='k', ls='--', lw=1, label='final eval of the kept policy')
-        if 'kept_timesteps' in train_rec: ax.axvline(train_rec['kept_timesteps'], color='green', ls=':', lw=1.5, label='kept policy')
+        if 'kept_timesteps' in train_rec:
+            ax.axvline(train_rec['kept_timesteps'], color='green', ls=':', lw=1.5, label='kept policy')
     ax.set(xlabel='timesteps', ylabel='episode return', title='Learning curve'); ax.grid(alpha=.3); ax.legend()
     return fig
 
@@ -272,8 +290,8 @@ def _names(xs): return ', '.join(f'`{x}`' for x in xs)
 def claim_other_records(recs, bench):
     "How many bench records were left out of the claims (another machine or policy)."
     others = len(recs['bench']['records']) - len(bench['records'])
-    return [f'{others} records in bench.json were measured on another machine or policy; they are shown marked and left '
-            'out of these claims.'] if others else []
+    return [f'{others} records in bench.json were measured on another machine or policy; they are shown marked '
+            'and left out of these claims.'] if others else []
 
 # %% ../nbs/60_report.ipynb #02430442
 def claim_fastest(recs, bench):
@@ -288,13 +306,14 @@ def claim_fastest(recs, bench):
         s += (f"; that is {_ratio(fs['p50_us'], n['p50_us']):.1f}× faster than the runner-up `{lat[1]['backend']}` "
               f"(p50 {_us(n['p50_us'])} µs)")
         if len(lat) > 2:
-            s += f" and {_ratio(fs['p50_us'], lat[-1]['stats']['p50_us']):.0f}× faster than the slowest, `{lat[-1]['backend']}`"
+            s += (f" and {_ratio(fs['p50_us'], lat[-1]['stats']['p50_us']):.0f}× faster than the slowest, "
+                  f"`{lat[-1]['backend']}`")
     out = [s + '.']
     if 'hot_path' in f:
         h = f['hot_path']['stats']
         out.append(f"Its checks (dtype, byte order, layout, shape, finiteness; a new output array) cost "
-                   f"{_ratio(h['p50_us'], fs['p50_us']):.2f}× its hot path `runner.run(obs)` (p50 {_us(h['p50_us'])} µs), "
-                   'which skips them for callers that guarantee their input.')
+                   f"{_ratio(h['p50_us'], fs['p50_us']):.2f}× its hot path `runner.run(obs)` "
+                   f"(p50 {_us(h['p50_us'])} µs), which skips them for callers that guarantee their input.")
     return out
 
 # %% ../nbs/60_report.ipynb #11adf038
@@ -304,8 +323,8 @@ def claim_tail_and_sla(recs, bench):
     if not lat: return []
     tail = max(lat, key=lambda r: r['stats']['p99_us'] / r['stats']['p50_us'])
     ts = tail['stats']
-    out = [f"The widest tail is `{tail['backend']}`'s: its p99 is {ts['p99_us'] / ts['p50_us']:.1f}× its p50 and its worst call "
-           f"took {_us(ts['max_us'])} µs."]
+    out = [f"The widest tail is `{tail['backend']}`'s: its p99 is {ts['p99_us'] / ts['p50_us']:.1f}× its p50 "
+           f"and its worst call took {_us(ts['max_us'])} µs."]
     sla, fails = bench['settings']['sla_us'], [r['backend'] for r in lat if not r['sla_pass']]
     out.append(f'All {len(lat)} backends that ran meet the SLA (p99 < {sla:g} µs).' if not fails else
                f'{_names(fails)} miss the SLA (p99 < {sla:g} µs); the other {len(lat) - len(fails)} meet it.')
@@ -327,9 +346,11 @@ def claim_throughput(recs, bench):
     name, thr = top['best'], top['throughput_per_s']
     b1 = next((r for r in sweep if r['backend'] == name and r['batch'] == 1), None)
     who = f"`{name}` (with `{top['runner_up']}` within {TIE_RATIO - 1:.0%})" if top['tie'] else f'`{name}`'
-    out = [f"At batch {top['batch']}, {who} delivers the most actions per second ({thr:.3g}/s, {1e9 / thr:.0f} ns per action"
+    out = [f"At batch {top['batch']}, {who} delivers the most actions per second "
+           f"({thr:.3g}/s, {1e9 / thr:.0f} ns per action"
            + (f", {thr / b1['throughput_per_s']:.0f}× its batch-1 throughput)." if b1 else ').')]
-    pays = {n: batching_pays_at([r for r in sweep if r['backend'] == n]) for n in dict.fromkeys(r['backend'] for r in sweep)}
+    pays = {n: batching_pays_at([r for r in sweep if r['backend'] == n])
+            for n in dict.fromkeys(r['backend'] for r in sweep)}
     known = {n: b for n, b in pays.items() if b}
     if known:
         out.append('Batching starts to pay (cost per action at least 2× lower than at batch 1) at batch '
@@ -338,14 +359,15 @@ def claim_throughput(recs, bench):
     changes = [(b0, n0, b1_, n1) for (b0, n0), (b1_, n1) in zip(leaders, leaders[1:]) if n0 != n1]
     if changes:
         out.append('The fastest backend changes with batch size: '
-                   + '; '.join(f'`{n0}` up to batch {b0}, `{n1}` from batch {b1_}' for b0, n0, b1_, n1 in changes) + '.')
+                   + '; '.join(f'`{n0}` up to batch {b0}, `{n1}` from batch {b1_}' for b0, n0, b1_, n1 in changes)
+                   + '.')
     elif leaders:
         out.append(f"`{leaders[0][1]}` is the fastest at every batch size with a clear winner "
                    f"({', '.join(str(b) for b, _ in leaders)}).")
     ties = [a['batch'] for a in adv if a['tie']]
     if ties:
-        out.append(f"At batch {', '.join(map(str, ties))} the two fastest backends are within {TIE_RATIO - 1:.0%} of each other: "
-                   'no clear winner.')
+        out.append(f"At batch {', '.join(map(str, ties))} the two fastest backends are within {TIE_RATIO - 1:.0%} "
+                   'of each other: no clear winner.')
     return out
 
 # %% ../nbs/60_report.ipynb #86835d7d
@@ -355,8 +377,9 @@ def claim_closed_loop(recs, bench):
     if not loops: return []
     l = loops[0]
     share = l['inference']['mean_us'] / l['loop']['mean_us']
-    return [f"In the closed loop (`runner(obs)` + `env.step`), `{l['backend']}` sustains {l['loop_rate_hz']:,.0f} Hz; inference is "
-            f"{share:.0%} of the loop time, so the simulator, not the policy, {'dominates' if share < 0.5 else 'does not dominate'}. "
+    return [f"In the closed loop (`runner(obs)` + `env.step`), `{l['backend']}` sustains {l['loop_rate_hz']:,.0f} Hz; "
+            f"inference is {share:.0%} of the loop time, so the simulator, not the policy, "
+            f"{'dominates' if share < 0.5 else 'does not dominate'}. "
             f"The environment's control period is {l['control_period_us'] / 1e3:g} ms: the loop's p99 leaves "
             f"{l['headroom']:.0f}× headroom."]
 
@@ -376,15 +399,19 @@ def claim_soak(recs, bench):
     return [f"Over {soaks[0]['calls']:,}-call soaks ({len(soaks[0]['windows'])} windows each), the p50 of "
             + (f'{_names(moved)} moved by 10 % or more between windows' if moved else
                f"every backend stayed within {max(r['p50_drift'] for r in soaks) - 1:.0%} across windows")
-            + f"; the p99 varied most for `{worst['backend']}` ({worst['p99_drift']:.2f}× between its best and worst window)."]
+            + f"; the p99 varied most for `{worst['backend']}` "
+              f"({worst['p99_drift']:.2f}× between its best and worst window)."]
 
 # %% ../nbs/60_report.ipynb #649db913
 def claim_engines(recs, bench):
     "The TensorRT engines built for this policy."
     return [f"`{r['engine']}` was built with {r['module']} {r['version']} ({r['precision']}"
-            + (f", FP16 via {r['fp16_method']}, max abs err {r['fp16_parity']['max_abs_err']:.1e} vs FP32" if r.get('fp16_parity') else '')
-            + f") in {r['build_s']:.2f} s, {r['engine_bytes']:,} bytes" + (', on a machine without a GPU' if r.get('built_without_gpu') else '')
-            + '; it is not benchmarked here (the TensorRT runners need a GPU).' for r in (recs.get('build') or {}).values()]
+            + (f", FP16 via {r['fp16_method']}, max abs err {r['fp16_parity']['max_abs_err']:.1e} vs FP32"
+               if r.get('fp16_parity') else '')
+            + f") in {r['build_s']:.2f} s, {r['engine_bytes']:,} bytes"
+            + (', on a machine without a GPU' if r.get('built_without_gpu') else '')
+            + '; it is not benchmarked here (the TensorRT runners need a GPU).'
+            for r in (recs.get('build') or {}).values()]
 
 # %% ../nbs/60_report.ipynb #7990e571
 def claim_export(recs, bench):
@@ -392,8 +419,8 @@ def claim_export(recs, bench):
     ex = recs.get('export')
     if not ex: return []
     p = ex['parity_ort_cpu']
-    return [f"The ONNX export reproduces `model.predict` within {p['max_abs_err']:.1e} (max abs, bound {ex['parity_tol']:g}) on "
-            f"{p['n']} observations from real rollouts."]
+    return [f"The ONNX export reproduces `model.predict` within {p['max_abs_err']:.1e} "
+            f"(max abs, bound {ex['parity_tol']:g}) on {p['n']} observations from real rollouts."]
 
 # %% ../nbs/60_report.ipynb #8212b017
 def claim_control(recs, bench):
@@ -416,7 +443,8 @@ def claim_control(recs, bench):
     passed = [b for b, g in ev['gates'].items() if g['passed']]
     failed = [b for b in ev['gates'] if b not in passed]
     out.append(f"Gate (SLA met, zero violations, mean return within 1 % of `{ev['reference']}` in every phase): "
-               + (f'passed by {_names(passed)}' if passed else 'no backend passes') + (f'; failed by {_names(failed)}.' if failed else '.'))
+               + (f'passed by {_names(passed)}' if passed else 'no backend passes')
+               + (f'; failed by {_names(failed)}.' if failed else '.'))
     return out
 
 # %% ../nbs/60_report.ipynb #ba551fa0
@@ -426,17 +454,21 @@ def claim_residual(recs, bench):
     for st in recs.get('residual_studies') or []:
         e, f = st['expert_return']['mean'], st['final']
         hits = {k: first_reaching(st['curves'][k], e) for k in ('ppo', 'residual')}
-        reach = lambda k: f"reached the expert's return at step {hits[k]:,}" if hits[k] is not None else "never reached the expert's return"
-        out.append(f"On {st['env_id']} ({st['timesteps']:,} steps each, seed {st['seed']}): the {st['expert_kind']} expert alone "
-                   f"returns {e:.1f}; expert + residual starts at {st['curves']['residual']['mean_return'][0]:.1f}, ends at "
-                   f"{f['residual']['mean']:.1f} and {reach('residual')}; pure PPO starts at {st['curves']['ppo']['mean_return'][0]:.1f}, "
+        reach = lambda k: (f"reached the expert's return at step {hits[k]:,}" if hits[k] is not None
+                           else "never reached the expert's return")
+        out.append(f"On {st['env_id']} ({st['timesteps']:,} steps each, seed {st['seed']}): "
+                   f"the {st['expert_kind']} expert alone returns {e:.1f}; "
+                   f"expert + residual starts at {st['curves']['residual']['mean_return'][0]:.1f}, "
+                   f"ends at {f['residual']['mean']:.1f} and {reach('residual')}; "
+                   f"pure PPO starts at {st['curves']['ppo']['mean_return'][0]:.1f}, "
                    f"ends at {f['ppo']['mean']:.1f} and {reach('ppo')}.")
     res = ((recs.get('export') or {}).get('metadata') or {}).get('residual')
     if res:
         out.append(f"This policy is a residual on the {res['expert_kind']} expert (scale {res['residual_scale']:g}): "
-                   + ('the expert is folded into policy.onnx, so every backend runs expert + residual in one graph.' if res['folded']
-                      else f"the expert could not be folded into policy.onnx ({res['fold_reason']}); the benchmarks time the residual "
-                           'network alone and the control loop adds the expert on the host.'))
+                   + ('the expert is folded into policy.onnx, so every backend runs expert + residual in one graph.'
+                      if res['folded']
+                      else f"the expert could not be folded into policy.onnx ({res['fold_reason']}); the benchmarks "
+                           'time the residual network alone and the control loop adds the expert on the host.'))
     return out
 
 # %% ../nbs/60_report.ipynb #97bed666
@@ -444,21 +476,24 @@ def claim_training(recs, bench):
     "How training went and which policy was kept."
     tr, log = recs.get('train'), recs.get('train_log')
     if not tr: return []
-    s = (f"Training ran {tr['timesteps']:,} timesteps (preset `{tr['preset']}`) at {tr['steps_per_s']:,.0f} steps/s and reached a "
-         f"final deterministic return of {tr['final_eval_mean']:.1f} ± {tr['final_eval_std']:.1f} over {tr['final_eval_episodes']} episodes")
+    s = (f"Training ran {tr['timesteps']:,} timesteps (preset `{tr['preset']}`) at {tr['steps_per_s']:,.0f} steps/s "
+         f"and reached a final deterministic return of {tr['final_eval_mean']:.1f} ± {tr['final_eval_std']:.1f} "
+         f"over {tr['final_eval_episodes']} episodes")
     if log is not None and len(log['timesteps']):
         i = int(np.argmax(log['mean_return']))
         s += f" (best logged evaluation {log['mean_return'][i]:.1f} at {int(log['timesteps'][i]):,} steps)"
     if tr.get('kept_timesteps', tr['timesteps']) != tr['timesteps']:
-        s += f"; the deployed policy is the one evaluated best during training, at {tr['kept_timesteps']:,} steps, not the last one"
-    return [s + '.' + (' This is a short run: the policy is not expected to control the robot well.' if tr['timesteps'] < 100_000 else '')]
+        s += (f"; the deployed policy is the one evaluated best during training, at {tr['kept_timesteps']:,} steps, "
+              'not the last one')
+    return [s + '.' + (' This is a short run: the policy is not expected to control the robot well.'
+                       if tr['timesteps'] < 100_000 else '')]
 
 # %% ../nbs/60_report.ipynb #db6a894e
-CLAIMS = (claim_other_records, claim_fastest, claim_tail_and_sla, claim_skipped, claim_throughput, claim_closed_loop, claim_builds,
-          claim_soak, claim_engines, claim_export, claim_control, claim_residual, claim_training)
+CLAIMS = (claim_other_records, claim_fastest, claim_tail_and_sla, claim_skipped, claim_throughput, claim_closed_loop,
+          claim_builds, claim_soak, claim_engines, claim_export, claim_control, claim_residual, claim_training)
 
 def interpretation(recs):
-    "Sentences about this run, each from one claim function, every number taken from the records of this policy on the latest machine."
+    "Sentences about this run from the claim functions, every number from this policy's records on the latest machine."
     bench = current_bench(recs['bench'], recs.get('policy_sha256'))
     return [s for claim in CLAIMS for s in claim(recs, bench)]
 
@@ -471,7 +506,8 @@ def figure_html(fig, alt):
     buf = io.BytesIO()
     fig.savefig(buf, format='png', dpi=110)
     plt.close(fig)
-    return HTML(f'<img alt="{alt}" style="max-width:100%" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">')
+    return HTML(f'<img alt="{alt}" style="max-width:100%" '
+                f'src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">')
 
 # %% ../nbs/60_report.ipynb #4427dc7e
 def show(items):
@@ -488,8 +524,8 @@ def _md(text):
 def section_header(recs):
     "Title line: run folder, env, when and where it was measured."
     b = recs['bench']
-    return [_md(f"# ppo_trt run report\n\nRun folder `{Path(recs['run_dir']).name}` · env `{b['env_id']}` · benchmarked "
-                f"{b.get('created', '?')}  \nMachine: **{b['machine_summary']}**")]
+    return [_md(f"# ppo_trt run report\n\nRun folder `{Path(recs['run_dir']).name}` · env `{b['env_id']}` · "
+                f"benchmarked {b.get('created', '?')}  \nMachine: **{b['machine_summary']}**")]
 
 # %% ../nbs/60_report.ipynb #b4056277
 def section_claims(recs):
@@ -502,7 +538,8 @@ def skipped_list(bench):
     rows = [r for r in bench['records'] if not r['ran']]
     if not rows: return ''
     return 'Not measured on this machine:\n\n' + '\n'.join(
-        f"- `{r['backend']}`{' (failed)' if r.get('failed') else ''}: {r['reason'].split('; ')[0].replace('backend ' + r['backend'] + ' cannot run here: ', '')}"
+        f"- `{r['backend']}`{' (failed)' if r.get('failed') else ''}: "
+        f"{r['reason'].split('; ')[0].replace('backend ' + r['backend'] + ' cannot run here: ', '')}"
         for r in rows)
 
 # %% ../nbs/60_report.ipynb #5843d4d3
@@ -510,14 +547,16 @@ def section_latency(recs):
     "Batch-1 latency: the table (records of another policy or machine marked), what did not run, the timer, the CDF."
     b, cur = recs['bench'], current_bench(recs['bench'], recs.get('policy_sha256'))
     s, ov = b['settings'], b['timer_overhead']
-    out = [_md('## Batch-1 latency\n\nPer-call wall time of the checked call `runner(obs)`, what a deployment calls (input checked, '
-               'a new output array, thread-safe), after warmup, GC off. The hot path `runner.run(obs)` (the caller guarantees the '
-               'input: no conversion, no finiteness check, a reused output) was timed in alternating blocks with it.\n\n'
+    out = [_md('## Batch-1 latency\n\nPer-call wall time of the checked call `runner(obs)`, what a deployment calls '
+               '(input checked, a new output array, thread-safe), after warmup, GC off. The hot path `runner.run(obs)` '
+               '(the caller guarantees the input: no conversion, no finiteness check, a reused output) was timed in '
+               'alternating blocks with it.\n\n'
                + latency_table(b, recs.get('policy_sha256')) + '\n\n' + skipped_list(cur) +
-               f"\n\n{s['warmup']} warmup + {s['iters']} timed calls per backend · timer overhead {ov['p50_ns']:.0f} ns (p50), "
-               f"not subtracted · threads per backend: {s['threads']}")]
+               f"\n\n{s['warmup']} warmup + {s['iters']} timed calls per backend · timer overhead "
+               f"{ov['p50_ns']:.0f} ns (p50), not subtracted · threads per backend: {s['threads']}")]
     if records_by(cur, 'latency'):
-        out.append(figure_html(plot_latency_cdf(cur), 'Latency CDF per backend, and the tail: fraction of calls slower than x'))
+        out.append(figure_html(plot_latency_cdf(cur),
+                               'Latency CDF per backend, and the tail: fraction of calls slower than x'))
     return out
 
 # %% ../nbs/60_report.ipynb #71f420bd
@@ -527,8 +566,9 @@ def section_throughput(recs):
     if not records_by(cur, 'sweep'): return []
     return [_md('## Batch sweep\n\nThroughput is batch size / mean time of the checked call.'),
             figure_html(plot_batch_sweep(cur), 'Throughput and cost per action against batch size, per backend'),
-            _md('### Which backend at which batch size\n\nThe fastest measured backend per batch size and its lead over the next; '
-                'leads under 5 % are ties. **This holds for the machine above only**: re-run `ppo-trt bench` on the target.\n\n'
+            _md('### Which backend at which batch size\n\nThe fastest measured backend per batch size and its lead '
+                'over the next; leads under 5 % are ties. **This holds for the machine above only**: '
+                're-run `ppo-trt bench` on the target.\n\n'
                 + advise_table(cur))]
 
 # %% ../nbs/60_report.ipynb #6fb7e224
@@ -536,34 +576,37 @@ def section_gpu(recs):
     "GPU backends: end-to-end against kernel-only timings (only when a GPU backend ran)."
     cur = current_bench(recs['bench'], recs.get('policy_sha256'))
     if not any('kernel_only' in r for r in records_by(cur, 'latency')): return []
-    return [_md('## GPU: end-to-end vs kernel-only\n\nEnd-to-end is host observation in, host action out; kernel-only is the '
-                'device time of the execution alone (CUDA events, data already on the device).\n\n' + kernel_table(cur))]
+    return [_md('## GPU: end-to-end vs kernel-only\n\nEnd-to-end is host observation in, host action out; '
+                'kernel-only is the device time of the execution alone (CUDA events, data already on the device).\n\n'
+                + kernel_table(cur))]
 
 # %% ../nbs/60_report.ipynb #5fc53102
 def section_closed_loop(recs):
     "The closed control loop: `runner(obs)` + `env.step` per control step."
     cur = current_bench(recs['bench'], recs.get('policy_sha256'))
     if not records_by(cur, 'closed-loop'): return []
-    return [_md('## Closed control loop\n\nThe checked call plus `env.step` per control step, as a controller runs it.\n\n'
-                + closed_loop_table(cur))]
+    return [_md('## Closed control loop\n\nThe checked call plus `env.step` per control step, '
+                'as a controller runs it.\n\n' + closed_loop_table(cur))]
 
 # %% ../nbs/60_report.ipynb #0f04c3c8
 def section_soak(recs):
     "Soak windows (only when the bench soaked)."
     cur = current_bench(recs['bench'], recs.get('policy_sha256'))
     if not records_by(cur, 'soak'): return []
-    return [_md('## Soak\n\nBatch-1 latency per window of calls: drift shows as a moving p50, tail growth as a moving p99.\n\n'
-                + soak_table(cur))]
+    return [_md('## Soak\n\nBatch-1 latency per window of calls: drift shows as a moving p50, '
+                'tail growth as a moving p99.\n\n' + soak_table(cur))]
 
 # %% ../nbs/60_report.ipynb #81681288
 def section_control(recs):
     "Control quality per scenario phase, and the latency → return curve (when evaluate ran)."
     ev = recs.get('evaluate')
     if not ev: return []
-    out = [_md('## Control quality per scenario phase\n\nPPO through each backend in the safe control loop (PID fallback), beside '
-               'the PID baseline, on identical seeds (`ppo-trt evaluate`).\n\n' + evaluation_table(ev, recs.get('policy_sha256')))]
+    out = [_md('## Control quality per scenario phase\n\nPPO through each backend in the safe control loop '
+               '(PID fallback), beside the PID baseline, on identical seeds (`ppo-trt evaluate`).\n\n'
+               + evaluation_table(ev, recs.get('policy_sha256')))]
     if ev.get('delay_curve'):
-        out.append(figure_html(plot_delay_curve(ev['delay_curve']), 'Mean return against injected actuation delay, PPO and PID'))
+        out.append(figure_html(plot_delay_curve(ev['delay_curve']),
+                               'Mean return against injected actuation delay, PPO and PID'))
     return out
 
 # %% ../nbs/60_report.ipynb #68c887ef
@@ -571,10 +614,11 @@ def section_residual(recs):
     "Expert + residual against pure PPO (when a residual study is in the folder)."
     studies = recs.get('residual_studies') or []
     if not studies: return []
-    return ([_md('## Expert + residual\n\nReturn vs timesteps for pure PPO and for a residual on an expert, same env, seed, preset '
-                 'and budget (`ppo-trt residual-study`); the expert alone on the same evaluation seeds.\n\n'
-                 + residual_study_table(studies))]
-            + [figure_html(plot_residual_study(st), f"Return against timesteps on {st['env_id']}: pure PPO, expert + residual, expert")
+    return ([_md('## Expert + residual\n\nReturn vs timesteps for pure PPO and for a residual on an expert, same env, '
+                 'seed, preset and budget (`ppo-trt residual-study`); the expert alone on the same evaluation '
+                 'seeds.\n\n' + residual_study_table(studies))]
+            + [figure_html(plot_residual_study(st),
+                           f"Return against timesteps on {st['env_id']}: pure PPO, expert + residual, expert")
                for st in studies])
 
 # %% ../nbs/60_report.ipynb #5f34be69
@@ -582,9 +626,11 @@ def section_env_bench(recs):
     "Batched environments against gymnasium's vector envs (when env-bench ran)."
     ebs = recs.get('env_benches') or []
     if not ebs: return []
-    return [_md("## Batched environments\n\nEnv steps/s of the torch-batched envs (env only; + MLP inference; + PPO training) against "
-                "gymnasium's SyncVectorEnv / AsyncVectorEnv in the same process (`ppo-trt env-bench`).\n\n"
-                + '\n\n'.join(f"{eb['cpu']}, GPU: {eb.get('gpu') or 'none'}, torch threads {eb.get('torch_threads')}\n\n"
+    return [_md("## Batched environments\n\nEnv steps/s of the torch-batched envs (env only; + MLP inference; "
+                "+ PPO training) against gymnasium's SyncVectorEnv / AsyncVectorEnv in the same process "
+                "(`ppo-trt env-bench`).\n\n"
+                + '\n\n'.join(f"{eb['cpu']}, GPU: {eb.get('gpu') or 'none'}, "
+                              f"torch threads {eb.get('torch_threads')}\n\n"
                               + env_bench_table(eb) for eb in ebs))]
 
 # %% ../nbs/60_report.ipynb #7b701919
@@ -605,8 +651,9 @@ def section_export(recs):
     if not ex: return []
     p, t = ex['parity_ort_cpu'], ex['parity_torch']
     return [_md(f"## Export parity\n\nONNX opset {ex['opset']}; {_ops(ex['ops'])}; {ex['onnx_bytes']:,} bytes.  \n"
-                f"ONNX Runtime against the trained agent: max abs err {p['max_abs_err']:.2e}, mean {p['mean_abs_err']:.2e} on {p['n']:,} "
-                f"rollout observations (bound {ex['parity_tol']:g}); the torch module: {t['max_abs_err']:.2e}. Reference "
+                f"ONNX Runtime against the trained agent: max abs err {p['max_abs_err']:.2e}, "
+                f"mean {p['mean_abs_err']:.2e} on {p['n']:,} rollout observations (bound {ex['parity_tol']:g}); "
+                f"the torch module: {t['max_abs_err']:.2e}. Reference "
                 f"normalisation: {ex.get('parity_reference_norm', 'obs_norm.json')}.")]
 
 # %% ../nbs/60_report.ipynb #7ad9730e
@@ -614,7 +661,8 @@ def section_machine(recs):
     "The machine the bench ran on, and the package versions."
     m = recs['bench']['machine']
     say = lambda v: 'not exposed by the kernel' if v is None else v
-    rows = [(k, say(m.get(k))) for k in ('cpu', 'logical_cpus', 'affinity', 'governor', 'platform', 'python', 'torch_threads')]
+    rows = [(k, say(m.get(k)))
+            for k in ('cpu', 'logical_cpus', 'affinity', 'governor', 'platform', 'python', 'torch_threads')]
     rows += [(p, v) for p, v in m.get('packages', {}).items() if v]
     return [_md('## Machine\n\n| | |\n|---|---|\n' + '\n'.join(f'| {k} | {v} |' for k, v in rows))]
 
@@ -626,12 +674,13 @@ def section_not_measured(recs):
     if not records_by(cur, 'soak'): missing.append('a soak (`ppo-trt bench --soak`)')
     if not recs.get('residual_studies'): missing.append('expert + residual (`ppo-trt residual-study`)')
     if not recs.get('env_benches'): missing.append('batched environments (`ppo-trt env-bench`)')
-    if not any('kernel_only' in r for r in records_by(cur, 'latency')): missing.append('GPU kernel-only timings (a CUDA GPU)')
+    if not any('kernel_only' in r for r in records_by(cur, 'latency')):
+        missing.append('GPU kernel-only timings (a CUDA GPU)')
     return [_md('## Not measured in this run\n\n' + '; '.join(missing) + '.')] if missing else []
 
-SECTIONS = (section_header, section_claims, section_latency, section_throughput, section_gpu, section_closed_loop, section_soak,
-            section_control, section_residual, section_env_bench, section_training, section_export, section_machine,
-            section_not_measured)
+SECTIONS = (section_header, section_claims, section_latency, section_throughput, section_gpu, section_closed_loop,
+            section_soak, section_control, section_residual, section_env_bench, section_training, section_export,
+            section_machine, section_not_measured)
 
 # %% ../nbs/60_report.ipynb #1c3dc4a5
 PARAMETER = 'RUN_DIR = '
@@ -643,7 +692,7 @@ def report_template():
 
 # %% ../nbs/60_report.ipynb #2919b01c
 def report_notebook(run_dir):
-    "The report notebook for `run_dir`, unexecuted: the template with its `RUN_DIR` line set, its inputs' hashes in its metadata."
+    "The unexecuted report notebook for `run_dir`: the template with `RUN_DIR` set, its inputs' hashes in its metadata."
     import nbformat
     nb = nbformat.reads(report_template().read_text(), as_version=4)
     at = next(i for i, c in enumerate(nb.cells) if c.cell_type == 'code' and c.source.startswith(PARAMETER))
@@ -668,6 +717,6 @@ def render_report(run_dir, timeout=600):
     NotebookClient(nb, timeout=timeout, kernel_name='python3', extra_arguments=['--IPKernelApp.log_level=ERROR'],
                    resources={'metadata': {'path': str(run.root)}}).execute()
     atomic_write_text(run.root/'report.ipynb', nbformat.writes(nb))
-    html, _ = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True).from_notebook_node(
-        nb, resources={'metadata': {'name': f"ppo_trt report: {run.root.name}"}})
+    html, _ = (HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
+               .from_notebook_node(nb, resources={'metadata': {'name': f"ppo_trt report: {run.root.name}"}}))
     return atomic_write_text(run.path('report'), html)

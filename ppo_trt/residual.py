@@ -60,8 +60,8 @@ def pid_linear_form(baseline):
     W, b = np.zeros((len(baseline.low), baseline.obs_dim)), np.zeros(len(baseline.low))
     for c in baseline.channels:
         if c.ki: return None, f'channel obs[{c.obs_index}] integrates (ki={c.ki}), so the action depends on the past'
-        if c.amplitude: return None, (f'channel obs[{c.obs_index}] follows an oscillating setpoint (a clock since reset), '
-                                      'which a stateless policy.onnx cannot hold')
+        if c.amplitude: return None, (f'channel obs[{c.obs_index}] follows an oscillating setpoint '
+                                      '(a clock since reset), which a stateless policy.onnx cannot hold')
         if c.rate_index is None: return None, f'channel obs[{c.obs_index}] differentiates successive measurements'
         a = c.action_index  # u += kp * (setpoint + sum g*obs[k] - obs[i]) - kd * obs[rate]
         W[a, c.obs_index] -= c.kp; W[a, c.rate_index] -= c.kd; b[a] += c.kp * c.setpoint
@@ -83,7 +83,8 @@ class PIDExpert(Expert):
         if self.stateless:
             W, b = self.linear
             return np.clip(obs @ W.T + b, self.low, self.high).astype(np.float32)
-        if len(obs) != 1: raise BadInputError(f'the {self.env_id} PID expert keeps state per episode; call it one observation at a time')
+        if len(obs) != 1: raise BadInputError(f'the {self.env_id} PID expert keeps state per episode; '
+                                              'call it one observation at a time')
         return self.act(obs[0])[None]
     def module(self):
         import torch
@@ -93,7 +94,8 @@ class PIDExpert(Expert):
         with torch.no_grad(): lin.weight.copy_(torch.as_tensor(W)); lin.bias.copy_(torch.as_tensor(b))
         low, high = torch.as_tensor(self.low), torch.as_tensor(self.high)
         class PIDLinear(torch.nn.Module):
-            def __init__(self): super().__init__(); self.lin = lin; self.register_buffer('low', low); self.register_buffer('high', high)
+            def __init__(self):
+                super().__init__(); self.lin = lin; self.register_buffer('low', low); self.register_buffer('high', high)
             def forward(self, obs): return torch.maximum(torch.minimum(self.lin(obs), self.high), self.low)
         return PIDLinear().requires_grad_(False)
 
@@ -107,15 +109,17 @@ class RunExpert(Expert):
         run = RunDir(run_dir)
         rec = load_artifact(run, 'train_record')
         if rec['env_id'] != env_id or rec['obs_dim'] != self.obs_dim or rec['act_dim'] != self.act_dim:
-            raise BadInputError(f'expert policy {run.root} was trained for {rec["env_id"]} (obs {rec["obs_dim"]}, act {rec["act_dim"]}), '
-                                f'not {env_id} (obs {self.obs_dim}, act {self.act_dim}); pass an expert trained on {env_id}')
+            raise BadInputError(f'expert policy {run.root} was trained for {rec["env_id"]} '
+                                f'(obs {rec["obs_dim"]}, act {rec["act_dim"]}), not {env_id} '
+                                f'(obs {self.obs_dim}, act {self.act_dim}); pass an expert trained on {env_id}')
         inner = rec.get('residual')
         if inner and not inner.get('foldable'):
-            raise BadInputError(f'expert {run.root} is itself a residual policy whose expert does not fold ({inner["fold_reason"]}); '
-                                'use a plain PPO run or one whose expert folds')
+            raise BadInputError(f'expert {run.root} is itself a residual policy whose expert does not fold '
+                                f'({inner["fold_reason"]}); use a plain PPO run or one whose expert folds')
         self._torch, self._module = torch, deployable_module(run.root)
     def act_batch(self, obs):
-        with self._torch.inference_mode(): return self._module(self._torch.from_numpy(np.ascontiguousarray(obs, np.float32))).numpy()
+        with self._torch.inference_mode():
+            return self._module(self._torch.from_numpy(np.ascontiguousarray(obs, np.float32))).numpy()
     def module(self): return self._module if self.foldable else super().module()
 
 # %% ../nbs/21_residual.ipynb #d9a0477f
@@ -126,8 +130,8 @@ class OnnxExpert(Expert):
         super().__init__(env_id, str(path))
         check_policy_env(onnx_metadata(load_onnx(path)), env_id)
         self.sess = ort_cpu_session(Path(path))
-        self.fold_reason = ('an ONNX-file expert has no torch weights to fold; pass its run folder (policy.zip + obs_norm.json) '
-                            'to fold it')
+        self.fold_reason = ('an ONNX-file expert has no torch weights to fold; '
+                            'pass its run folder (policy.zip + obs_norm.json) to fold it')
     def act_batch(self, obs): return self.sess.run(['action'], {'obs': np.ascontiguousarray(obs, np.float32)})[0]
 
 # %% ../nbs/21_residual.ipynb #e949e48a
@@ -140,14 +144,15 @@ def make_expert(spec, env_id):
     if p.is_dir() and (p/'train.json').exists(): return RunExpert(env_id, p)
     if p.suffix == '.zip' and p.exists(): return RunExpert(env_id, p.parent)
     if p.suffix == '.onnx' and p.exists(): return OnnxExpert(env_id, p)
-    raise BadInputError(f'unknown expert {spec!r}: use zero, pid, a ppo_trt run folder, its policy.zip, or a policy.onnx '
-                        '(paths must exist)')
+    raise BadInputError(f'unknown expert {spec!r}: use zero, pid, a ppo_trt run folder, its policy.zip, '
+                        'or a policy.onnx (paths must exist)')
 
 # %% ../nbs/21_residual.ipynb #4e7b0fb1
 def check_residual_settings(expert, residual_scale, append_expert_obs):
     "Reject settings that cannot train or deploy, with the fix."
     if not np.isfinite(residual_scale) or residual_scale <= 0:
-        raise BadInputError(f'residual_scale must be a positive number, got {residual_scale!r}; e.g. --residual-scale 0.5')
+        raise BadInputError(f'residual_scale must be a positive number, got {residual_scale!r}; '
+                            'e.g. --residual-scale 0.5')
     if append_expert_obs and not expert.stateless:
         raise BadInputError(f'append_expert_obs needs a stateless expert, but {expert.kind} on {expert.env_id} is not '
                             f'({expert.fold_reason}); drop --append-expert-obs')
@@ -166,7 +171,8 @@ def _residual_wrapper_class():
             if self.append:
                 o = env.observation_space
                 self.observation_space = gym.spaces.Box(np.concatenate([o.low, self.low]).astype(np.float32),
-                                                        np.concatenate([o.high, self.high]).astype(np.float32), dtype=np.float32)
+                                                        np.concatenate([o.high, self.high]).astype(np.float32),
+                                                        dtype=np.float32)
         def _observe(self, obs):
             self.expert_action = self.expert.act(obs)
             return np.concatenate([obs, self.expert_action]).astype(np.float32) if self.append else obs
@@ -185,7 +191,8 @@ def _residual_wrapper_class():
 # %% ../nbs/21_residual.ipynb #6a698e32
 def residual_env(env_id, expert='pid', residual_scale=0.5, append_expert_obs=False, seed=None):
     "`env_id` wrapped so the agent's action is a residual on `expert`."
-    return _residual_wrapper_class()(make_env(env_id, seed=seed), make_expert(expert, env_id), residual_scale, append_expert_obs)
+    return _residual_wrapper_class()(make_env(env_id, seed=seed), make_expert(expert, env_id), residual_scale,
+                                     append_expert_obs)
 
 # %% ../nbs/21_residual.ipynb #c1d01760
 def zero_init_action_net(model):
@@ -202,8 +209,8 @@ def residual_record(expert, residual_scale, append_expert_obs, zero_init):
                 foldable=expert.foldable, fold_reason=expert.fold_reason)
 
 # %% ../nbs/21_residual.ipynb #f48a6703
-def train_residual(run_dir, env_id='Hopper-v4', expert='pid', residual_scale=0.5, append_expert_obs=False, zero_init=True,
-                   **train_kwargs):
+def train_residual(run_dir, env_id='Hopper-v4', expert='pid', residual_scale=0.5, append_expert_obs=False,
+                   zero_init=True, **train_kwargs):
     "Train a residual PPO policy on `expert` into `run_dir`; return the train.json record."
     ex = make_expert(expert, env_id)
     check_residual_settings(ex, residual_scale, append_expert_obs)
@@ -245,12 +252,14 @@ def residual_deployment(run_dir):
     net = build_deployable(model, norm)  # residual in [-1, 1]
     host = ResidualComposer(ex, res['residual_scale'], res['append_expert_obs'])
     def collect(env_id, n, seed):
-        env = _residual_wrapper_class()(make_env(env_id, seed=seed), ex, res['residual_scale'], res['append_expert_obs'])
+        env = _residual_wrapper_class()(make_env(env_id, seed=seed), ex, res['residual_scale'],
+                                        res['append_expert_obs'])
         obs, _ = env.reset(seed=seed)
         out = np.empty((n, ex.obs_dim), np.float32)
         for i in range(n):
             out[i] = obs[:ex.obs_dim]
-            obs, _, term, trunc, _ = env.step(model.predict(norm(obs[None]).astype(np.float32), deterministic=False)[0][0])
+            obs, _, term, trunc, _ = env.step(model.predict(norm(obs[None]).astype(np.float32),
+                                                            deterministic=False)[0][0])
             if term or trunc: obs, _ = env.reset()
         return out
     meta = dict(residual=dict(res, folded=ex.foldable))
@@ -261,7 +270,7 @@ def residual_deployment(run_dir):
 
 # %% ../nbs/21_residual.ipynb #68e2c6fb
 class ResidualComposer:
-    "Host-side expert + residual: `composer(obs, residual_fn)` is the env action, `residual_fn` seeing obs (+ the expert action)."
+    "Host-side expert + residual: `composer(obs, residual_fn)` -> env action; `residual_fn` sees obs (+ expert action)."
     def __init__(self, expert, scale, append):
         self.expert, self.scale, self.append = expert, float(scale), bool(append)
     def __call__(self, obs, residual_fn):
@@ -284,7 +293,7 @@ def export_run(run_dir, **kwargs):
 # %% ../nbs/21_residual.ipynb #e3960501
 def residual_study(out_dir, env_id='InvertedPendulum-v4', expert='pid', residual_scale=0.5, timesteps=None, seed=0,
                    preset_name='seed', eval_freq=None, n_eval_episodes=5, progress=True, record_dir=None):
-    "Train pure PPO and expert+residual PPO with the same budget into `out_dir`; save (in `record_dir`, default `out_dir`) and return the curves and the expert's return."
+    "Train pure/expert+residual PPO alike in `out_dir`; return curves, expert return, saved in `record_dir`/`out_dir`."
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
     ex = make_expert(expert, env_id)
     kw = dict(env_id=env_id, seed=seed, timesteps=timesteps, preset_name=preset_name, eval_freq=eval_freq,
@@ -295,10 +304,11 @@ def residual_study(out_dir, env_id='InvertedPendulum-v4', expert='pid', residual
     er = rollout_returns(_ExpertPolicy(ex), env_id, episodes=n_eval_episodes, seed=seed + 10_000)
     curves = {k: {c: v.tolist() for c, v in read_train_log(out/f'{env_id}-{k}'/'train_log.csv').items()
                   if c in ('timesteps', 'mean_return', 'std_return')} for k in recs}
-    study = dict(env_id=env_id, expert=ex.spec, expert_kind=ex.kind, residual_scale=residual_scale, seed=seed, preset=preset_name,
-                 timesteps=recs['ppo']['timesteps'], expert_return=dict(mean=float(er.mean()), std=float(er.std()), episodes=len(er)),
-                 curves=curves, final={k: dict(mean=r['final_eval_mean'], std=r['final_eval_std'], kept_timesteps=r['kept_timesteps'])
-                                      for k, r in recs.items()},
+    study = dict(env_id=env_id, expert=ex.spec, expert_kind=ex.kind, residual_scale=residual_scale, seed=seed,
+                 preset=preset_name, timesteps=recs['ppo']['timesteps'],
+                 expert_return=dict(mean=float(er.mean()), std=float(er.std()), episodes=len(er)), curves=curves,
+                 final={k: dict(mean=r['final_eval_mean'], std=r['final_eval_std'], kept_timesteps=r['kept_timesteps'])
+                        for k, r in recs.items()},
                  wall_s=round(time.perf_counter() - t0, 1))
     save_json(Path(record_dir or out)/f'residual_study_{env_id}.json', study)
     return study

@@ -20,7 +20,7 @@ __all__ = ['check_obs', 'hot_path_shape', 'BackendUnavailable', 'Runner', 'modul
 _F32 = np.dtype(np.float32)
 
 def check_obs(obs, obs_dim):
-    "`obs` as an aligned, C-contiguous, finite float32 [B >= 1, obs_dim] array (copied only if laid out otherwise), or `BadInputError`."
+    "`obs` as an aligned, C-contiguous, finite float32 [B >= 1, obs_dim] array (copied if needed), or `BadInputError`."
     if (type(obs) is np.ndarray and obs.dtype is _F32 and obs.ndim == 2 and obs.shape[1] == obs_dim and obs.shape[0]
             and obs.flags.c_contiguous and obs.flags.aligned and np.isfinite(obs).all()):
         return obs
@@ -37,18 +37,20 @@ def _check_obs_slow(obs, obs_dim):
         hint = '; add a batch axis with obs[None]' if arr.shape == (obs_dim,) else ''
         raise BadInputError(f'obs must have shape [B, {obs_dim}] with B >= 1, got {arr.shape}{hint}')
     if arr.dtype != _F32:
-        what = f'{arr.dtype} in {"big" if arr.dtype.byteorder == ">" else "little"}-endian byte order ({arr.dtype.str})' \
-            if arr.dtype.kind == 'f' and arr.dtype.itemsize == 4 else str(arr.dtype)
-        raise BadInputError(f'obs must be float32 in this machine\'s byte order, got {what}; convert with obs.astype(np.float32)')
+        what = f'{arr.dtype} in {"big" if arr.dtype.byteorder == ">" else "little"}-endian byte order ' \
+            f'({arr.dtype.str})' if arr.dtype.kind == 'f' and arr.dtype.itemsize == 4 else str(arr.dtype)
+        raise BadInputError(f'obs must be float32 in this machine\'s byte order, got {what}; '
+                            'convert with obs.astype(np.float32)')
     finite = np.isfinite(arr).all(axis=1)
     if not finite.all():
         bad = np.flatnonzero(~finite)[:5].tolist()
-        raise BadInputError(f'obs contains NaN or inf (rows {bad}); a policy cannot act on it: check the sensor/state source')
+        raise BadInputError(f'obs contains NaN or inf (rows {bad}); '
+                            'a policy cannot act on it: check the sensor/state source')
     return np.require(arr, _F32, ['C', 'A'])
 
 # %% ../nbs/30_runner.ipynb #4d4f24a9
 def hot_path_shape(obs, obs_dim):
-    "Refuse, for a hot path that copies `obs` into a preallocated buffer, any array that is not [B, obs_dim] (it would broadcast or overrun)."
+    "Refuse, for a hot path copying `obs` into a fixed buffer, any array not [B, obs_dim] (it would broadcast/overrun)."
     if obs.ndim != 2 or obs.shape[1] != obs_dim:
         raise ValueError(f'obs must be a [B, {obs_dim}] array, got shape {obs.shape}')
 
@@ -67,17 +69,17 @@ class Runner:
         self.obs_dim, self.act_dim, self._lock = int(obs_dim), int(act_dim), threading.Lock()
         self.info = dict(backend=self.name, device=self.device, precision=self.precision, cpu=cpu_model(), **info)
     def run(self, obs):
-        "Actions for a float32 [B, obs_dim] array the caller vouches for; may return a reused buffer; one thread at a time."
+        "Actions for a float32 [B, obs_dim] array the caller vouches for; may reuse a buffer; one thread at a time."
         raise NotImplementedError
     def __call__(self, obs):
-        "Actions [B, act_dim] float32, in a new array, for `obs` [B, obs_dim] float32 after `check_obs`; safe from several threads."
+        "Actions [B, act_dim] float32, in a new array, for `obs` [B, obs_dim] float32 after `check_obs`; thread-safe."
         obs = check_obs(obs, self.obs_dim)
         if self.concurrent_run: return self.run(obs)
         with self._lock:
             out = self.run(obs)
             return out.copy() if self.reuses_output else out
     def predict(self, obs, state=None, episode_start=None, deterministic=True):
-        "SB3-style `(action, None)` for one observation [obs_dim] (an env's float64 is accepted), so evaluators treat runners as policies."
+        "SB3-style `(action, None)` for one [obs_dim] observation (float64 ok) so evaluators treat runners as policies."
         return self(np.asarray(obs, np.float32).reshape(1, -1))[0], None
     def close(self): pass
     def __repr__(self): return f'{type(self).__name__}({self.info})'
@@ -96,7 +98,8 @@ class PolicySource:
         p = Path(path)
         if p.is_dir(): self.run, self.onnx_path = RunDir(p), p/'policy.onnx'
         elif p.suffix == '.onnx': self.run, self.onnx_path = None, p
-        elif p.exists(): raise BadInputError(f'{p} is neither a run folder nor a .onnx file: pass a run folder or a policy.onnx')
+        elif p.exists():
+            raise BadInputError(f'{p} is neither a run folder nor a .onnx file: pass a run folder or a policy.onnx')
         else: raise MissingArtifactError(f'{p} does not exist: pass a run folder or a policy.onnx file')
         self.folder = self.onnx_path.parent
     def __repr__(self): return f'PolicySource({str(self.run.root if self.run else self.onnx_path)!r})'
@@ -112,9 +115,9 @@ class PolicySource:
     def require_run(self, backend):
         "The run folder, for a backend that runs the trained model itself."
         if self.run is None:
-            raise BadInputError(f'backend {backend} runs the trained model (policy.zip, obs_norm.json), so it needs the run folder, '
-                                f'not {self.onnx_path}; pass the run folder, or a backend that runs policy.onnx (ort, ort-iobind, '
-                                'native, native-c, trt, ...)')
+            raise BadInputError(f'backend {backend} runs the trained model (policy.zip, obs_norm.json), so it needs '
+                                f'the run folder, not {self.onnx_path}; pass the run folder, or a backend that runs '
+                                'policy.onnx (ort, ort-iobind, native, native-c, trt, ...)')
         return self.run
     def train_record(self, backend):
         "The run's train.json."

@@ -121,9 +121,11 @@ FIXES = {  # one wording of each fix, used by doctor and by every backend's avai
     'torch': 'pip install torch',
     'torch-cuda': 'install a CUDA build of torch on a machine with an NVIDIA GPU (pip install torch --index-url '
                   'https://download.pytorch.org/whl/cu130)',
-    'stable-baselines3': 'pip install stable-baselines3', 'gymnasium': 'pip install "gymnasium[mujoco]"', 'mujoco': 'pip install mujoco',
+    'stable-baselines3': 'pip install stable-baselines3', 'gymnasium': 'pip install "gymnasium[mujoco]"',
+    'mujoco': 'pip install mujoco',
     'onnx': 'pip install onnx', 'onnxruntime': 'pip install onnxruntime', 'numba': 'pip install numba',
-    'onnxruntime-gpu': 'pip uninstall -y onnxruntime && pip install "ppo_trt[gpu]"  (onnxruntime-gpu; one onnxruntime wheel only)',
+    'onnxruntime-gpu': 'pip uninstall -y onnxruntime && pip install "ppo_trt[gpu]"  '
+                       '(onnxruntime-gpu; one onnxruntime wheel only)',
     'cuda-python': 'pip install "ppo_trt[gpu]"  (cuda-python >= 12.6)',
     'tensorrt': 'pip install "ppo_trt[trt]"  (TensorRT 10/11; its wheels fetch the libraries from NVIDIA\'s index, '
                 'pip install tensorrt --extra-index-url https://pypi.nvidia.com)',
@@ -135,8 +137,10 @@ def doctor_rows(info=None):
     "Rows of (component, ok, detail, fix) for `ppo-trt doctor`."
     info = info or probe()
     pk, rows = info['packages'], []
-    def row(name, ok, detail, fix=''): rows.append(dict(component=name, ok=bool(ok), detail=detail, fix='' if ok else fix))
-    for p in ('torch', 'stable-baselines3', 'gymnasium', 'mujoco', 'onnx'): row(p, pk.get(p), pk.get(p) or 'not installed', FIXES[p])
+    def row(name, ok, detail, fix=''):
+        rows.append(dict(component=name, ok=bool(ok), detail=detail, fix='' if ok else fix))
+    for p in ('torch', 'stable-baselines3', 'gymnasium', 'mujoco', 'onnx'):
+        row(p, pk.get(p), pk.get(p) or 'not installed', FIXES[p])
     ort = info['ort']
     row('onnxruntime (CPU EP)', 'CPUExecutionProvider' in ort['providers'], ort['version'] or ort['error'],
         FIXES['onnxruntime'])
@@ -147,9 +151,11 @@ def doctor_rows(info=None):
     row('NVIDIA GPU', gpu, f"{gpu['name']} cc {gpu['compute_capability']}" if gpu else 'none visible',
         'GPU backends need an NVIDIA GPU and driver; CPU backends still run')
     for prov, fix in [('CUDAExecutionProvider', FIXES['onnxruntime-gpu']),
-                      ('TensorrtExecutionProvider', FIXES['onnxruntime-gpu'] + ' plus TensorRT 10 libraries (libnvinfer.so.10) on LD_LIBRARY_PATH')]:
+                      ('TensorrtExecutionProvider',
+                       FIXES['onnxruntime-gpu'] + ' plus TensorRT 10 libraries (libnvinfer.so.10) on LD_LIBRARY_PATH')]:
         ok = prov in ort['providers'] and gpu
-        row(f'onnxruntime {prov}', ok, 'compiled in' + ('' if gpu else ', but no GPU') if prov in ort['providers'] else 'not in this build', fix)
+        row(f'onnxruntime {prov}', ok,
+            'compiled in' + ('' if gpu else ', but no GPU') if prov in ort['providers'] else 'not in this build', fix)
     ok, v = info['cuda_python']
     row('cuda-python', ok, v, FIXES['cuda-python'])
     ok, v = info['trt']['tensorrt']
@@ -160,7 +166,8 @@ def doctor_rows(info=None):
     try: cache, ok = user_cache(), True
     except PpoTrtError as e: cache, ok = str(e), False
     ok = ok and os.access(cache, os.W_OK)
-    row('cache for generated code', ok, str(cache), 'set PPO_TRT_CACHE to a writable folder (the native-c backend builds there)')
+    row('cache for generated code', ok, str(cache),
+        'set PPO_TRT_CACHE to a writable folder (the native-c backend builds there)')
     return rows
 
 # %% ../nbs/01_runtime.ipynb #b97b3347
@@ -173,6 +180,7 @@ def print_doctor(rows=None, console=None):
     t = Table(title=f'ppo-trt doctor: {machine_summary()}')
     for c in ('component', 'status', 'found', 'fix'): t.add_column(c, overflow='fold')
     for r in rows:
-        t.add_row(escape(r['component']), '[green]available[/]' if r['ok'] else '[red]missing[/]', escape(str(r['detail'])), escape(r['fix']))
+        t.add_row(escape(r['component']), '[green]available[/]' if r['ok'] else '[red]missing[/]',
+                  escape(str(r['detail'])), escape(r['fix']))
     (console or Console()).print(t)
     return rows

@@ -105,14 +105,17 @@ class ObsNorm:
     def load(cls, path):
         "The statistics in `path` (an obs_norm.json), checked against its schema."
         d = read_record(path, 'obs_norm')
-        return cls(np.asarray(d['mean'], np.float64), np.asarray(d['var'], np.float64), float(d['clip_obs']), float(d['epsilon']))
+        return cls(np.asarray(d['mean'], np.float64), np.asarray(d['var'], np.float64), float(d['clip_obs']),
+                   float(d['epsilon']))
 
     def check(self, obs_dim, where='obs_norm.json'):
-        "Refuse statistics that cannot normalise this env's observations (wrong length, NaN/inf, var < 0, eps or clip <= 0)."
+        "Refuse statistics unfit for this env's observations (wrong length, NaN/inf, var < 0, eps or clip <= 0)."
         fix = f'{where} cannot normalise this policy\'s observations'
         for name, a in (('mean', self.mean), ('var', self.var)):
-            if a.shape != (obs_dim,): raise BadArtifactError(f'{fix}: {name} has {a.size} values, the env observes {obs_dim}; re-run `ppo-trt train`')
-            if not np.isfinite(a).all(): raise BadArtifactError(f'{fix}: {name} holds NaN or inf; re-run `ppo-trt train`')
+            if a.shape != (obs_dim,): raise BadArtifactError(f'{fix}: {name} has {a.size} values, the env observes '
+                                                             f'{obs_dim}; re-run `ppo-trt train`')
+            if not np.isfinite(a).all():
+                raise BadArtifactError(f'{fix}: {name} holds NaN or inf; re-run `ppo-trt train`')
         if (self.var < 0).any() or not self.epsilon > 0 or not self.clip_obs > 0:
             raise BadArtifactError(f'{fix}: var must be >= 0 and epsilon, clip_obs > 0; re-run `ppo-trt train`')
         return self
@@ -120,13 +123,13 @@ class ObsNorm:
 # %% ../nbs/10_train.ipynb #b3897ad8
 LOG_FIELDS = ['timesteps', 'mean_return', 'std_return', 'mean_ep_length', 'wall_s', 'steps_per_s']
 
-def _make_log_callback(eval_env, log_path, eval_freq, n_eval_episodes, t0, steps0, best_dir=None, best_so_far=-np.inf, say=None,
-                       planned=None):
+def _make_log_callback(eval_env, log_path, eval_freq, n_eval_episodes, t0, steps0, best_dir=None, best_so_far=-np.inf,
+                       say=None, planned=None):
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import sync_envs_normalization
     class TrainLogCallback(BaseCallback):
-        "Every `eval_freq` timesteps: evaluate, append a row to train_log.csv, keep the best policy so far, `say` a line."
+        "Every `eval_freq` steps: evaluate, append a row to train_log.csv, keep the best policy so far, `say` a line."
         best = best_so_far
         def _on_step(self):
             if self.num_timesteps % eval_freq: return True
@@ -160,7 +163,7 @@ def read_train_log(path):
 
 # %% ../nbs/10_train.ipynb #b6c69163
 def _truncate_timeline(run, steps):
-    "Forget what a killed run did after step `steps` (where training restarts): its log rows and a best policy found later."
+    "Forget what a killed run did after step `steps` (where training restarts): its log rows and any later best policy."
     path = run.path('train_log')
     if path.exists():
         with open(path, newline='') as f: rows = list(csv.DictReader(f))
@@ -203,9 +206,11 @@ def _vec_envs(env_id, seed, gamma, ckpt_norm=None, wrap_env=None):
 def _best_saved(run):
     "The best evaluated policy kept during training: timesteps, mean return, normaliser; or None."
     ck = run.path('checkpoints')
-    if not all((ck/f).exists() for f in ('best.json', 'best.zip', 'best_obs_norm.json', 'best_vecnormalize.pkl')): return None
+    if not all((ck/f).exists() for f in ('best.json', 'best.zip', 'best_obs_norm.json', 'best_vecnormalize.pkl')):
+        return None
     best = read_record(ck/'best.json', 'checkpoints/best.json', run.root)
-    return dict(timesteps=best['timesteps'], mean_return=best['mean_return'], norm=ObsNorm.load(ck/'best_obs_norm.json'))
+    return dict(timesteps=best['timesteps'], mean_return=best['mean_return'],
+                norm=ObsNorm.load(ck/'best_obs_norm.json'))
 
 # %% ../nbs/10_train.ipynb #0481e4b2
 def _best_logged(run):
@@ -229,9 +234,11 @@ def _check_start(run, env_id, resume, force, residual):
     if run.has('policy') and not resume and not force:
         raise PpoTrtError(f'{run.root} already holds a trained policy; pass --resume to continue it, '
                           '--force to train again from scratch, or choose another --run-dir')
-    if not run.has('policy') and (run.has('train_log') or run.path('checkpoints').exists()) and not resume and not force:
-        raise PpoTrtError(f'{run.root} holds an interrupted training (a learning curve and checkpoints, no policy.zip); '
-                          'pass --resume to continue it, --force to start over, or choose another --run-dir')
+    if (not run.has('policy') and (run.has('train_log') or run.path('checkpoints').exists())
+            and not resume and not force):
+        raise PpoTrtError(f'{run.root} holds an interrupted training (a learning curve and checkpoints, '
+                          'no policy.zip); pass --resume to continue it, --force to start over, '
+                          'or choose another --run-dir')
     if force and not resume: remove_derived(run)  # a new policy: nothing made from the old one may stay
 
 # %% ../nbs/10_train.ipynb #89d4a543
@@ -247,25 +254,28 @@ def _model(run, env_id, seed, p, ckpt, wrap_env, init_model, verbose):
     set_random_seed(seed)
     venv, eval_env = _vec_envs(env_id, seed, p['ppo'].get('gamma', 0.99), ckpt[2] if ckpt else None, wrap_env)
     if ckpt: return PPO.load(str(ckpt[1]), env=venv, device='cpu'), venv, eval_env
-    model = PPO('MlpPolicy', venv, seed=seed, device='cpu', verbose=verbose, policy_kwargs=_policy_kwargs(p), **p['ppo'])
+    model = PPO('MlpPolicy', venv, seed=seed, device='cpu', verbose=verbose, policy_kwargs=_policy_kwargs(p),
+                **p['ppo'])
     if init_model: init_model(model)
     return model, venv, eval_env
 
 # %% ../nbs/10_train.ipynb #6411d4ff
 def _learn(model, run, eval_env, timesteps, eval_freq, n_eval_episodes, checkpoint_freq, resumed, say):
-    "Train `model` up to `timesteps` with periodic evaluations (train_log.csv, best policy) and checkpoints; the wall time."
+    "Train `model` to `timesteps` with periodic evaluations (train_log.csv, best policy) and checkpoints; wall time."
     from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback
     steps0 = model.num_timesteps
     planned = _planned_steps(steps0, timesteps, model.n_steps)
-    if say: say(f'{planned - steps0:,} steps to train ({timesteps:,} asked, rounded up to whole rollouts of {model.n_steps:,})'
-                + (f', resuming at step {steps0:,}' if steps0 else '') + f'; an evaluation every {eval_freq:,}')
+    if say: say(f'{planned - steps0:,} steps to train ({timesteps:,} asked, rounded up to whole rollouts of '
+                f'{model.n_steps:,})' + (f', resuming at step {steps0:,}' if steps0 else '')
+                + f'; an evaluation every {eval_freq:,}')
     t0 = time.perf_counter()
     callbacks = CallbackList([
         _make_log_callback(eval_env, run.path('train_log'), eval_freq, n_eval_episodes, t0, steps0,
                            run.path('checkpoints'), _best_logged(run), say, planned),
         CheckpointCallback(checkpoint_freq, str(run.path('checkpoints')), name_prefix='ppo', save_vecnormalize=True)])
     if timesteps > steps0:
-        model.learn(total_timesteps=timesteps - steps0, callback=callbacks, reset_num_timesteps=not resumed, progress_bar=False)
+        model.learn(total_timesteps=timesteps - steps0, callback=callbacks, reset_num_timesteps=not resumed,
+                    progress_bar=False)
     return time.perf_counter() - t0
 
 # %% ../nbs/10_train.ipynb #d07599d1
@@ -273,13 +283,16 @@ def _kept_policy(run, model, venv, keep):
     "(model, normaliser, step) of the policy to deploy: the best evaluated one when it beat the last, else the last."
     from stable_baselines3 import PPO
     norm, kept_steps = ObsNorm.from_vecnormalize(venv), int(model.num_timesteps)
-    kept_vn = run.path('checkpoints')/'kept_vecnormalize.pkl'  # SB3's own normaliser of the kept policy: export's parity reference
+    # SB3's own normaliser of the kept policy: export's parity reference
+    kept_vn = run.path('checkpoints')/'kept_vecnormalize.pkl'
     run.path('checkpoints').mkdir(exist_ok=True)
     with atomic_path(kept_vn) as tmp: venv.save(str(tmp))
     best = _best_saved(run) if keep == 'best' else None
     if best and best['mean_return'] > _last_logged(run):
-        model, norm, kept_steps = PPO.load(str(run.path('checkpoints')/'best.zip'), device='cpu'), best['norm'], best['timesteps']
-        with atomic_path(kept_vn) as tmp: tmp.write_bytes((run.path('checkpoints')/'best_vecnormalize.pkl').read_bytes())
+        model, norm, kept_steps = (PPO.load(str(run.path('checkpoints')/'best.zip'), device='cpu'), best['norm'],
+                                   best['timesteps'])
+        with atomic_path(kept_vn) as tmp:
+            tmp.write_bytes((run.path('checkpoints')/'best_vecnormalize.pkl').read_bytes())
     return model, norm, kept_steps
 
 # %% ../nbs/10_train.ipynb #7e59ab12
@@ -287,7 +300,7 @@ def _kept_policy(run, model, venv, keep):
 def train(run_dir, env_id='Hopper-v4', seed=0, timesteps=None, preset_name='seed', resume=False, force=False,
           eval_freq=None, n_eval_episodes=5, final_eval_episodes=10, checkpoint_freq=None, progress=True,
           torch_threads=1, keep='best', verbose=0, residual=None, wrap_env=None, init_model=None):
-    "Train PPO into `run_dir` (a line per evaluation when `progress`); return train.json. `residual`, `wrap_env`, `init_model`: see residual."
+    "Train PPO in `run_dir` -> train.json; `progress` prints evals; `residual`/`wrap_env`/`init_model`: see residual."
     import torch
     from stable_baselines3.common.evaluation import evaluate_policy
     quiet_gym_warnings()
@@ -299,7 +312,8 @@ def train(run_dir, env_id='Hopper-v4', seed=0, timesteps=None, preset_name='seed
     _check_start(run, env_id, resume, force, residual)
     ckpt = latest_checkpoint(run.path('checkpoints')) if resume else None
     if resume: _truncate_timeline(run, ckpt[0] if ckpt else 0)
-    RunConfig(env_id=env_id, seed=seed, timesteps=timesteps, preset=preset_name, residual=residual, versions=_versions()).save(run.root)
+    RunConfig(env_id=env_id, seed=seed, timesteps=timesteps, preset=preset_name, residual=residual,
+              versions=_versions()).save(run.root)
     torch.set_num_threads(torch_threads)
     model, venv, eval_env = _model(run, env_id, seed, p, ckpt, wrap_env, init_model, verbose)
     steps0 = model.num_timesteps
@@ -313,11 +327,13 @@ def train(run_dir, env_id='Hopper-v4', seed=0, timesteps=None, preset_name='seed
     with atomic_path(run.path('policy')) as tmp: model.save(tmp)
     norm.save(run.path('obs_norm'))
     record = dict(schema_version=2, env_id=env_id, seed=seed, preset=preset_name, timesteps=int(total_steps), keep=keep,
-                  kept_timesteps=int(kept_steps), trained_this_call=int(total_steps - steps0), resumed_from=ckpt[0] if ckpt else None,
-                  wall_s=round(wall, 2), steps_per_s=round((total_steps - steps0) / max(wall, 1e-9), 1),
+                  kept_timesteps=int(kept_steps), trained_this_call=int(total_steps - steps0),
+                  resumed_from=ckpt[0] if ckpt else None, wall_s=round(wall, 2),
+                  steps_per_s=round((total_steps - steps0) / max(wall, 1e-9), 1),
                   final_eval_mean=float(mean_r), final_eval_std=float(std_r), final_eval_episodes=final_eval_episodes,
                   torch_threads=torch_threads, hyperparameters=p['ppo'], policy_kwargs=p['policy_kwargs'],
-                  **env_spaces(venv.envs[0].unwrapped), residual=residual, versions=_versions(),  # the env's spaces, not a wrapper's
+                  # the env's spaces, not a wrapper's
+                  **env_spaces(venv.envs[0].unwrapped), residual=residual, versions=_versions(),
                   policy_sha256=sha256_file(run.path('policy')), obs_norm_sha256=sha256_file(run.path('obs_norm')))
     save_json(run.path('train_record'), record)
     venv.close(); eval_env.close()
@@ -331,5 +347,7 @@ def load_policy(run_dir):
     path = run.require('policy')
     try: return PPO.load(str(path), device='cpu')
     except Exception as e:
-        raise BadArtifactError(f'{path} is not a readable SB3 model ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ""}); '
-                               f'it is damaged or truncated: run `ppo-trt train --force --run-dir {run.root}` again') from None
+        raise BadArtifactError(f'{path} is not a readable SB3 model '
+                               f'({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ""}); '
+                               f'it is damaged or truncated: '
+                               f'run `ppo-trt train --force --run-dir {run.root}` again') from None

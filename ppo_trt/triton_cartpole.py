@@ -34,7 +34,8 @@ if triton is not None:
         return (x >> 8).to(tl.float32) * 5.9604644775390625e-08
 
     @triton.jit
-    def cartpole_kernel(S, T, A, D, E, seed, n, n_steps, BLOCK: tl.constexpr, GIVEN: tl.constexpr, RECORD: tl.constexpr):
+    def cartpole_kernel(S, T, A, D, E, seed, n, n_steps, BLOCK: tl.constexpr, GIVEN: tl.constexpr,
+                        RECORD: tl.constexpr):
         "`n_steps` CartPole-v1 steps of BLOCK envs per program; state S [n, 4], step counters T, episode counts E."
         i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         m = i < n
@@ -82,33 +83,36 @@ class TritonCartPole:
         if self.device.type == 'cuda' and triton_interpreted():
             raise BadInputError('TRITON_INTERPRET is set, so the kernel would not run on the GPU; unset it')
         if self.device.type == 'cpu' and not triton_interpreted():
-            raise BadInputError('a compiled Triton kernel runs on a CUDA device; use device="cuda" (on the CPU it runs only in the interpreter)')
+            raise BadInputError('a compiled Triton kernel runs on a CUDA device; use device="cuda" '
+                                '(on the CPU it runs only in the interpreter)')
         ref = make_batched('CartPole-v1', num_envs, self.device, seed)
         self.num_envs, self.seed, self.launches = num_envs, seed, 0
         self.state, self.steps = ref.state.clone(), ref.steps.clone()
         self.episodes = torch.zeros(num_envs, dtype=torch.int32, device=self.device)
         self._torch = torch
     def run(self, n_steps, actions=None, record=False):
-        "Advance every env `n_steps` steps in one launch (actions [n_steps, N] ints, or drawn on the device); done flags [n_steps, N] if `record`."
+        "Step all envs `n_steps` times in one launch (actions [n_steps, N] ints or drawn on device); dones if `record`."
         t = self._torch
         if n_steps < 1: raise BadInputError(f'n_steps must be >= 1, got {n_steps}')
         if actions is not None:
-            if not isinstance(actions, t.Tensor) or actions.shape != (n_steps, self.num_envs) or actions.device != self.device \
-               or actions.is_floating_point():
-                raise BadInputError(f'actions must be an integer tensor of shape ({n_steps}, {self.num_envs}) on {self.device}, got '
-                                    f'{getattr(actions, "dtype", type(actions).__name__)} {tuple(getattr(actions, "shape", ()))}')
+            if not isinstance(actions, t.Tensor) or actions.shape != (n_steps, self.num_envs) \
+               or actions.device != self.device or actions.is_floating_point():
+                raise BadInputError(f'actions must be an integer tensor of shape ({n_steps}, {self.num_envs}) '
+                                    f'on {self.device}, got {getattr(actions, "dtype", type(actions).__name__)} '
+                                    f'{tuple(getattr(actions, "shape", ()))}')
             actions = actions.contiguous()
         done = t.empty((n_steps, self.num_envs), dtype=t.int8, device=self.device) if record else self.episodes
-        grid = (-(-self.num_envs // self.block),)  # A and D get any tensor when GIVEN / RECORD are off: the kernel never reads them
-        cartpole_kernel[grid](self.state, self.steps, actions if actions is not None else self.steps, done, self.episodes,
-                              self.seed + self.launches * n_steps, self.num_envs, n_steps,
+        # A and D get any tensor when GIVEN / RECORD are off: the kernel never reads them
+        grid = (-(-self.num_envs // self.block),)
+        cartpole_kernel[grid](self.state, self.steps, actions if actions is not None else self.steps, done,
+                              self.episodes, self.seed + self.launches * n_steps, self.num_envs, n_steps,
                               BLOCK=self.block, GIVEN=actions is not None, RECORD=record)
         self.launches += 1
         return done.bool() if record else None
 
 # %% ../nbs/51_triton_cartpole.ipynb #ff1d9c39
 def check_against_torch(num_envs=1024, n_steps=40, seed=0, device='cpu'):
-    "Max abs state difference (envs that never reset) and done-flag mismatches (up to each env's first reset) vs `gpu_envs.CartPole`."
+    "Max abs state difference (never-reset envs) and done-flag mismatches (up to first reset) vs `gpu_envs.CartPole`."
     import torch
     ref, tk = make_batched('CartPole-v1', num_envs, device, seed), TritonCartPole(num_envs, device, seed)
     tk.state, tk.steps = ref.state.clone(), ref.steps.clone()
@@ -124,10 +128,12 @@ def check_against_torch(num_envs=1024, n_steps=40, seed=0, device='cpu'):
                 done_mismatches=mismatches, episodes_finished=int(tk.episodes.sum()))
 
 # %% ../nbs/51_triton_cartpole.ipynb #67fe0f0b
-def triton_throughput(num_envs=(32, 1024, 65536, 1 << 20, 1 << 24), device='cuda', steps_per_launch=100, launches=10, repeats=3):
+def triton_throughput(num_envs=(32, 1024, 65536, 1 << 20, 1 << 24), device='cuda', steps_per_launch=100, launches=10,
+                      repeats=3):
     "Steps/s of the Triton CartPole kernel (env only, random actions on the device); rows like `env_throughput`'s."
     dev = resolve_device(device)
-    if dev.type != 'cuda': raise BadInputError('the Triton kernel is timed on a CUDA GPU only (on the CPU it runs in the interpreter)')
+    if dev.type != 'cuda':
+        raise BadInputError('the Triton kernel is timed on a CUDA GPU only (on the CPU it runs in the interpreter)')
     rows = []
     for n in num_envs:
         env = TritonCartPole(n, dev)

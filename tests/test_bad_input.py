@@ -33,8 +33,9 @@ def test_corrupt_onnx(run_copy, damage):
     assert sha256_file(run_copy/'bench.json') == bench_before
     with pytest.raises(BadArtifactError): B.load('ort', run_copy)
 
-@pytest.mark.parametrize('remove, stage, cmd', [('policy.onnx', 'export', 'bench'), ('policy.zip', 'train', 'export'),
-                                                 ('bench.json', 'bench', 'report'), ('export_obs.npy', 'export', 'bench')])
+@pytest.mark.parametrize('remove, stage, cmd',
+                         [('policy.onnx', 'export', 'bench'), ('policy.zip', 'train', 'export'),
+                          ('bench.json', 'bench', 'report'), ('export_obs.npy', 'export', 'bench')])
 def test_missing_artifact_names_stage(run_copy, remove, stage, cmd):
     (run_copy/remove).unlink()
     _fails(ppo_trt(cmd, '--run-dir', run_copy), remove, f'ppo-trt {stage} --run-dir')
@@ -56,7 +57,8 @@ def test_unknown_backend_before_any_work(tmp_path):
 def test_policy_for_another_env(run_copy):
     before = sha256_file(run_copy/'bench.json')
     _fails(ppo_trt('bench', '--run-dir', run_copy, '--env-id', 'Walker2d-v4'), 'exported for Hopper-v4', 'Walker2d-v4')
-    _fails(ppo_trt('enjoy', '--run-dir', run_copy, '--env-id', 'Walker2d-v4', '--mode', 'benchmark'), 'exported for Hopper-v4')
+    _fails(ppo_trt('enjoy', '--run-dir', run_copy, '--env-id', 'Walker2d-v4', '--mode', 'benchmark'),
+           'exported for Hopper-v4')
     assert sha256_file(run_copy/'bench.json') == before
 
 def test_trained_run_not_overwritten(run_copy):

@@ -12,8 +12,10 @@ def test_build_trt_rtx(run_copy, precision):
     assert r.returncode == 0, r.stderr[-2000:]
     name = f'policy.trt-rtx.{precision}.engine'
     rec = load_json(run_copy/'build.json')[name]
-    assert rec['flavour'] == 'trt-rtx' and rec['precision'] == precision and rec['profile'] == dict(min=1, opt=1, max=1024)
-    assert rec['engine_bytes'] == (run_copy/name).stat().st_size > 10_000 and rec['engine_sha256'] == sha256_file(run_copy/name)
+    assert (rec['flavour'] == 'trt-rtx' and rec['precision'] == precision
+            and rec['profile'] == dict(min=1, opt=1, max=1024))
+    assert (rec['engine_bytes'] == (run_copy/name).stat().st_size > 10_000
+            and rec['engine_sha256'] == sha256_file(run_copy/name))
     assert rec['onnx_sha256'] == load_json(run_copy/'export.json')['onnx_sha256']
     assert (run_copy/rec['log']).exists() and (run_copy/rec['timing_cache']).exists()
     if precision == 'fp16':

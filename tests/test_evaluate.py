@@ -3,13 +3,14 @@ from conftest import ppo_trt
 from ppo_trt.evaluate import EvaluationReport
 
 def test_evaluate_cli(run_copy):
-    r = ppo_trt('evaluate', '--run-dir', run_copy, '--phases', 'nominal,delay,trip', '--episodes', 2, '--backends', 'ort,native',
-               '--deadline-us', 1e6)  # parity, not timing: a loaded CI box can miss 1 ms
+    r = ppo_trt('evaluate', '--run-dir', run_copy, '--phases', 'nominal,delay,trip', '--episodes', 2,
+                '--backends', 'ort,native', '--deadline-us', 1e6)  # parity, not timing: a loaded CI box can miss 1 ms
     assert r.returncode == 0, r.stderr[-2000:]
     rep = EvaluationReport.load(run_copy/'evaluate.json')
     assert [p.phase for p in rep.phases] == ['nominal', 'delay', 'trip'] and rep.backends == ['torch', 'ort', 'native']
     for p in rep.phases:
-        assert set(p.returns) == {'pid', 'ppo:torch', 'ppo:ort', 'ppo:native'} and all(len(v) == 2 for v in p.returns.values())
+        assert (set(p.returns) == {'pid', 'ppo:torch', 'ppo:ort', 'ppo:native'}
+                and all(len(v) == 2 for v in p.returns.values()))
     for b in ('ort', 'native'):  # FP32 backends reproduce the reference's returns on the same seeds
         assert rep.gates[b]['worst_return_gap'] <= 0.01 and rep.gates[b]['sla_pass'] is True
     assert EvaluationReport.load(run_copy/'evaluate.json') == rep

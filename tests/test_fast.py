@@ -53,8 +53,8 @@ def test_fast_train_cli_solves_cartpole(tmp_path):
 
 def test_fast_pendulum_through_export_and_bench(tmp_path):
     d = tmp_path/'pend'
-    r = ppo_trt('run', '--fast', '--env-id', 'Pendulum-v1', '--timesteps', 8192, '--run-dir', d, '--warmup', 10, '--iters', 100,
-                '--batches', '1,64', '--sweep-seconds', 0.02, '--closed-loop-steps', 100)
+    r = ppo_trt('run', '--fast', '--env-id', 'Pendulum-v1', '--timesteps', 8192, '--run-dir', d, '--warmup', 10,
+                '--iters', 100, '--batches', '1,64', '--sweep-seconds', 0.02, '--closed-loop-steps', 100)
     assert r.returncode == 0, r.stderr[-2000:]
     bench = load_json(d/'bench.json')
     ran = {x['backend'] for x in bench['records'] if x['ran']}

@@ -11,12 +11,14 @@ N_INPUTS = 3000
 
 @pytest.mark.parametrize('name', CPU)
 def test_fuzz_checked_call_and_hot_path(run_dir, name):
-    r = subprocess.run([sys.executable, str(Path(__file__).with_name('fuzz_runners.py')), str(run_dir), name, str(N_INPUTS), '0'],
-                       capture_output=True, text=True)
+    r = subprocess.run([sys.executable, str(Path(__file__).with_name('fuzz_runners.py')), str(run_dir), name,
+                        str(N_INPUTS), '0'], capture_output=True, text=True)
     assert r.returncode == 0, f'{name}: return code {r.returncode} (negative = killed by a signal)\n{r.stderr[-3000:]}'
     res = json.loads(r.stdout.splitlines()[-1])
     print(name, {k: v for k, v in res.items() if k != 'kinds'})
     assert res['n_problems'] == 0, res['problems']
-    assert res['inputs'] == N_INPUTS == res['checked_matched'] + res['checked_refused'] == res['run_returned'] + res['run_raised']
+    assert (res['inputs'] == N_INPUTS == res['checked_matched'] + res['checked_refused']
+            == res['run_returned'] + res['run_raised'])
     assert res['checked_matched'] > 500 and res['checked_refused'] > 1000  # both sides of the contract were exercised
-    assert set(res['kinds']) >= {'plain', 'dtype', 'swapped', 'fortran', 'strided', 'readonly', 'unaligned', 'ndim', 'list', 'empty'}
+    assert set(res['kinds']) >= {'plain', 'dtype', 'swapped', 'fortran', 'strided', 'readonly', 'unaligned', 'ndim',
+                                 'list', 'empty'}

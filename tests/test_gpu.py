@@ -1,5 +1,6 @@
-"""GPU-only tests (`pytest -m gpu` on the GPU machine): every GPU backend's parity and timings, the Triton kernels compiled,
-no host synchronisation in the device rollout, fast PPO with CUDA graphs. Skipped where torch sees no CUDA GPU."""
+"""GPU-only tests (`pytest -m gpu` on the GPU machine): every GPU backend's parity and timings, the Triton kernels
+compiled, no host synchronisation in the device rollout, fast PPO with CUDA graphs.
+Skipped where torch sees no CUDA GPU."""
 import os, shutil
 from pathlib import Path
 import numpy as np
@@ -10,13 +11,15 @@ from ppo_trt import backends as B
 from ppo_trt.config import load_json
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA GPU')]
-GPU_BACKENDS = ('torch-cuda', 'torch-cuda-graph', 'torch-compile', 'ort-cuda', 'ort-trt', 'trt', 'trt-rtx', 'triton', 'triton-tf32')
+GPU_BACKENDS = ('torch-cuda', 'torch-cuda-graph', 'torch-compile', 'ort-cuda', 'ort-trt', 'trt', 'trt-rtx', 'triton',
+                'triton-tf32')
 BOUND = dict(fp32=1e-5, tf32=5e-3, fp16=2e-2)  # max abs action error vs ORT FP32 (actions are in [-1, 1])
 
 
 @pytest.fixture
 def gpu_run(request, tmp_path):
-    "A copy of $PPO_TRT_RUN_DIR (a finished run folder carried to the GPU machine, see tools/gpu_prepare.sh), else of the end-to-end run."
+    """A copy of $PPO_TRT_RUN_DIR (a finished run folder carried to the GPU machine, see tools/gpu_prepare.sh), else of
+    the end-to-end run."""
     src = os.environ.get('PPO_TRT_RUN_DIR')
     shutil.copytree(Path(src) if src else request.getfixturevalue('run_dir'), tmp_path/'run')
     return tmp_path/'run'
@@ -39,8 +42,8 @@ def test_gpu_backend_parity_and_kernel_time(gpu_run, name):
 
 def test_bench_records_kernel_only(gpu_run):
     names = [n for n in ('torch-cuda-graph', 'triton') if B.available()[n][0]]
-    r = ppo_trt('bench', '--run-dir', gpu_run, '--backends', ','.join(names), '--iters', 200, '--warmup', 20, '--batches', '1,4096',
-                '--closed-loop-steps', 0)
+    r = ppo_trt('bench', '--run-dir', gpu_run, '--backends', ','.join(names), '--iters', 200, '--warmup', 20,
+                '--batches', '1,4096', '--closed-loop-steps', 0)
     assert r.returncode == 0, r.stderr[-2000:]
     recs = [x for x in load_json(gpu_run/'bench.json')['records'] if x['ran']]
     assert {x['backend'] for x in recs} == set(names)
@@ -71,7 +74,8 @@ def test_device_rollout_never_synchronises():
 
 
 def test_fast_ppo_cudagraphs_solves_cartpole(tmp_path):
-    r = ppo_trt('train', '--fast', '--env-id', 'CartPole-v1', '--device', 'cuda', '--cudagraphs', '--run-dir', tmp_path/'cp')
+    r = ppo_trt('train', '--fast', '--env-id', 'CartPole-v1', '--device', 'cuda', '--cudagraphs',
+                '--run-dir', tmp_path/'cp')
     assert r.returncode == 0, r.stderr[-3000:]
     rec = load_json(tmp_path/'cp'/'train.json')
     assert rec['solved'] and rec['final_eval_mean'] >= 475, rec

@@ -19,7 +19,8 @@ def test_native_parity_and_compile_facts(run_dir, name):
 
 def test_unsupported_graph_is_skipped_with_reason(tmp_path):
     w = numpy_helper.from_array(np.ones((4, 2), np.float32), 'W')
-    g = helper.make_graph([helper.make_node('MatMul', ['obs', 'W'], ['h']), helper.make_node('Softmax', ['h'], ['action'])], 'g',
+    g = helper.make_graph([helper.make_node('MatMul', ['obs', 'W'], ['h']),
+                           helper.make_node('Softmax', ['h'], ['action'])], 'g',
                           [helper.make_tensor_value_info('obs', TensorProto.FLOAT, ['B', 4])],
                           [helper.make_tensor_value_info('action', TensorProto.FLOAT, ['B', 2])], [w])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)], ir_version=9), tmp_path/'policy.onnx')

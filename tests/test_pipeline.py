@@ -11,7 +11,8 @@ ARTIFACTS = ['config.json', 'policy.zip', 'obs_norm.json', 'train_log.csv', 'tra
 def test_every_artifact(run_dir):
     missing = [a for a in ARTIFACTS if not (run_dir/a).is_file()]
     assert not missing
-    assert not [p for p in run_dir.iterdir() if p.name.startswith('.') and p.name != LOCK_NAME]  # no partial files, no holder
+    # no partial files, no holder
+    assert not [p for p in run_dir.iterdir() if p.name.startswith('.') and p.name != LOCK_NAME]
 
 def test_train_record(run_dir):
     t = load_json(run_dir/'train.json')
@@ -57,13 +58,16 @@ def test_runner_matches_sb3(run_dir):
         assert np.abs(B.load(name, run_dir)(obs) - ref).max() < 1e-5, name
 
 def test_gpu_backends_skipped_with_reason(run_dir):
-    "Without a GPU, every GPU backend is in bench.json as not run, with the missing piece named; none is replaced by another."
+    """Without a GPU, every GPU backend is in bench.json as not run, with the missing piece named; none is replaced by
+    another."""
     import torch
     if torch.cuda.is_available(): pytest.skip('a GPU is present: the GPU backends run (see the gpu-flagged tests)')
-    recs = {r['backend']: r for r in load_json(run_dir/'bench.json')['records'] if r['mode'] == 'latency' or not r['ran']}
+    recs = {r['backend']: r for r in load_json(run_dir/'bench.json')['records']
+            if r['mode'] == 'latency' or not r['ran']}
     for name in ('torch-cuda', 'torch-cuda-graph', 'ort-cuda', 'ort-trt', 'trt', 'trt-rtx', 'triton', 'triton-tf32'):
         assert not recs[name]['ran'], name
-        assert any(k in recs[name]['reason'] for k in ('CUDA', 'cuda', 'tensorrt', 'ExecutionProvider')), recs[name]['reason']
+        assert any(k in recs[name]['reason']
+                   for k in ('CUDA', 'cuda', 'tensorrt', 'ExecutionProvider')), recs[name]['reason']
         with pytest.raises(B.BackendUnavailable): B.load(name, run_dir)
     assert recs['torch-compile']['ran'] and recs['torch-compile']['info']['provider'].startswith('torch.compile')
 
@@ -71,14 +75,15 @@ def test_each_stage_reruns_alone(run_copy):
     before = load_json(run_copy/'export.json')['onnx_sha256']
     assert ppo_trt('export', '--run-dir', run_copy).returncode == 0
     assert load_json(run_copy/'export.json')['onnx_sha256'] == before  # deterministic export
-    r = ppo_trt('bench', '--run-dir', run_copy, '--backends', 'ort', '--iters', 50, '--warmup', 5, '--batches', '1', '--closed-loop-steps', 0,
-                '--replace')
+    r = ppo_trt('bench', '--run-dir', run_copy, '--backends', 'ort', '--iters', 50, '--warmup', 5, '--batches', '1',
+                '--closed-loop-steps', 0, '--replace')
     assert r.returncode == 0, r.stderr
     assert [x['backend'] for x in load_json(run_copy/'bench.json')['records']] == ['ort', 'ort']
     assert ppo_trt('report', '--run-dir', run_copy).returncode == 0
 
 def test_resume_continues(run_copy):
-    r = ppo_trt('train', '--run-dir', run_copy, '--timesteps', 6144, '--resume', '--eval-freq', 2048, '--eval-episodes', 1)
+    r = ppo_trt('train', '--run-dir', run_copy, '--timesteps', 6144, '--resume', '--eval-freq', 2048,
+                '--eval-episodes', 1)
     assert r.returncode == 0, r.stderr[-2000:]
     t = load_json(run_copy/'train.json')
     assert t['timesteps'] == 6144 and t['resumed_from'] == 4096 and t['trained_this_call'] == 2048
@@ -88,7 +93,8 @@ def test_enjoy(run_dir, tmp_path):
     r = ppo_trt('enjoy', '--run-dir', run_dir, '--mode', 'visual', '--out', out, '--max-steps', 40)
     assert r.returncode == 0, r.stderr[-2000:]
     assert out.stat().st_size > 1000 and 'frames' in r.stdout
-    r = ppo_trt('enjoy', '--run-dir', run_dir, '--mode', 'benchmark', '--iters', 200, '--warmup', 10, '--backend', 'ort-iobind')
+    r = ppo_trt('enjoy', '--run-dir', run_dir, '--mode', 'benchmark', '--iters', 200, '--warmup', 10,
+                '--backend', 'ort-iobind')
     assert r.returncode == 0 and 'loop' in r.stdout and 'Hz' in r.stdout
 
 def test_doctor():

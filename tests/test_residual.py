@@ -1,4 +1,5 @@
-"Expert + residual runs through export and every backend: folded (InvertedPendulum PID) and not foldable (Hopper PID gait)."
+"""Expert + residual runs through export and every backend: folded (InvertedPendulum PID) and not foldable
+(Hopper PID gait)."""
 import numpy as np, pytest
 from ppo_trt import backends as B
 from ppo_trt.cli import main

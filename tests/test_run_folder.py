@@ -1,5 +1,6 @@
-"""The run folder never lies: bad records are one line and change nothing, a killed stage leaves records that are old or
-new (never half-written) and doctor says which, writers take turns, records merge, --force and --resume keep one timeline."""
+"""The run folder never lies: bad records are one line and change nothing, a killed stage leaves records that are old
+or new (never half-written) and doctor says which, writers take turns, records merge, --force and --resume keep one
+timeline."""
 import hashlib, json, os, random, signal, subprocess, sys, time
 from pathlib import Path
 import numpy as np
@@ -12,8 +13,8 @@ from ppo_trt.records import lineage_problems, read_record, LOCK_NAME, HOLDER_NAM
 def _state(folder):
     "{relative path: sha256} of every file, the lock's own files and killed writers' partial files left out."
     skip = (LOCK_NAME, HOLDER_NAME)
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(folder).rglob('*'))
-            if p.is_file() and p.name not in skip and PARTIAL not in p.name}
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(Path(folder).rglob('*')) if p.is_file() and p.name not in skip and PARTIAL not in p.name}
 
 
 def _one_line_error(r, *needles):
@@ -49,7 +50,8 @@ def evaluated(run_dir, tmp_path_factory):
     import shutil
     dst = tmp_path_factory.mktemp('evaluated')/'run'
     shutil.copytree(run_dir, dst)
-    r = ppo_trt('evaluate', '--run-dir', dst, '--phases', 'nominal', '--episodes', 1, '--backends', 'ort', '--deadline-us', 1e6)
+    r = ppo_trt('evaluate', '--run-dir', dst, '--phases', 'nominal', '--episodes', 1, '--backends', 'ort',
+                '--deadline-us', 1e6)
     assert r.returncode == 0, r.stderr[-2000:]
     return dst
 
@@ -64,9 +66,11 @@ def test_bad_record_is_one_line_and_changes_nothing(evaluated, tmp_path, file, h
     before = _state(run)
     _one_line_error(ppo_trt(*cmd, '--run-dir', run), file)
     assert _state(run) == before
-    if how not in ('random bytes', 'missing key'): return  # doctor reads records like the stages do; two damages show it
+    # doctor reads records like the stages do; two damages show it
+    if how not in ('random bytes', 'missing key'): return
     doctor = ppo_trt('doctor', '--run-dir', run)
-    assert doctor.returncode == 0 and 'to fix' in doctor.stdout and file in doctor.stdout.split('to fix')[-1], doctor.stdout[-1500:]
+    assert (doctor.returncode == 0 and 'to fix' in doctor.stdout
+            and file in doctor.stdout.split('to fix')[-1]), doctor.stdout[-1500:]
 
 
 @pytest.mark.parametrize('damage', ['no metadata', 'truncated onnx', 'truncated zip'])
@@ -76,7 +80,8 @@ def test_bad_model_files(run_copy, damage):
         m = onnx.load(run_copy/'policy.onnx'); del m.metadata_props[:]; onnx.save(m, run_copy/'policy.onnx')
         cmd, needle = ['bench', '--backends', 'ort', *QUICK_BENCH], 'policy.onnx'
     elif damage == 'truncated onnx':
-        p = run_copy/'policy.onnx'; p.write_bytes(p.read_bytes()[:500]); cmd, needle = ['bench', '--backends', 'ort'], 'policy.onnx'
+        p = run_copy/'policy.onnx'; p.write_bytes(p.read_bytes()[:500])
+        cmd, needle = ['bench', '--backends', 'ort'], 'policy.onnx'
     else:
         p = run_copy/'policy.zip'; p.write_bytes(p.read_bytes()[:3000]); cmd, needle = ['export'], 'policy.zip'
     before = _state(run_copy)
@@ -87,7 +92,8 @@ def test_bad_model_files(run_copy, damage):
 def _kill_at(cmd, run, at_s):
     "Start `ppo-trt cmd` on `run`, SIGKILL it after `at_s` seconds (if still running); its return code."
     exe = Path(sys.executable).with_name('ppo-trt')
-    p = subprocess.Popen([str(exe), *map(str, cmd), '--run-dir', str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen([str(exe), *map(str, cmd), '--run-dir', str(run)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try: return p.wait(timeout=at_s)
     except subprocess.TimeoutExpired:
         p.send_signal(signal.SIGKILL); return p.wait()
@@ -116,10 +122,13 @@ def test_killed_stage_leaves_old_or_new_records_and_doctor_says_which(evaluated,
         doctor = ppo_trt('doctor', '--run-dir', run).stdout
         if problems: assert 'to fix' in doctor and all(p[0] in doctor for p in problems), (problems, doctor[-1500:])
         else: assert 'consistent' in doctor, doctor[-1500:]
-        print(stage, attempt, 'rc', rc, 'changed', sorted(f for f in after if after[f] != before.get(f)), 'problems', problems)
-    r = ppo_trt(*STAGES[stage], '--run-dir', run)  # running the stage again repairs what the kills left of its own records
+        print(stage, attempt, 'rc', rc, 'changed', sorted(f for f in after if after[f] != before.get(f)),
+              'problems', problems)
+    # running the stage again repairs what the kills left of its own records
+    r = ppo_trt(*STAGES[stage], '--run-dir', run)
     assert r.returncode == 0, r.stderr[-2000:]
-    later = {'export': {'bench.json', 'evaluate.json', 'report.html'}, 'bench': {'report.html'}, 'evaluate': {'report.html'}}
+    later = {'export': {'bench.json', 'evaluate.json', 'report.html'}, 'bench': {'report.html'},
+             'evaluate': {'report.html'}}
     assert {p[0] for p in lineage_problems(run)} <= later.get(stage, set()), lineage_problems(run)
     assert not list(run.rglob(f'.*{PARTIAL}*'))
 
@@ -128,14 +137,16 @@ def test_interrupted_export_is_detected(run_copy):
     "The window between policy.onnx's rename and export.json's: every later stage refuses, doctor names it."
     import onnx
     m = onnx.load(run_copy/'policy.onnx'); m.doc_string = 'another export'; onnx.save(m, run_copy/'policy.onnx')
-    _one_line_error(ppo_trt('bench', '--backends', 'ort', '--run-dir', run_copy), 'does not match export.json', 'ppo-trt export')
+    _one_line_error(ppo_trt('bench', '--backends', 'ort', '--run-dir', run_copy), 'does not match export.json',
+                    'ppo-trt export')
     _one_line_error(ppo_trt('report', '--run-dir', run_copy), 'does not match export.json')
     assert 'policy.onnx' in ppo_trt('doctor', '--run-dir', run_copy).stdout.split('to fix')[-1]
 
 
 def test_writers_take_turns(run_copy):
     exe = str(Path(sys.executable).with_name('ppo-trt'))
-    first = subprocess.Popen([exe, 'bench', '--run-dir', str(run_copy), '--backends', 'ort', '--iters', '3000', '--sweep-seconds', '0.3'],
+    first = subprocess.Popen([exe, 'bench', '--run-dir', str(run_copy), '--backends', 'ort', '--iters', '3000',
+                              '--sweep-seconds', '0.3'],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     while not (run_copy/HOLDER_NAME).exists() and time.time() < deadline: time.sleep(0.05)
@@ -176,23 +187,28 @@ def test_force_removes_everything_made_from_the_old_policy(run_copy):
 def test_killed_then_resumed_training_keeps_one_timeline(tmp_path):
     run = tmp_path/'run'
     exe = str(Path(sys.executable).with_name('ppo-trt'))
-    p = subprocess.Popen([exe, 'train', '--run-dir', str(run), '--preset', 'smoke', '--timesteps', '60000', '--eval-freq', '768',
-                          '--eval-episodes', '1'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen([exe, 'train', '--run-dir', str(run), '--preset', 'smoke', '--timesteps', '60000',
+                          '--eval-freq', '768', '--eval-episodes', '1'],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     def ready():  # a checkpoint exists and the log has gone past it
-        ck = sorted(int(f.name.split('_')[1]) for f in (run/'checkpoints').glob('ppo_*_steps.zip')) if (run/'checkpoints').exists() else []
+        ck = (sorted(int(f.name.split('_')[1]) for f in (run/'checkpoints').glob('ppo_*_steps.zip'))
+              if (run/'checkpoints').exists() else [])
         log = (run/'train_log.csv').read_text().splitlines()[1:] if (run/'train_log.csv').exists() else []
         return ck and log and int(log[-1].split(',')[0]) > ck[-1]
     while not ready() and time.time() < deadline and p.poll() is None: time.sleep(0.2)
     p.send_signal(signal.SIGKILL); p.wait()
     assert not (run/'policy.zip').exists()
-    _one_line_error(ppo_trt('train', '--run-dir', run, '--preset', 'smoke', '--timesteps', 4096), 'interrupted training')
-    r = ppo_trt('train', '--run-dir', run, '--preset', 'smoke', '--timesteps', 4096, '--resume', '--eval-freq', 768, '--eval-episodes', 1)
+    _one_line_error(ppo_trt('train', '--run-dir', run, '--preset', 'smoke', '--timesteps', 4096),
+                    'interrupted training')
+    r = ppo_trt('train', '--run-dir', run, '--preset', 'smoke', '--timesteps', 4096, '--resume', '--eval-freq', 768,
+                '--eval-episodes', 1)
     assert r.returncode == 0, r.stderr[-2000:]
     t = read_record(run/'train.json')
     steps = [int(l.split(',')[0]) for l in (run/'train_log.csv').read_text().splitlines()[1:]]
     assert steps == sorted(set(steps)) and max(steps) <= t['timesteps'], (steps, t['timesteps'])
-    assert t['kept_timesteps'] <= t['timesteps'] and (t['kept_timesteps'] in steps or t['kept_timesteps'] == t['timesteps']), t
+    assert (t['kept_timesteps'] <= t['timesteps']
+            and (t['kept_timesteps'] in steps or t['kept_timesteps'] == t['timesteps'])), t
 
 
 def test_artifacts_follow_the_umask(run_dir):

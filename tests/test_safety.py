@@ -1,5 +1,5 @@
-"""Safe at the limit: the checked call refuses what it cannot act on, nothing non-finite reaches the actuators, a damaged
-cache never kills the process, one runner serves several threads, the hot path never reads out of bounds, and
+"""Safe at the limit: the checked call refuses what it cannot act on, nothing non-finite reaches the actuators, a
+damaged cache never kills the process, one runner serves several threads, the hot path never reads out of bounds, and
 policy.onnx alone deploys without reading a pickle."""
 import json, os, shutil, subprocess, sys, textwrap
 from concurrent.futures import ThreadPoolExecutor
@@ -55,7 +55,8 @@ def test_nonfinite_observation_never_reaches_the_actuators(run_dir, name, bad):
     _, steps = run_episode(env, loop, seed=0)
     kinds = [e['kind'] for e in loop.events]
     assert env.nonfinite_actions == 0 and env.sent == steps
-    assert kinds.count('bad-obs') == sum(1 for t in range(1, steps) if t % 7 == 3) and not set(kinds) & set(BACKEND_FAULTS)
+    assert (kinds.count('bad-obs') == sum(1 for t in range(1, steps) if t % 7 == 3)
+            and not set(kinds) & set(BACKEND_FAULTS))
 
 
 def test_loop_falls_back_in_the_same_step(run_dir):
@@ -73,7 +74,8 @@ def test_loop_falls_back_in_the_same_step(run_dir):
 
 
 def _load_in_subprocess(onnx, cache):
-    code = f"from ppo_trt.native_c import compile_c_policy; print(compile_c_policy({str(onnx)!r}, None, {str(cache)!r}).cache)"
+    code = ("from ppo_trt.native_c import compile_c_policy; "
+            f"print(compile_c_policy({str(onnx)!r}, None, {str(cache)!r}).cache)")
     return subprocess.run([sys.executable, '-c', code], capture_output=True, text=True)
 
 
@@ -101,7 +103,8 @@ def _toy_onnx(path):
     import onnx
     from onnx import helper, numpy_helper, TensorProto
     w = numpy_helper.from_array(np.ones((11, 3), np.float32), 'W')
-    g = helper.make_graph([helper.make_node('MatMul', ['obs', 'W'], ['h']), helper.make_node('Tanh', ['h'], ['action'])], 'g',
+    g = helper.make_graph([helper.make_node('MatMul', ['obs', 'W'], ['h']),
+                           helper.make_node('Tanh', ['h'], ['action'])], 'g',
                           [helper.make_tensor_value_info('obs', TensorProto.FLOAT, ['B', 11])],
                           [helper.make_tensor_value_info('action', TensorProto.FLOAT, ['B', 3])], [w])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)], ir_version=9)

@@ -11,7 +11,8 @@ import pytest
 CHROMIUM = os.environ.get('CHROMIUM') or shutil.which('chromium') or shutil.which('chromium-browser')
 ROOT = Path(__file__).parents[1]
 pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(not CHROMIUM, reason="no Chromium on this machine: apt-get install -y chromium (CI installs it)"),
+              pytest.mark.skipif(not CHROMIUM,
+                                 reason="no Chromium on this machine: apt-get install -y chromium (CI installs it)"),
               pytest.mark.skipif(not (ROOT/'nbs').is_dir(), reason='the site is built from a clone (nbs/ missing)')]
 SEARCHES = [('check_obs', 'check_obs'), ('lineage', 'records')]
 
@@ -28,8 +29,8 @@ def site(tmp_path_factory):
 
 @pytest.fixture(scope='session')
 def server(site):
-    handler = functools.partial(type('Quiet', (http.server.SimpleHTTPRequestHandler,), {'log_message': lambda *a: None}),
-                                directory=str(site))
+    handler = functools.partial(type('Quiet', (http.server.SimpleHTTPRequestHandler,),
+                                     {'log_message': lambda *a: None}), directory=str(site))
     srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield f'http://127.0.0.1:{srv.server_address[1]}'
@@ -58,7 +59,8 @@ class Watched:
         self.ctx.route('**/*', route)
         self.page.on('console', lambda m: m.type == 'error' and self.errors.append(f'console: {m.text}'))
         self.page.on('pageerror', lambda e: self.errors.append(f'pageerror: {e}'))
-        self.page.on('requestfailed', lambda r: r.url not in self.blocked and self.errors.append(f'requestfailed: {r.url}'))
+        self.page.on('requestfailed',
+                     lambda r: r.url not in self.blocked and self.errors.append(f'requestfailed: {r.url}'))
         self.page.on('response', lambda r: r.status >= 400 and self.errors.append(f'HTTP {r.status}: {r.url}'))
 
 
@@ -83,19 +85,24 @@ def test_every_page(site, base, browser):
     for page in pages:
         if page == '404.html' and base.startswith('file'): continue  # site-absolute paths: served over http only
         w.errors.clear()
-        w.page.goto(f'{base}/{page}', wait_until='networkidle')  # the search worker too, before the next page cancels it
+        # the search worker too, before the next page cancels it
+        w.page.goto(f'{base}/{page}', wait_until='networkidle')
         w.page.evaluate('''async () => { const imgs = [...document.images]; imgs.forEach(i => i.loading = 'eager');
-            await Promise.all(imgs.map(i => i.complete ? null : new Promise(r => { i.onload = i.onerror = r; setTimeout(r, 5000); }))); }''')
-        bad_imgs = [s[:80] for s, width in w.page.evaluate('() => [...document.images].map(i => [i.currentSrc || i.src, i.naturalWidth])')
+            await Promise.all(imgs.map(i => i.complete ? null : new Promise(r => {
+                i.onload = i.onerror = r; setTimeout(r, 5000); }))); }''')
+        bad_imgs = [s[:80] for s, width in w.page.evaluate('() => [...document.images]'
+                                                           '.map(i => [i.currentSrc || i.src, i.naturalWidth])')
                     if not width]
         refs = w.page.evaluate('''() => [...document.querySelectorAll('a[href]')].map(a => a.href)
-            .concat([...document.querySelectorAll('link[href]')].filter(l => !/^(canonical|alternate)$/.test(l.rel)).map(l => l.href))
+            .concat([...document.querySelectorAll('link[href]')].filter(l => !/^(canonical|alternate)$/.test(l.rel))
+                .map(l => l.href))
             .concat([...document.querySelectorAll('script[src], img[src]')].map(e => e.src))''')
         for r in refs:
             if not r.startswith(base): continue  # external links (e.g. to the source on GitHub) are not followed
             p, frag = _path(site, r)
             if not p.is_file(): problems.append(f'{page}: broken link {r}')
-            elif frag and p.suffix == '.html' and frag not in _ids(p): problems.append(f'{page}: no anchor {frag!r} in {p.name}')
+            elif frag and p.suffix == '.html' and frag not in _ids(p):
+                problems.append(f'{page}: no anchor {frag!r} in {p.name}')
         problems += [f'{page}: {e}' for e in w.errors] + [f'{page}: image not loaded {s}' for s in bad_imgs]
     problems += [f'network request: {u}' for u in w.blocked]
     w.ctx.close()
@@ -126,9 +133,11 @@ def test_results_page_shows_the_latency_table(site, browser):
     w.ctx.close()
 
 
-_EXTERNAL = [r'<script\b[^>]*\bsrc\s*=\s*["\']?(?:https?:)?//', r'<link\b[^>]*rel\s*=\s*["\']?stylesheet[^>]*href\s*=\s*["\']?(?:https?:)?//',
+_EXTERNAL = [r'<script\b[^>]*\bsrc\s*=\s*["\']?(?:https?:)?//',
+             r'<link\b[^>]*rel\s*=\s*["\']?stylesheet[^>]*href\s*=\s*["\']?(?:https?:)?//',
              r'@import\s+(?:url\()?\s*["\']?(?:https?:)?//', r'fonts\.googleapis|fonts\.gstatic|cdnjs\.|cdn\.jsdelivr']
-_ALLOWED = ('https://unpkg.com/resize-observer-polyfill', 'https://unpkg.com/mermaid@')  # in Material's bundle, never loaded here
+# in Material's bundle, never loaded here
+_ALLOWED = ('https://unpkg.com/resize-observer-polyfill', 'https://unpkg.com/mermaid@')
 
 
 def test_no_file_points_at_the_network(site):

@@ -1,4 +1,5 @@
-"""The Triton kernels on the CPU, through Triton's interpreter: the fused policy MLP and the CartPole kernel compute what the reference computes."""
+"""The Triton kernels on the CPU, through Triton's interpreter: the fused policy MLP and the CartPole kernel compute
+what the reference computes."""
 import numpy as np
 import pytest
 import torch
@@ -6,7 +7,8 @@ from ppo_trt import backends as B
 from ppo_trt.config import BadInputError
 from ppo_trt.triton_mlp import compile_triton_policy, triton_interpreted
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason='a GPU is present: the compiled kernels are tested in test_gpu.py')
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
+                                reason='a GPU is present: the compiled kernels are tested in test_gpu.py')
 
 
 def test_triton_mlp_matches_ort_on_the_run(run_dir):
@@ -32,4 +34,5 @@ def test_triton_cartpole_follows_the_torch_env():
     r = check_against_torch(num_envs=2048, n_steps=30, seed=11)
     assert r['done_mismatches'] == 0 and r['envs_without_reset'] > 100 and r['max_abs_state'] < 1e-5, r
     with pytest.raises(BadInputError, match='CUDA GPU only'): triton_throughput(device='cpu')
-    with pytest.raises(BadInputError, match='shape'): TritonCartPole(8, 'cpu').run(3, torch.zeros(2, 8, dtype=torch.int64))
+    with pytest.raises(BadInputError, match='shape'):
+        TritonCartPole(8, 'cpu').run(3, torch.zeros(2, 8, dtype=torch.int64))

@@ -32,7 +32,8 @@ def output_problems(paths):
     out = []
     for p in paths:
         nb = json.loads(p.read_text())
-        if nb.get('metadata', {}).get('kernelspec', {}).get('name') != 'python3': out.append(f'{p.name} has no python3 kernelspec')
+        if nb.get('metadata', {}).get('kernelspec', {}).get('name') != 'python3':
+            out.append(f'{p.name} has no python3 kernelspec')
         cells = [c for c in nb['cells'] if _runnable(c)]
         if cells and not any(c.get('outputs') for c in cells): out.append(f'{p.name} has no saved outputs')
     return out
@@ -41,8 +42,9 @@ def main(nbs='nbs'):
     paths = sorted(Path(nbs).glob('[0-9][0-9]_*.ipynb'))
     problems = layout_problems(paths) + output_problems(paths + [Path(nbs)/'index.ipynb'])
     for x in problems: print(x)
-    print(f'{len(paths)} notebooks: ' + ('layout, kernelspec and outputs ok' if not problems else f'{len(problems)} problems; '
-          'outputs are refreshed with `python tools/refresh_notebooks.py`'))
+    print(f'{len(paths)} notebooks: ' + ('layout, kernelspec and outputs ok' if not problems
+                                         else f'{len(problems)} problems; '
+                                              'outputs are refreshed with `python tools/refresh_notebooks.py`'))
     return 1 if problems else 0
 
 if __name__ == '__main__': sys.exit(main(*sys.argv[1:]))

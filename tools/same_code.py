@@ -11,7 +11,8 @@ def _blank_docstrings(tree):
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                    and isinstance(first.value.value, str)):
                 first.value.value = ''
     return tree
 
@@ -25,9 +26,11 @@ def cells(nb): return {c['id']: ''.join(c['source']) for c in nb['cells'] if c['
 
 def main(path, rev='HEAD'):
     new = cells(json.load(open(path)))
-    old = cells(json.loads(subprocess.run(['git', 'show', f'{rev}:{path}'], capture_output=True, text=True, check=True).stdout))
+    old = cells(json.loads(subprocess.run(['git', 'show', f'{rev}:{path}'],
+                                          capture_output=True, text=True, check=True).stdout))
     bad = [cid for cid in new if cid in old and _code(new[cid]) != _code(old[cid])]
-    bad += [f'{cid} (new cell)' for cid in new if cid not in old] + [f'{cid} (cell removed)' for cid in old if cid not in new]
+    bad += ([f'{cid} (new cell)' for cid in new if cid not in old]
+            + [f'{cid} (cell removed)' for cid in old if cid not in new])
     long = [(cid, l) for cid, s in new.items() for l in s.split('\n') if len(l) > 120]
     for b in bad: print(f'CHANGED {b}')
     for cid, l in long: print(f'LONG {cid} ({len(l)}): {l[:100]}...')

@@ -1,4 +1,5 @@
-"""Copy nbs/61_results.ipynb, without outputs, to ppo_trt/templates/report.ipynb (the template `ppo-trt report` executes).
+"""Copy nbs/61_results.ipynb, without outputs, to ppo_trt/templates/report.ipynb
+(the template `ppo-trt report` executes).
 
 CI runs this and fails if it changes a file: the results page and every run's report are the same notebook."""
 import json

@@ -16,7 +16,8 @@ from pathlib import Path
 
 _mathjax = re.compile(r'<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->', re.S)
 _empty_src = re.compile(r'<script src="">\s*</script>')
-_mermaid = re.compile(r'<script type="module">(?:(?!</script>).)*?cdnjs\.cloudflare\.com(?:(?!</script>).)*</script>', re.S)
+_mermaid = re.compile(r'<script type="module">(?:(?!</script>).)*?cdnjs\.cloudflare\.com'
+                      r'(?:(?!</script>).)*</script>', re.S)
 _heading = re.compile(r'<(h[1-6]) id="([^"]+)"(.*?)</\1>', re.S)
 _idcount = re.compile(r'^(.*)_([0-9]+)$')
 
