@@ -17,9 +17,9 @@ from .export import check_policy_env, onnx_metadata
 # %% auto #0
 __all__ = ['CDF_POINTS', 'TAIL_POINTS', 'DEFAULT_BATCHES', 'CHECKED_CALL', 'HOT_PATH', 'HOT_PATH_NOTE', 'MODE_ORDER', 'TIE_RATIO',
            'timer_overhead_ns', 'time_calls', 'time_pair', 'latency_stats', 'BenchSettings', 'bench_latency',
-           'bench_sweep', 'bench_closed_loop', 'bench_soak', 'backend_parity', 'pin_process', 'skipped',
-           'measure_backend', 'merge_bench', 'bench', 'records_by', 'best_kernel_sweep', 'advise', 'print_advice',
-           'fmt_us', 'console', 'print_bench']
+           'bench_sweep', 'bench_closed_loop', 'bench_soak', 'backend_parity', 'pin_process', 'skipped', 'failed',
+           'measure_backend', 'merge_bench', 'env_check', 'bench', 'records_by', 'best_kernel_sweep', 'advise',
+           'print_advice', 'fmt_us', 'console', 'print_bench']
 
 # %% ../nbs/40_bench.ipynb #f7704e3e
 def timer_overhead_ns(n=20_000):
@@ -207,25 +207,36 @@ def skipped(name, reason):
     "The record of a backend that did not run, with the reason."
     return dict(backend=name, mode='all', batch=None, ran=False, reason=reason)
 
+# %% ../nbs/40_bench.ipynb #31196e77
+def failed(name, what, e, mode='all'):
+    "The record of a backend (or of one `mode` of it) that raised: `what` went wrong, with the exception's first line."
+    first = str(e).splitlines()[0][:300] if str(e) else ''
+    return dict(backend=name, mode=mode, batch=None, ran=False, reason=f'{what}: {type(e).__name__}: {first}',
+                failed=True)
+
 # %% ../nbs/40_bench.ipynb #4bad7df3
 def measure_backend(name, run, obs, reference, env_id, s: BenchSettings):
-    "Every record of backend `name` (latency with parity, sweep, closed loop, soak), or one saying why it did not run."
+    "Every record of backend `name` (latency with parity, sweep, closed loop, soak), or records saying why not."
     try: runner = B.load(name, run.root, network_only=True, threads=s.threads)
     except B.BackendUnavailable as e: return [skipped(name, str(e))]
+    except Exception as e: return [failed(name, 'failed to load', e)]  # a compile or graph-capture error: go on
     try:
-        lat = bench_latency(runner, obs, s)
-        if reference is not None: lat['parity_vs_ort_fp32'] = backend_parity(runner, obs, reference)
-        if hasattr(runner, 'kernel_us'):  # GPU runners: device time of the execution alone, CUDA events
-            lat['kernel_only'] = latency_stats(np.asarray(runner.kernel_us(1, s.iters)) * 1e3)
-        recs = [lat, *bench_sweep(runner, obs, s)]
-        if s.closed_loop_steps: recs.append(bench_closed_loop(runner, env_id, s))
-        if s.soak_calls: recs.append(bench_soak(runner, obs, s))
+        try:
+            lat = bench_latency(runner, obs, s)
+            if reference is not None: lat['parity_vs_ort_fp32'] = backend_parity(runner, obs, reference)
+            if hasattr(runner, 'kernel_us'):  # GPU runners: device time of the execution alone, CUDA events
+                lat['kernel_only'] = latency_stats(np.asarray(runner.kernel_us(1, s.iters)) * 1e3)
+            recs = [lat, *bench_sweep(runner, obs, s)]
+        except Exception as e: return [failed(name, 'failed while measured', e)]  # a finding, not the end of bench
+        for mode, todo in (('closed-loop', s.closed_loop_steps and (lambda: bench_closed_loop(runner, env_id, s))),
+                           ('soak', s.soak_calls and (lambda: bench_soak(runner, obs, s)))):
+            if not todo: continue
+            try: recs.append(todo())
+            except Exception as e: recs.append(failed(name, f'{mode} failed', e, mode))  # keep latency and sweep
         return recs
-    except Exception as e:  # one broken backend is a finding about it, not the end of the bench
-        return [dict(skipped(name, f'failed while measured: {type(e).__name__}: '
-                                   f'{str(e).splitlines()[0][:300] if str(e) else ""}'),
-                     failed=True)]
-    finally: runner.close()
+    finally:
+        try: runner.close()
+        except Exception: pass
 
 # %% ../nbs/40_bench.ipynb #94e70a0c
 MODE_ORDER = ('latency', 'sweep', 'closed-loop', 'soak', 'all')
@@ -251,6 +262,18 @@ def merge_bench(old, new):
     used, sessions = {r.get('session') for r in records}, {**old.get('sessions', {}), **new['sessions']}
     return {**new, 'records': records, 'sessions': {k: v for k, v in sessions.items() if k in used}}
 
+# %% ../nbs/40_bench.ipynb #4aa18377
+def env_check(meta, env_id):
+    "None when `env_id` is made and fits the policy; the reason when it cannot be made (only the closed loop needs it)."
+    try: check_policy_env(meta, env_id)
+    except BadInputError: raise
+    except Exception as e:  # mujoco's GL import under a MUJOCO_GL the machine cannot serve, say: bench the rest
+        if meta.get('env_id') != env_id:
+            raise BadInputError(f"policy was exported for {meta.get('env_id')} but the environment is {env_id}; "
+                                f"use --env-id {meta.get('env_id')}") from None
+        return f'cannot make {env_id}: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ""}'
+    return None
+
 # %% ../nbs/40_bench.ipynb #ef3c980b
 @locked('bench')
 def bench(run_dir, backend_names=None, settings: BenchSettings | None = None, env_id=None, progress=True,
@@ -262,7 +285,7 @@ def bench(run_dir, backend_names=None, settings: BenchSettings | None = None, en
     require_fresh(run, 'bench')
     meta = onnx_metadata(onnx_path)
     env_id = env_id or meta['env_id']
-    check_policy_env(meta, env_id)
+    env_check(meta, env_id)  # None, or why the closed loops will fail (each says so in its record)
     names = [B.check_name(n) for n in (backend_names or B.names())]
     result = None if replace or not run.has('bench_record') else load_artifact(run, 'bench_record')
     obs = np.load(obs_path)

@@ -15,7 +15,7 @@ from .export import onnx_metadata
 # %% auto #0
 __all__ = ['MAX_BATCH', 'COMMANDS', 'READ_ONLY', 'number', 'number_list', 'parser', 'writable_run_dir', 'cmd_train', 'cmd_export',
            'cmd_build', 'cmd_bench', 'cmd_evaluate', 'cmd_residual_study', 'cmd_env_bench', 'cmd_report', 'cmd_advise',
-           'run_folder_rows', 'cmd_doctor', 'cmd_enjoy', 'cmd_docs', 'cmd_run', 'main']
+           'run_folder_rows', 'cmd_doctor', 'cmd_enjoy', 'cmd_docs', 'cmd_sweep', 'cmd_run', 'main']
 
 # %% ../nbs/90_cli.ipynb #5ac301a7
 MAX_BATCH = 1 << 24  # the largest batch policy.onnx's dynamic axis allows
@@ -90,8 +90,13 @@ def _add_train(p):
                    help='show the agent the expert action (stateless experts only)')
     p.add_argument('--no-zero-init', action='store_true',
                    help='do not zero the last layer (by default the agent starts as the expert)')
-    p.add_argument('--fast', action='store_true', help='on-device PPO over batched torch envs (CartPole-v1, '
-                   'Pendulum-v1, MountainCarContinuous-v0): see ppo_trt.fast_ppo')
+    p.add_argument('--randomize', default=None, metavar='SPEC',
+                   help="randomize every training episode: phases (noise, delay, mass, friction, push) or 'all', "
+                        "each with an optional range, e.g. 'noise,delay=0:2,mass=0.8:1.2'")
+    p.add_argument('--fast', action='store_true', help='batched PPO (ppo_trt.fast_ppo): torch envs (CartPole-v1, '
+                   'Pendulum-v1, MountainCarContinuous-v0) or MuJoCo on EnvPool (Hopper-v4, Walker2d-v4, ...)')
+    p.add_argument('--env-threads', type=number(int, 1, 1024), default=None,
+                   help='--fast on MuJoCo: EnvPool threads stepping the envs (default: one per core)')
     p.add_argument('--device', default='cpu', help='--fast: torch device (cpu, cuda, cuda:N)')
     p.add_argument('--num-envs', type=number(int, 1, MAX_BATCH), default=None,
                    help='--fast: batched envs (default: the env preset)')
@@ -129,7 +134,7 @@ def _add_bench(p):
 # %% ../nbs/90_cli.ipynb #d4f227ca
 def _sub(sub, name, help, writes=True):
     "A subcommand parser that shows every default in --help, with --run-dir (and --no-wait when it writes)."
-    p = sub.add_parser(name, help=help, description=help, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = sub.add_parser(name, help=help, description=help, formatter_class=_Help)
     _add_common(p, writes)
     return p
 
@@ -189,6 +194,8 @@ def _add_env_bench(p):
     p.add_argument('--gym-max-envs', type=number(int, 0), default=1024,
                    help="largest num_envs to run gymnasium's vector envs at")
     p.add_argument('--no-train', action='store_true', help='skip the third level (env + inference + PPO training)')
+    p.add_argument('--train-max-envs', type=number(int, 1), default=1 << 20,
+                   help='largest num_envs the training level runs at (larger ones: env and inference only)')
 
 # %% ../nbs/90_cli.ipynb #0e0544f2
 def _add_enjoy(p):
@@ -202,6 +209,12 @@ def _add_enjoy(p):
     p.add_argument('--warmup', type=number(int, 0), default=200, help='benchmark: untimed steps')
     p.add_argument('--iters', type=number(int, 10), default=2000, help='benchmark: timed steps')
     p.add_argument('--seed', type=number(int, 0), default=0, help='episode seed')
+
+# %% ../nbs/90_cli.ipynb #21e90dc9
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    "Shows each argument's default, except None and False (the help says what happens then)."
+    def _get_help_string(self, action):
+        return action.help if action.default is None or action.default is False else super()._get_help_string(action)
 
 # %% ../nbs/90_cli.ipynb #6c4a7ede
 class _Parser(argparse.ArgumentParser):
@@ -230,9 +243,10 @@ def parser():
     p = sub.add_parser('docs', help='render the documentation site (README, notebooks, API docs, results)',
                        description='render the documentation site (README, notebooks, API docs, results); '
                                    'run it in a clone',
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=_Help)
     p.add_argument('--out', type=Path, default=Path('_docs'), help='where the site goes')
     p.add_argument('--run-dir', type=Path, default=None, help="also render this run folder's report as a page")
+    _add_sweep(sub)
     return ap
 
 # %% ../nbs/90_cli.ipynb #e02fa96e
@@ -277,7 +291,7 @@ def cmd_train(a):
     rd = _run_dir(a)
     kw = dict(env_id=a.env_id or DEFAULT_ENV_ID, seed=a.seed, timesteps=a.timesteps, preset_name=a.preset,
               resume=a.resume, force=a.force, eval_freq=a.eval_freq, n_eval_episodes=a.eval_episodes, keep=a.keep,
-              progress=True)
+              progress=True, randomize=a.randomize)
     _say(f'training {a.env_id or DEFAULT_ENV_ID} (preset {a.preset}) into {rd}')
     if a.expert:
         from ppo_trt.residual import train_residual
@@ -286,8 +300,8 @@ def cmd_train(a):
                            zero_init=not a.no_zero_init, **kw)
     else: r = train(rd, **kw)
     _say(f"trained {r['timesteps']:,} steps in {r['wall_s']:.0f} s ({r['steps_per_s']:,.0f} steps/s); "
-         f"kept the policy of step {r['kept_timesteps']:,} ({r['keep']}): "
-         f"eval return {r['final_eval_mean']:.1f} ± {r['final_eval_std']:.1f}")
+         f"kept the policy of step {r['kept_timesteps']:,} ({r['keep']}): return on {r['final_eval_episodes']} "
+         f"held-out episodes {r['final_eval_mean']:.1f} ± {r['final_eval_std']:.1f}")
     return r
 
 # %% ../nbs/90_cli.ipynb #0b68941b
@@ -300,9 +314,10 @@ def _train_fast(a):
     rd = a.run_dir or default_run_dir(env_id)
     _say(f'fast on-device PPO on {env_id} ({st.num_envs} envs on {a.device}) into {rd}')
     r = fast_train(rd, env_id, a.timesteps, a.seed, a.device, st, a.expert, a.residual_scale, a.compile, a.cudagraphs,
-                   force=a.force, progress=sys.stderr.isatty())
-    _say(f"{r['timesteps']:,} steps in {r['wall_s']:.1f} s ({r['steps_per_s']:,.0f} steps/s, "
-         f"env + inference + training); greedy return {r['final_eval_mean']:.1f} ± {r['final_eval_std']:.1f}"
+                   randomize=a.randomize, num_threads=a.env_threads, force=a.force, progress=sys.stderr.isatty())
+    _say(f"{r['timesteps']:,} steps in {r['wall_s']:.1f} s ({r['steps_per_s']:,.0f} steps/s, env + inference + "
+         f"training; envs: {r['env_backend']}); return on {r['final_eval_episodes']} held-out episodes "
+         f"{r['final_eval_mean']:.1f} ± {r['final_eval_std']:.1f}"
          + (f"; reached {r['target_return']:g} at step {r['solved_at_timesteps']:,} after {r['solved_at_wall_s']:.1f} s"
             if r['solved'] else ''))
     return r
@@ -370,28 +385,24 @@ def cmd_residual_study(a):
 
 # %% ../nbs/90_cli.ipynb #5e0e4275
 def cmd_env_bench(a):
-    from ppo_trt.gpu_envs import env_throughput, print_throughput
+    from ppo_trt.gpu_envs import env_bench, train_level_sizes, print_throughput, resolve_device
     from ppo_trt.fast_ppo import train_throughput
-    from ppo_trt.config import save_json
-    import torch
-    rows = env_throughput(a.env_id, a.num_envs, a.device, a.steps, compile=a.compile, gym_max_envs=a.gym_max_envs,
-                          progress=sys.stderr.isatty())
-    if not a.no_train: rows += train_throughput(a.env_id, a.num_envs, a.device, progress=sys.stderr.isatty())
+    dev, levels = resolve_device(a.device), []
     if a.env_id == 'CartPole-v1':  # the hand-written kernel's raw figure, on a GPU only
-        if torch.device(a.device).type == 'cuda':
-            from ppo_trt.triton_cartpole import triton_throughput, TRITON_MISSING
-            if TRITON_MISSING: _say(f'Triton CartPole kernel skipped: {TRITON_MISSING}')
-            else: rows += triton_throughput(a.num_envs, a.device)
-        else: _say('Triton CartPole kernel skipped: it is timed on a CUDA GPU only (--device cuda)')
-    print_throughput(rows)
+        from ppo_trt.triton_cartpole import triton_throughput, TRITON_MISSING
+        if dev.type != 'cuda': _say('Triton CartPole kernel skipped: it is timed on a CUDA GPU only (--device cuda)')
+        elif TRITON_MISSING: _say(f'Triton CartPole kernel skipped: {TRITON_MISSING}')
+        else: levels.append(('Triton CartPole kernel', lambda ns: triton_throughput(ns, dev), list(a.num_envs)))
+    if not a.no_train:
+        levels.append(('env+inference+training', lambda ns: train_throughput(a.env_id, ns, dev, progress=False),
+                       train_level_sizes(a.num_envs, a.train_max_envs)))
     rd = Path(a.run_dir or default_run_dir(a.env_id)); rd.mkdir(parents=True, exist_ok=True)
     out = rd/f'env_bench_{a.env_id}.json'
-    from ppo_trt.runtime import cpu_model
-    save_json(out, dict(rows=rows, cpu=cpu_model(), torch_threads=torch.get_num_threads(),
-                        created=time.strftime('%Y-%m-%dT%H:%M:%S%z'),
-                        gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None))
+    rec = env_bench(out, a.env_id, a.num_envs, dev, a.steps, compile=a.compile, gym_max_envs=a.gym_max_envs,
+                    levels=levels, say=_say)  # saved after every point: a time-out keeps what was measured
+    print_throughput(rec['rows'])
     _say(f'wrote {out}')
-    return rows
+    return rec['rows']
 
 # %% ../nbs/90_cli.ipynb #391f8131
 def cmd_report(a):
@@ -466,6 +477,44 @@ def cmd_docs(a):
     _say(f'wrote {index}: open it in a browser (it needs no network)')
     return index
 
+# %% ../nbs/90_cli.ipynb #b350a0f3
+def _add_sweep(sub):
+    "The `sweep` parser: it writes --out under its own lock, so it has no --run-dir."
+    p = sub.add_parser('sweep', help='seeds x variants on Ray: train -> export -> evaluate, IQM with 95 %% CIs',
+                       description='train, export and evaluate every (seed, variant) as a Ray task; aggregate with '
+                                   "rliable into OUT/sweep.json", formatter_class=_Help)
+    p.add_argument('--env-id', default=DEFAULT_ENV_ID, help='gymnasium env id (a PID baseline must exist for it)')
+    p.add_argument('--seeds', type=number(int, 1, 1000), default=5, help='training seeds 0 .. N-1')
+    p.add_argument('--variants', default='nominal,randomized', help='nominal, randomized or both')
+    p.add_argument('--randomize', default=None, metavar='SPEC',
+                   help='the randomized variant\'s ranges (default: every disturbance, see `train --randomize`)')
+    p.add_argument('--fast', action='store_true', help='train with fast PPO (EnvPool on MuJoCo) instead of SB3')
+    p.add_argument('--timesteps', type=_positive_timesteps, default=None,
+                   help="timesteps per run (default: the trainer's preset)")
+    p.add_argument('--preset', default='seed', help='SB3 training preset (without --fast)')
+    p.add_argument('--phases', default=None,
+                   help='evaluation phases, comma-separated (default: nominal,noise,delay,push,mass,friction)')
+    p.add_argument('--episodes', type=number(int, 1), default=10, help='held-out evaluation episodes per phase')
+    p.add_argument('--out', type=Path, default=None, help='sweep folder (default: sweeps/<env-id>)')
+    p.add_argument('--address', default=None,
+                   help='Ray cluster address (default: $RAY_ADDRESS, else a local Ray on this machine)')
+    p.add_argument('--num-cpus', type=number(int, 1, 4096), default=None,
+                   help='CPUs of the local Ray (default: all): one run per CPU')
+    p.add_argument('--no-wait', action='store_true', help=argparse.SUPPRESS)
+    return p
+
+# %% ../nbs/90_cli.ipynb #7d576e8b
+def cmd_sweep(a):
+    from ppo_trt.sweep import sweep, print_sweep
+    out = a.out or Path('sweeps')/a.env_id
+    _say(f"sweep of {a.env_id}: seeds 0..{a.seeds - 1} x {a.variants} ({'fast PPO' if a.fast else 'SB3'}) into {out}")
+    rec = sweep(out, env_id=a.env_id, seeds=a.seeds, variants=a.variants, fast=a.fast, timesteps=a.timesteps,
+                randomize=a.randomize, address=a.address, episodes=a.episodes, preset_name=a.preset,
+                num_cpus=a.num_cpus, **(dict(phases=a.phases) if a.phases else {}))
+    print_sweep(rec)
+    _say(f"wrote {out/'sweep.json'}")
+    return rec
+
 # %% ../nbs/90_cli.ipynb #a3e19074
 def cmd_run(a):
     "train -> export -> bench -> report."
@@ -481,8 +530,9 @@ def cmd_run(a):
 # %% ../nbs/90_cli.ipynb #73e8b51b
 COMMANDS = {'run': cmd_run, 'train': cmd_train, 'export': cmd_export, 'build': cmd_build, 'bench': cmd_bench,
             'evaluate': cmd_evaluate, 'residual-study': cmd_residual_study, 'env-bench': cmd_env_bench,
-            'report': cmd_report, 'advise': cmd_advise, 'doctor': cmd_doctor, 'enjoy': cmd_enjoy, 'docs': cmd_docs}
-READ_ONLY = ('advise', 'doctor', 'docs')  # docs writes --out; the run folder's report takes its own lock
+            'report': cmd_report, 'advise': cmd_advise, 'doctor': cmd_doctor, 'enjoy': cmd_enjoy, 'docs': cmd_docs,
+            'sweep': cmd_sweep}
+READ_ONLY = ('advise', 'doctor', 'docs', 'sweep')  # no run-folder lock: docs and sweep lock their --out themselves
 
 def _folder(a):
     "The run folder a command writes into."
@@ -514,3 +564,7 @@ def main(argv=None):
         print(f'ppo-trt {a.command}: error: {e}', file=sys.stderr)
         return 2
     return 0
+
+# %% ../nbs/90_cli.ipynb #b0efefd2
+#| eval: false
+if __name__ == '__main__': sys.exit(main())  # python -m ppo_trt.cli, where the console script is missing

@@ -165,6 +165,7 @@ class RunConfig:
     timesteps: int = 200_000
     preset: str = 'seed'
     residual: dict | None = None  # expert + residual settings when the policy is a residual on an expert
+    randomize: dict | None = None  # {phase: [low, high]} drawn every training episode (envs.parse_randomize)
     created: str = field(default_factory=lambda: time.strftime('%Y-%m-%dT%H:%M:%S%z'))
     versions: dict = field(default_factory=dict)
 

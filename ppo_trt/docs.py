@@ -87,7 +87,7 @@ def _plain_code(c, src, doc_url, up):
 
 # %% ../nbs/62_docs.ipynb #b65aecfe
 STAGES = {'0': 'Core', '1': 'Training', '2': 'Deployable artifacts', '3': 'Backends', '4': 'Measurement',
-          '5': 'Throughput', '6': 'Results and docs', '9': 'Command line'}
+          '5': 'Throughput and scale', '6': 'Results and docs', '9': 'Command line'}
 
 def page_name(path):
     "nbdev's page name for a notebook (`40_bench.ipynb` -> `bench`), as Quarto would name it."

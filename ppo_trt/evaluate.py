@@ -9,108 +9,16 @@ from dataclasses import dataclass, field, asdict
 import numpy as np
 from .config import RunDir, BadInputError, save_json, sha256_file
 from .records import load_artifact, read_record, locked, require_fresh, session, session_id
-from .train import make_env
+from .envs import (make_env, SensorNoise, ActuationDelay, Push, ModelScale, ActuatorFailure, Trip, PHASES,
+                          make_phase_env)
 from .export import onnx_metadata
 from . import backends as B
 from .bench import records_by
 from .controllers import pid_baseline, run_episode, PRESETS as PID_PRESETS
 
 # %% auto #0
-__all__ = ['PHASES', 'BACKEND_FAULTS', 'DELAY_STEPS', 'SensorNoise', 'ActuationDelay', 'Push', 'ModelScale', 'ActuatorFailure',
-           'Trip', 'make_phase_env', 'ControlLoop', 'PhaseResult', 'EvaluationReport', 'delay_curve',
-           'merge_evaluation', 'evaluate_phase', 'evaluate', 'print_evaluation']
-
-# %% ../nbs/41_evaluate.ipynb #8b0a374f
-import gymnasium as gym
-
-class SensorNoise(gym.ObservationWrapper):
-    "Gaussian noise of std `sigma` on every observation (seeded at reset)."
-    def __init__(self, env, sigma=0.05): super().__init__(env); self.sigma, self.rng = sigma, np.random.default_rng(0)
-    def reset(self, *, seed=None, options=None):
-        self.rng = np.random.default_rng(None if seed is None else seed + 7919)
-        return super().reset(seed=seed, options=options)
-    def observation(self, obs): return obs + self.rng.normal(0, self.sigma, obs.shape)
-
-# %% ../nbs/41_evaluate.ipynb #6fd87c52
-class ActuationDelay(gym.Wrapper):
-    "Apply each action `steps` control steps late (zeros until the queue fills)."
-    def __init__(self, env, steps=2): super().__init__(env); self.k = int(steps); self.queue = []
-    def reset(self, **kw):
-        self.queue = [np.zeros(self.action_space.shape, np.float32)] * self.k
-        return super().reset(**kw)
-    def step(self, action):
-        self.queue.append(np.array(action, np.float32))  # a copy: runners may reuse their output buffer
-        return super().step(self.queue.pop(0))
-
-# %% ../nbs/41_evaluate.ipynb #cb800236
-class _StepCounter(gym.Wrapper):
-    def reset(self, **kw): self.t = 0; return super().reset(**kw)
-    def step(self, action):
-        out = self._step(action); self.t += 1; return out
-    def _step(self, action): return self.env.step(action)
-
-# %% ../nbs/41_evaluate.ipynb #25000bc2
-class Push(_StepCounter):
-    "An external force (N, world frame x/y/z) on `body` for `duration` steps from step `step`."
-    def __init__(self, env, step=200, force=(150.0, 0.0, 0.0), duration=5, body='torso'):
-        super().__init__(env); self.at, self.force, self.duration = step, np.asarray(force, float), duration
-        self.body_id = env.unwrapped.model.body(body).id
-    def _step(self, action):
-        f = self.env.unwrapped.data.xfrc_applied
-        f[self.body_id, :3] = self.force if self.at <= self.t < self.at + self.duration else 0.0
-        return self.env.step(action)
-
-# %% ../nbs/41_evaluate.ipynb #f2540cf4
-class ModelScale(gym.Wrapper):
-    "Scale every body mass (`mass`) and/or the sliding friction of every geom (`friction`)."
-    def __init__(self, env, mass=1.0, friction=1.0):
-        super().__init__(env)
-        m = env.unwrapped.model
-        m.body_mass[:] *= mass; m.geom_friction[:, 0] *= friction
-
-# %% ../nbs/41_evaluate.ipynb #9979a418
-class ActuatorFailure(_StepCounter):
-    "From step `step` on, actuator `index` delivers `gain` × its command (0: dead)."
-    def __init__(self, env, index=0, step=300, gain=0.0):
-        super().__init__(env); self.index, self.at, self.gain = index, step, gain
-        if not 0 <= index < env.action_space.shape[0]:
-            raise BadInputError(f'actuator index {index} out of range for {env.action_space.shape[0]} actuators')
-    def _step(self, action):
-        a = np.array(action, np.float32)
-        if self.t >= self.at: a[self.index] *= self.gain
-        return self.env.step(a)
-
-# %% ../nbs/41_evaluate.ipynb #0a3ae3e3
-class Trip(_StepCounter):
-    "An emergency trip at step `step`: `info['trip']` is True from then on."
-    def __init__(self, env, step=300):
-        super().__init__(env)
-        limit = env.spec.max_episode_steps if env.spec else None
-        if limit is not None and step >= limit:
-            raise BadInputError(f'trip step {step} is beyond the episode length ({limit} steps); use a smaller step')
-        self.at = step
-    def _step(self, action):
-        obs, r, term, trunc, info = self.env.step(action)
-        return obs, r, term, trunc, {**info, 'trip': self.t + 1 >= self.at}
-
-# %% ../nbs/41_evaluate.ipynb #b5219097
-PHASES = {
-    'nominal':  (None, {}),
-    'noise':    (SensorNoise, dict(sigma=0.05)),
-    'delay':    (ActuationDelay, dict(steps=2)),
-    'push':     (Push, dict(step=200, force=(150.0, 0.0, 0.0), duration=5)),
-    'mass':     (ModelScale, dict(mass=1.3)),
-    'friction': (ModelScale, dict(friction=0.5)),
-    'actuator': (ActuatorFailure, dict(index=0, step=300, gain=0.0)),
-    'trip':     (Trip, dict(step=300)),
-}
-
-def make_phase_env(env_id, phase, **overrides):
-    "The env for scenario `phase` (a key of `PHASES`), with parameter overrides."
-    if phase not in PHASES: raise BadInputError(f'unknown phase {phase!r}; phases: {", ".join(PHASES)}')
-    wrapper, params = PHASES[phase]
-    env = make_env(env_id)
-    return env if wrapper is None else wrapper(env, **{**params, **overrides})
+__all__ = ['BACKEND_FAULTS', 'DELAY_STEPS', 'ControlLoop', 'PhaseResult', 'EvaluationReport', 'delay_curve', 'merge_evaluation',
+           'evaluate_phase', 'evaluate', 'print_evaluation']
 
 # %% ../nbs/41_evaluate.ipynb #9a6b607a
 BACKEND_FAULTS = ('deadline', 'nonfinite', 'bad-input')  # event kinds that count against a backend

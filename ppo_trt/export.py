@@ -13,7 +13,8 @@ import numpy as np
 from .config import RunDir, PpoTrtError, BadArtifactError, BadInputError, atomic_path, save_json, sha256_file
 from .runtime import package_version
 from .records import load_artifact, locked, require_fresh
-from .train import ObsNorm, load_policy, make_env
+from .envs import make_env
+from .train import ObsNorm, load_policy
 
 # %% auto #0
 __all__ = ['PARITY_TOL', 'OPSET', 'DEPLOY_KEYS', 'build_deployable', 'load_deployable', 'collect_observations', 'sb3_actions',
@@ -247,7 +248,7 @@ def export(run_dir, n_obs=1000, seed=123, tol=PARITY_TOL, opset=OPSET, deploymen
                 action_low=rec_train['action_low'], action_high=rec_train['action_high'],
                 clip_obs=norm.clip_obs, producer='ppo_trt', ppo_trt_version=package_version('ppo_trt') or '?',
                 policy_sha256=sha256_file(run.path('policy')), obs_norm_sha256=sha256_file(run.path('obs_norm')),
-                **dep.meta)
+                randomize=rec_train.get('randomize'), **dep.meta)
     set_metadata(proto, **meta)
     onnx.checker.check_model(proto)
     blob = proto.SerializeToString()
@@ -266,7 +267,7 @@ def export(run_dir, n_obs=1000, seed=123, tol=PARITY_TOL, opset=OPSET, deploymen
                   parity_ort_cpu=p_ort, parity_torch=p_torch, onnx_bytes=len(blob),
                   onnx_sha256=sha256_file(run.path('onnx')),
                   metadata=meta, export_s=round(time.perf_counter() - t0, 2), parity_reference_norm=dep.reference_norm,
-                  export_obs_sha256=sha256_file(run.path('export_obs')),
+                  export_obs_sha256=sha256_file(run.path('export_obs')), randomize=rec_train.get('randomize'),
                   versions={p: package_version(p) for p in ('torch', 'onnx', 'onnxruntime', 'onnxscript')})
     save_json(run.path('export_record'), record)
     return record

@@ -6,12 +6,14 @@
 from __future__ import annotations
 import difflib, math, time
 import numpy as np
-from .config import BadInputError
+from .config import BadInputError, save_json
+from .runtime import cpu_model
 
 # %% auto #0
-__all__ = ['BATCHED_ENVS', 'SYNC_OPS', 'resolve_device', 'BatchedEnv', 'CartPole', 'Pendulum', 'MountainCarContinuous',
-           'make_batched', 'gym_trajectories', 'to_dlpack', 'fused_step', 'device_rollout', 'count_sync_ops',
-           'gym_vector_throughput', 'env_throughput', 'print_throughput']
+__all__ = ['BATCHED_ENVS', 'SYNC_OPS', 'TRAIN_LEVEL_MAX_ENVS', 'resolve_device', 'BatchedEnv', 'CartPole', 'Pendulum',
+           'MountainCarContinuous', 'make_batched', 'gym_trajectories', 'to_dlpack', 'fused_step', 'device_rollout',
+           'count_sync_ops', 'gym_vector_throughput', 'env_throughput', 'print_throughput', 'train_level_sizes',
+           'env_bench']
 
 # %% ../nbs/50_gpu_envs.ipynb #819f1382
 def resolve_device(device):
@@ -356,3 +358,38 @@ def print_throughput(rows, con=None):
         t.add_row(r['env_id'].split('-')[0], f"{r['num_envs']:,}", r['device'], r['level'], r['impl'],
                   f"{r['steps_per_s']:.3g}", f"{r['steps_per_s'] / ref:.1f}" if ref else '-')
     (con or Console()).print(t)
+
+# %% ../nbs/50_gpu_envs.ipynb #3ffbe20f
+TRAIN_LEVEL_MAX_ENVS = 1 << 20  # 512 minibatches x 4 epochs x 3 updates ~ 6 000 optimizer steps (1 << 24: ~98 000)
+
+def train_level_sizes(num_envs, cap=TRAIN_LEVEL_MAX_ENVS):
+    "The num_envs the training level runs at: those of `num_envs` up to `cap` (larger ones: env and inference only)."
+    return [n for n in num_envs if n <= cap]
+
+# %% ../nbs/50_gpu_envs.ipynb #93994a18
+def env_bench(out, env_id='CartPole-v1', num_envs=(32, 1024, 65536), device='cpu', steps=100, compile=False,
+              gym_max_envs=1024, levels=(), say=None, **kw):
+    "`env_throughput` per num_envs, then each (name, fn(sizes) -> rows, sizes) of `levels`; `out` saved after each."
+    import torch
+    dev, say = resolve_device(device), say or (lambda msg: None)
+    rec = dict(rows=[], errors=[], complete=False, env_id=env_id, device=str(dev), cpu=cpu_model(),
+               torch_threads=torch.get_num_threads(), created=time.strftime('%Y-%m-%dT%H:%M:%S%z'),
+               gpu=torch.cuda.get_device_name(dev) if dev.type == 'cuda' else None)
+    first = lambda ns: env_throughput(env_id, ns, dev, steps, compile=compile, gym_max_envs=gym_max_envs,
+                                      progress=False, **kw)
+    for name, fn, sizes in [('env, env+inference', first, list(num_envs)), *levels]:
+        for n in sizes:
+            try: rows = fn((n,))
+            except Exception as e:  # one point that fails is a finding; the others still run
+                msg = f'{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ""}'
+                rec['errors'].append(dict(level=name, num_envs=n, error=msg))
+                say(f'env-bench {name} at {n:,} envs failed: {msg}')
+                if dev.type == 'cuda': torch.cuda.empty_cache()
+            else:
+                rec['rows'] += rows
+                for r in rows: say(f"env-bench {r['level']} at {r['num_envs']:,} envs, {r['impl']}: "
+                                   f"{r['steps_per_s']:.3g} steps/s")
+            save_json(out, rec)
+    rec['complete'] = True
+    save_json(out, rec)
+    return rec

@@ -31,6 +31,7 @@ class ConfigRecord(_Record):
     timesteps: int
     preset: str
     residual: dict | None = None
+    randomize: dict[str, list[float]] | None = None
     created: str = ''
     versions: dict = {}
 
@@ -61,6 +62,9 @@ class TrainRecord(_Record):
     action_low: list[float] = []
     action_high: list[float] = []
     residual: dict | None = None
+    randomize: dict[str, list[float]] | None = None  # ranges drawn every training episode
+    selection_eval_seed: int | None = None  # env seed of the periodic evaluations that chose the kept policy
+    final_eval_seed: int | None = None      # env seed of the held-out evaluation final_eval_* report
     deployable: bool = True
     not_deployable_reason: str = ''
     policy_sha256: str | None = None     # of policy.zip as written
@@ -93,6 +97,7 @@ class ExportRecord(_Record):
     onnx_sha256: str
     metadata: dict
     export_obs_sha256: str | None = None
+    randomize: dict[str, list[float]] | None = None  # the policy's training ranges
 
 # %% ../nbs/02_records.ipynb #06ffd43e
 class EngineRecord(_Record):

@@ -11,22 +11,26 @@ from .records import load_artifact, read_record, locked, require_fresh, REPORT_I
 from .train import read_train_log
 from .bench import records_by, best_kernel_sweep, advise, TIE_RATIO, fmt_us as _us
 from .residual import first_reaching
+from .sweep import load_sweep, sweep_table, plot_sweep, plot_sweep_delay
 
 # %% auto #0
-__all__ = ['CLAIMS', 'SECTIONS', 'PARAMETER', 'load_records', 'record_note', 'current_bench', 'latency_table',
+__all__ = ['SWEEP_DIR', 'CLAIMS', 'SECTIONS', 'PARAMETER', 'load_records', 'record_note', 'current_bench', 'latency_table',
            'closed_loop_table', 'advise_table', 'evaluation_table', 'soak_table', 'kernel_table', 'plot_latency_cdf',
            'plot_batch_sweep', 'plot_delay_curve', 'plot_residual_study', 'residual_study_table', 'env_bench_table',
            'plot_learning_curve', 'batching_pays_at', 'claim_other_records', 'claim_fastest', 'claim_tail_and_sla',
            'claim_skipped', 'claim_throughput', 'claim_closed_loop', 'claim_builds', 'claim_soak', 'claim_engines',
-           'claim_export', 'claim_control', 'claim_residual', 'claim_training', 'interpretation', 'figure_html', 'show',
-           'section_header', 'section_claims', 'skipped_list', 'section_latency', 'section_throughput', 'section_gpu',
-           'section_closed_loop', 'section_soak', 'section_control', 'section_residual', 'section_env_bench',
-           'section_training', 'section_export', 'section_machine', 'section_not_measured', 'report_template',
-           'report_notebook', 'render_report']
+           'claim_export', 'claim_control', 'claim_residual', 'claim_training', 'claim_sweep', 'interpretation',
+           'figure_html', 'show', 'section_header', 'section_claims', 'skipped_list', 'section_latency',
+           'section_throughput', 'section_gpu', 'section_closed_loop', 'section_soak', 'sweep_runs_table',
+           'section_sweep', 'section_control', 'section_residual', 'section_env_bench', 'section_training',
+           'section_export', 'section_machine', 'section_not_measured', 'report_template', 'report_notebook',
+           'render_report']
 
 # %% ../nbs/60_report.ipynb #9e414009
+SWEEP_DIR = 'sweep'  # a sweep made with `ppo-trt sweep --out RUN_DIR/sweep` is part of the run's report
+
 def load_records(run_dir):
-    "The run folder's JSON records (each checked against its schema) and learning curve; bench.json is required."
+    "The run folder's JSON records (schema-checked), learning curve and `sweep/`; bench.json is required."
     run = RunDir(run_dir)
     recs = dict(run_dir=str(run.root), bench=load_artifact(run, 'bench_record'),
                 policy_sha256=sha256_file(run.path('onnx')) if run.has('onnx') else None)
@@ -36,6 +40,7 @@ def load_records(run_dir):
     recs['train_log'] = read_train_log(run.path('train_log')) if run.has('train_log') else None
     recs['residual_studies'] = [read_record(p) for p in sorted(run.root.glob('residual_study_*.json'))]
     recs['env_benches'] = [read_record(p) for p in sorted(run.root.glob('env_bench_*.json'))]
+    recs['sweep'] = load_sweep(run.root/SWEEP_DIR) if (run.root/SWEEP_DIR/'sweep.json').exists() else None
     return recs
 
 # %% ../nbs/60_report.ipynb #c3704536
@@ -478,7 +483,9 @@ def claim_training(recs, bench):
     if not tr: return []
     s = (f"Training ran {tr['timesteps']:,} timesteps (preset `{tr['preset']}`) at {tr['steps_per_s']:,.0f} steps/s "
          f"and reached a final deterministic return of {tr['final_eval_mean']:.1f} ± {tr['final_eval_std']:.1f} "
-         f"over {tr['final_eval_episodes']} episodes")
+         f"over {tr['final_eval_episodes']} episodes"
+         + (f" seeded from {tr['final_eval_seed']:,}, episodes no policy was selected on"
+            if tr.get('final_eval_seed') is not None else ''))
     if log is not None and len(log['timesteps']):
         i = int(np.argmax(log['mean_return']))
         s += f" (best logged evaluation {log['mean_return'][i]:.1f} at {int(log['timesteps'][i]):,} steps)"
@@ -488,9 +495,39 @@ def claim_training(recs, bench):
     return [s + '.' + (' This is a short run: the policy is not expected to control the robot well.'
                        if tr['timesteps'] < 100_000 else '')]
 
+# %% ../nbs/60_report.ipynb #9e5d5ca0
+def _kept(iqm, variant, phase):
+    "The share of its own nominal IQM that `variant` keeps in `phase`."
+    est = iqm[variant]
+    return est[phase]['iqm'] / est['nominal']['iqm'] if est['nominal']['iqm'] > 0 else float('nan')
+
+# %% ../nbs/60_report.ipynb #656cda1e
+def claim_sweep(recs, bench):
+    "Nominal against randomized training over seeds: IQMs with CIs, the share kept under each disturbance, P(improve)."
+    s = recs.get('sweep')
+    if not s or 'aggregates' not in s: return []
+    st, agg = s['settings'], s['aggregates']
+    iqm, n = agg['iqm'], agg['runs_per_variant']
+    trainer = 'fast PPO' if st['fast'] else f"SB3 PPO (preset {st['preset_name']})"
+    steps = next(iter(s['runs'].values()))['timesteps']
+    ci = lambda v, k: f"{iqm[v][k]['iqm']:.0f} [{iqm[v][k]['ci'][0]:.0f}, {iqm[v][k]['ci'][1]:.0f}]"
+    out = [f"Over {n} seeds per variant ({trainer}, {steps:,} steps each, {st['episodes']} held-out episodes per "
+           f"phase), the nominal IQM return is " + ', '.join(f'{ci(v, "nominal")} ({v})' for v in iqm)
+           + ' (95 % stratified-bootstrap CIs).']
+    for phase in (p for p in st['phases'] if p != 'nominal'):
+        out.append(f"Under `{phase}` each variant keeps " + ', '.join(
+            f"{_kept(iqm, v, phase):.0%} of its nominal IQM ({v}: {ci(v, phase)})" for v in iqm) + '.')
+    poi = agg.get('p_randomized_beats_nominal')
+    if poi:
+        a = poi['all']
+        out.append(f"A randomized run beats a nominal one with probability {a['p']:.2f} "
+                   f"[{a['ci'][0]:.2f}, {a['ci'][1]:.2f}] averaged over the phases.")
+    return out
+
 # %% ../nbs/60_report.ipynb #db6a894e
 CLAIMS = (claim_other_records, claim_fastest, claim_tail_and_sla, claim_skipped, claim_throughput, claim_closed_loop,
-          claim_builds, claim_soak, claim_engines, claim_export, claim_control, claim_residual, claim_training)
+          claim_builds, claim_soak, claim_engines, claim_export, claim_control, claim_sweep, claim_residual,
+          claim_training)
 
 def interpretation(recs):
     "Sentences about this run from the claim functions, every number from this policy's records on the latest machine."
@@ -596,6 +633,34 @@ def section_soak(recs):
     return [_md('## Soak\n\nBatch-1 latency per window of calls: drift shows as a moving p50, '
                 'tail growth as a moving p99.\n\n' + soak_table(cur))]
 
+# %% ../nbs/60_report.ipynb #1df3ed55
+def sweep_runs_table(s):
+    "One row per run of a sweep: variant, seed, nominal return, training time and speed, what stepped the envs."
+    rows = [(r['variant'], r['seed'], f"{r['returns']['nominal']:.1f}", f"{r['train_wall_s']:.0f}",
+             f"{r['steps_per_s']:,.0f}", r.get('env_backend', '')) for r in s['runs'].values()]
+    return _md_table(['variant', 'seed', 'nominal return', 'training s', 'steps/s', 'envs'], rows)
+
+# %% ../nbs/60_report.ipynb #1c170689
+def _sweep_figure(s):
+    "rliable's interval plot of the sweep, or a line saying how to get it where rliable is not installed."
+    try: return figure_html(plot_sweep(s), 'IQM return per phase and variant with 95 % CIs')
+    except ImportError: return _md('(The interval plot needs rliable: `pip install "ppo_trt[sweep]"`.)')
+
+# %% ../nbs/60_report.ipynb #20ab16fc
+def section_sweep(recs):
+    "Seeds x variants (when the run folder holds `sweep/sweep.json`): IQM per phase with CIs, the delay curve."
+    s = recs.get('sweep')
+    if not s or 'aggregates' not in s: return []
+    st, ray = s['settings'], s.get('ray') or {}
+    out = [_md(f"## Robustness over seeds: nominal vs randomized training\n\n`ppo-trt sweep`: {len(st['seeds'])} seeds "
+               f"x {', '.join(st['variants'])}, every run evaluated on the same held-out episodes (seeds from "
+               f"{st['eval_seed']:,}); randomized ranges `{st['randomize']}`; Ray {ray.get('version', '?')}, "
+               f"{ray.get('nodes', '?')} node(s), {ray.get('cpus', '?')} CPUs.\n\n" + sweep_table(s)),
+           _sweep_figure(s)]
+    if s['aggregates'].get('delay_iqm'):
+        out.append(figure_html(plot_sweep_delay(s), 'IQM return against injected actuation delay, per variant'))
+    return out + [_md('Runs:\n\n' + sweep_runs_table(s))]
+
 # %% ../nbs/60_report.ipynb #81681288
 def section_control(recs):
     "Control quality per scenario phase, and the latency → return curve (when evaluate ran)."
@@ -674,13 +739,14 @@ def section_not_measured(recs):
     if not records_by(cur, 'soak'): missing.append('a soak (`ppo-trt bench --soak`)')
     if not recs.get('residual_studies'): missing.append('expert + residual (`ppo-trt residual-study`)')
     if not recs.get('env_benches'): missing.append('batched environments (`ppo-trt env-bench`)')
+    if not recs.get('sweep'): missing.append(f'seeds x variants (`ppo-trt sweep --out {recs["run_dir"]}/{SWEEP_DIR}`)')
     if not any('kernel_only' in r for r in records_by(cur, 'latency')):
         missing.append('GPU kernel-only timings (a CUDA GPU)')
     return [_md('## Not measured in this run\n\n' + '; '.join(missing) + '.')] if missing else []
 
 SECTIONS = (section_header, section_claims, section_latency, section_throughput, section_gpu, section_closed_loop,
-            section_soak, section_control, section_residual, section_env_bench, section_training, section_export,
-            section_machine, section_not_measured)
+            section_soak, section_control, section_sweep, section_residual, section_env_bench, section_training,
+            section_export, section_machine, section_not_measured)
 
 # %% ../nbs/60_report.ipynb #1c3dc4a5
 PARAMETER = 'RUN_DIR = '

@@ -4,7 +4,7 @@
 
 # %% ../nbs/10_train.ipynb #7be35b10
 from __future__ import annotations
-import csv, difflib, re, time, warnings
+import csv, re, time
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -12,48 +12,11 @@ from .config import (RunConfig, RunDir, BadInputError, BadArtifactError, PpoTrtE
                             save_json, check_timesteps, sha256_file)
 from .runtime import package_version
 from .records import read_record, load_artifact, locked, remove_derived
+from .envs import (quiet_gym_warnings, check_env_id, make_env, env_spaces, Randomized, check_randomize,
+                          format_randomize, SELECTION_SEED_OFFSET, HELD_OUT_SEED_OFFSET)
 
 # %% auto #0
-__all__ = ['PRESETS', 'LOG_FIELDS', 'quiet_gym_warnings', 'check_env_id', 'make_env', 'env_spaces', 'preset', 'ObsNorm',
-           'read_train_log', 'latest_checkpoint', 'train', 'load_policy']
-
-# %% ../nbs/10_train.ipynb #e627ffd2
-def quiet_gym_warnings():
-    "Silence gymnasium's v4-deprecation and similar noise (Hopper-v4 is the seed's env)."
-    warnings.filterwarnings('ignore', category=DeprecationWarning, module=r'gymnasium.*')
-    warnings.filterwarnings('ignore', message=r'.*is out of date.*')
-
-# %% ../nbs/10_train.ipynb #6b337b7b
-def check_env_id(env_id):
-    "Spec of `env_id`, or a clear error with the closest registered ids."
-    import gymnasium as gym
-    if env_id not in gym.registry:
-        close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.5)
-        hint = f"; did you mean {', '.join(close)}?" if close else '; see `gymnasium.pprint_registry()`'
-        raise BadInputError(f'unknown environment id {env_id!r}{hint}')
-    return gym.registry[env_id]
-
-# %% ../nbs/10_train.ipynb #fcc54021
-def make_env(env_id, seed=None, **kwargs):
-    "A gymnasium env with Box spaces, seeded when `seed` is given."
-    import gymnasium as gym
-    quiet_gym_warnings()
-    check_env_id(env_id)
-    env = gym.make(env_id, **kwargs)
-    for what, space in (('observation', env.observation_space), ('action', env.action_space)):
-        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
-            env.close()
-            raise BadInputError(f'{env_id} has a {type(space).__name__}{getattr(space, "shape", "")} {what} space; '
-                                'ppo_trt needs flat Box observation and action spaces (e.g. MuJoCo envs)')
-    if seed is not None: env.reset(seed=seed); env.action_space.seed(seed)
-    return env
-
-# %% ../nbs/10_train.ipynb #4b6039f4
-def env_spaces(env):
-    "Observation/action dims and action bounds as plain lists."
-    return dict(obs_dim=int(env.observation_space.shape[0]), act_dim=int(env.action_space.shape[0]),
-                action_low=env.action_space.low.astype(float).tolist(),
-                action_high=env.action_space.high.astype(float).tolist())
+__all__ = ['PRESETS', 'LOG_FIELDS', 'preset', 'ObsNorm', 'read_train_log', 'latest_checkpoint', 'train', 'load_policy']
 
 # %% ../nbs/10_train.ipynb #72d6fa60
 PRESETS = {
@@ -190,17 +153,48 @@ def _versions():
     return {p: package_version(p) for p in ('ppo_trt', 'torch', 'stable-baselines3', 'gymnasium', 'mujoco')}
 
 # %% ../nbs/10_train.ipynb #d79a8f9d
-def _vec_envs(env_id, seed, gamma, ckpt_norm=None, wrap_env=None):
+def _env_maker(env_id, wrap_env=None, randomize=None, seed=None):
+    "A function making one env: `env_id`, randomized each episode if `randomize` (seeded `seed`), then `wrap_env`."
+    def make():
+        env = make_env(env_id)
+        if randomize: env = Randomized(env, randomize, seed)
+        return wrap_env(env) if wrap_env else env
+    return make
+
+# %% ../nbs/10_train.ipynb #7e48c295
+def _training_venv(env_id, seed, wrap_env=None, randomize=None, n_envs=1):
+    "SB3's `make_vec_env` of `n_envs` workers, each seeded (and its randomization seeded) with `seed + rank`."
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv
+    def worker(rank):
+        def make():
+            env = _env_maker(env_id, wrap_env, randomize, seed + rank)()
+            env.action_space.seed(seed + rank)
+            return Monitor(env)
+        return make
+    venv = DummyVecEnv([worker(rank) for rank in range(n_envs)])
+    venv.seed(seed)  # each worker's first reset: seed + rank
+    return venv
+
+# %% ../nbs/10_train.ipynb #5c43b2c2
+def _eval_venv(env_id, seed, wrap_env=None, norm=None):
+    "A nominal evaluation env seeded `seed`: observations normalised (by `norm`, or statistics synced in), raw rewards."
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
-    wrap_env = wrap_env or (lambda e: e)
-    venv = make_vec_env(lambda: wrap_env(make_env(env_id)), n_envs=1, seed=seed)
+    env = VecNormalize(make_vec_env(_env_maker(env_id, wrap_env), n_envs=1, seed=seed), norm_obs=True,
+                       norm_reward=False, clip_obs=10.0, training=False)
+    if norm is not None: env.obs_rms.mean, env.obs_rms.var = norm.mean.copy(), norm.var.copy()
+    return env
+
+# %% ../nbs/10_train.ipynb #bf76dcb8
+def _vec_envs(env_id, seed, gamma, ckpt_norm=None, wrap_env=None, randomize=None):
+    "(training env, selection env): training randomized if asked, the periodic evaluations always nominal."
+    from stable_baselines3.common.vec_env import VecNormalize
+    venv = _training_venv(env_id, seed, wrap_env, randomize)
     if ckpt_norm is not None:
         venv = VecNormalize.load(str(ckpt_norm), venv); venv.training = True
     else: venv = VecNormalize(venv, norm_obs=True, norm_reward=True, clip_obs=10.0, gamma=gamma)
-    eval_env = VecNormalize(make_vec_env(lambda: wrap_env(make_env(env_id)), n_envs=1, seed=seed + 10_000),
-                            norm_obs=True, norm_reward=False, clip_obs=10.0, training=False)
-    return venv, eval_env
+    return venv, _eval_venv(env_id, seed + SELECTION_SEED_OFFSET, wrap_env)
 
 # %% ../nbs/10_train.ipynb #6327d837
 def _best_saved(run):
@@ -217,20 +211,29 @@ def _best_logged(run):
     "Best mean return in train_log.csv so far (a resumed run must beat it to replace best.zip)."
     return float(read_train_log(run.path('train_log'))['mean_return'].max()) if run.has('train_log') else -np.inf
 
+# %% ../nbs/10_train.ipynb #a2ab0c50
+def _check_same_training(run, old, residual, randomize):
+    "Refuse resuming with other residual settings or randomize ranges than config.json's `old`."
+    if old.get('residual') != residual:
+        raise BadInputError(f"{run.root} was trained with residual settings {old.get('residual')}, not {residual}; "
+                            'resume with the same --expert/--residual-scale, or pass --force to start over')
+    if old.get('randomize') != randomize:
+        raise BadInputError(f"{run.root} was trained with randomize {format_randomize(old.get('randomize'))}, "
+                            f'not {format_randomize(randomize)}; resume with the same randomize ranges, '
+                            'or pass --force to start over')
+
 # %% ../nbs/10_train.ipynb #2509ab0f
 def _last_logged(run):
     return float(read_train_log(run.path('train_log'))['mean_return'][-1]) if run.has('train_log') else -np.inf
 
 # %% ../nbs/10_train.ipynb #fd13bfed
-def _check_start(run, env_id, resume, force, residual):
+def _check_start(run, env_id, resume, force, residual, randomize=None):
     "Refuse a start that would mix two trainings in one folder; clear the old policy's artifacts on --force."
     if run.has('config') and (resume or not force):
         old = load_artifact(run, 'config')
         if old['env_id'] != env_id:
             raise BadInputError(f"{run.root} holds a run for {old['env_id']}, not {env_id}; use another --run-dir")
-        if resume and old.get('residual') != residual:
-            raise BadInputError(f"{run.root} was trained with residual settings {old.get('residual')}, not {residual}; "
-                                'resume with the same --expert/--residual-scale, or pass --force to start over')
+        if resume: _check_same_training(run, old, residual, randomize)
     if run.has('policy') and not resume and not force:
         raise PpoTrtError(f'{run.root} already holds a trained policy; pass --resume to continue it, '
                           '--force to train again from scratch, or choose another --run-dir')
@@ -247,12 +250,13 @@ def _planned_steps(steps0, timesteps, n_steps):
     return steps0 + -(-(timesteps - steps0) // n_steps) * n_steps if timesteps > steps0 else steps0
 
 # %% ../nbs/10_train.ipynb #70611042
-def _model(run, env_id, seed, p, ckpt, wrap_env, init_model, verbose):
-    "(model, training env, evaluation env): a new PPO, or the checkpoint a resumed run restarts from."
+def _model(run, env_id, seed, p, ckpt, wrap_env, init_model, verbose, randomize=None):
+    "(model, training env, selection env): a new PPO, or the checkpoint a resumed run restarts from."
     from stable_baselines3 import PPO
     from stable_baselines3.common.utils import set_random_seed
     set_random_seed(seed)
-    venv, eval_env = _vec_envs(env_id, seed, p['ppo'].get('gamma', 0.99), ckpt[2] if ckpt else None, wrap_env)
+    venv, eval_env = _vec_envs(env_id, seed, p['ppo'].get('gamma', 0.99), ckpt[2] if ckpt else None, wrap_env,
+                               randomize)
     if ckpt: return PPO.load(str(ckpt[1]), env=venv, device='cpu'), venv, eval_env
     model = PPO('MlpPolicy', venv, seed=seed, device='cpu', verbose=verbose, policy_kwargs=_policy_kwargs(p),
                 **p['ppo'])
@@ -295,35 +299,43 @@ def _kept_policy(run, model, venv, keep):
             tmp.write_bytes((run.path('checkpoints')/'best_vecnormalize.pkl').read_bytes())
     return model, norm, kept_steps
 
+# %% ../nbs/10_train.ipynb #c315890a
+def _held_out_evaluation(model, norm, env_id, seed, wrap_env, episodes):
+    "(mean, std) return of the kept policy on a new nominal env seeded `seed + HELD_OUT_SEED_OFFSET`: not selected on."
+    from stable_baselines3.common.evaluation import evaluate_policy
+    env = _eval_venv(env_id, seed + HELD_OUT_SEED_OFFSET, wrap_env, norm)
+    try: return evaluate_policy(model, env, n_eval_episodes=episodes, deterministic=True)
+    finally: env.close()
+
 # %% ../nbs/10_train.ipynb #7e59ab12
 @locked('train')
 def train(run_dir, env_id='Hopper-v4', seed=0, timesteps=None, preset_name='seed', resume=False, force=False,
           eval_freq=None, n_eval_episodes=5, final_eval_episodes=10, checkpoint_freq=None, progress=True,
-          torch_threads=1, keep='best', verbose=0, residual=None, wrap_env=None, init_model=None):
-    "Train PPO in `run_dir` -> train.json; `progress` prints evals; `residual`/`wrap_env`/`init_model`: see residual."
+          torch_threads=1, keep='best', verbose=0, residual=None, wrap_env=None, init_model=None, randomize=None):
+    "Train PPO in `run_dir` -> train.json; `randomize`: see envs.parse_randomize; `residual`, `wrap_env`: see residual."
     import torch
-    from stable_baselines3.common.evaluation import evaluate_policy
     quiet_gym_warnings()
     p = preset(preset_name)
     if keep not in ('best', 'last'): raise BadInputError(f"keep must be 'best' or 'last', got {keep!r}")
     timesteps = check_timesteps(timesteps if timesteps is not None else p['timesteps'])
     check_env_id(env_id)
+    randomize = check_randomize(env_id, randomize)
     run = RunDir(run_dir); run.root.mkdir(parents=True, exist_ok=True)
-    _check_start(run, env_id, resume, force, residual)
+    _check_start(run, env_id, resume, force, residual, randomize)
     ckpt = latest_checkpoint(run.path('checkpoints')) if resume else None
     if resume: _truncate_timeline(run, ckpt[0] if ckpt else 0)
     RunConfig(env_id=env_id, seed=seed, timesteps=timesteps, preset=preset_name, residual=residual,
-              versions=_versions()).save(run.root)
+              randomize=randomize, versions=_versions()).save(run.root)
     torch.set_num_threads(torch_threads)
-    model, venv, eval_env = _model(run, env_id, seed, p, ckpt, wrap_env, init_model, verbose)
+    say = (lambda m: print(f'[ppo-trt] {m}', flush=True)) if progress else None
+    if say and randomize: say(f'randomizing every training episode: {format_randomize(randomize)}')
+    model, venv, eval_env = _model(run, env_id, seed, p, ckpt, wrap_env, init_model, verbose, randomize)
     steps0 = model.num_timesteps
     wall = _learn(model, run, eval_env, timesteps, eval_freq or max(min(timesteps // 20, 10_000), p['ppo']['n_steps']),
-                  n_eval_episodes, checkpoint_freq or max(timesteps // 4, p['ppo']['n_steps']), bool(ckpt),
-                  (lambda m: print(f'[ppo-trt] {m}', flush=True)) if progress else None)
+                  n_eval_episodes, checkpoint_freq or max(timesteps // 4, p['ppo']['n_steps']), bool(ckpt), say)
     total_steps = model.num_timesteps
     model, norm, kept_steps = _kept_policy(run, model, venv, keep)
-    eval_env.obs_rms.mean, eval_env.obs_rms.var = norm.mean.copy(), norm.var.copy()
-    mean_r, std_r = evaluate_policy(model, eval_env, n_eval_episodes=final_eval_episodes, deterministic=True)
+    mean_r, std_r = _held_out_evaluation(model, norm, env_id, seed, wrap_env, final_eval_episodes)
     with atomic_path(run.path('policy')) as tmp: model.save(tmp)
     norm.save(run.path('obs_norm'))
     record = dict(schema_version=2, env_id=env_id, seed=seed, preset=preset_name, timesteps=int(total_steps), keep=keep,
@@ -331,9 +343,10 @@ def train(run_dir, env_id='Hopper-v4', seed=0, timesteps=None, preset_name='seed
                   resumed_from=ckpt[0] if ckpt else None, wall_s=round(wall, 2),
                   steps_per_s=round((total_steps - steps0) / max(wall, 1e-9), 1),
                   final_eval_mean=float(mean_r), final_eval_std=float(std_r), final_eval_episodes=final_eval_episodes,
+                  selection_eval_seed=seed + SELECTION_SEED_OFFSET, final_eval_seed=seed + HELD_OUT_SEED_OFFSET,
                   torch_threads=torch_threads, hyperparameters=p['ppo'], policy_kwargs=p['policy_kwargs'],
                   # the env's spaces, not a wrapper's
-                  **env_spaces(venv.envs[0].unwrapped), residual=residual, versions=_versions(),
+                  **env_spaces(venv.envs[0].unwrapped), residual=residual, randomize=randomize, versions=_versions(),
                   policy_sha256=sha256_file(run.path('policy')), obs_norm_sha256=sha256_file(run.path('obs_norm')))
     save_json(run.path('train_record'), record)
     venv.close(); eval_env.close()

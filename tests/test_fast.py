@@ -67,5 +67,37 @@ def test_fast_bad_input(tmp_path):
     assert r.returncode == 2 and ('needs a CUDA device' in r.stderr or torch.cuda.is_available())
     r = ppo_trt('run', '--fast', '--run-dir', tmp_path/'y')
     assert r.returncode == 2 and 'needs continuous actions' in r.stderr
-    r = ppo_trt('train', '--fast', '--env-id', 'Hopper-v4', '--run-dir', tmp_path/'z')
-    assert r.returncode == 2 and 'no batched version' in r.stderr
+    r = ppo_trt('train', '--fast', '--env-id', 'Acrobot-v1', '--run-dir', tmp_path/'z')
+    assert r.returncode == 2 and 'no batched Acrobot-v1' in r.stderr and 'Hopper-v4' in r.stderr
+    assert not (tmp_path/'z').exists()
+
+
+def test_fast_hopper_run_through_evaluate(tmp_path):
+    "A tiny fast Hopper run on EnvPool, randomized in tensors: train, export, evaluate, each record consistent."
+    d = tmp_path/'hopper'
+    r = ppo_trt('train', '--fast', '--env-id', 'Hopper-v4', '--timesteps', 8192, '--randomize', 'noise,delay=0:2',
+                '--env-threads', 1, '--run-dir', d)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rec = load_json(d/'train.json')
+    assert rec['env_backend'].startswith('envpool') and '(1 threads)' in rec['env_backend']
+    assert rec['randomize'] == {'noise': [0.0, 0.1], 'delay': [0, 2]} and rec['timesteps'] == 8192
+    assert rec['final_eval_seed'] == 1_000_000 and rec['keep'] == 'last' and rec['deployable']
+    assert 'held-out episodes' in r.stdout
+    assert ppo_trt('export', '--run-dir', d).returncode == 0
+    assert load_json(d/'export.json')['metadata']['randomize'] == rec['randomize']
+    r = ppo_trt('evaluate', '--run-dir', d, '--backends', 'ort', '--phases', 'nominal,delay', '--episodes', 2)
+    assert r.returncode == 0, r.stderr[-2000:]
+    ev = load_json(d/'evaluate.json')
+    assert [p['phase'] for p in ev['phases']] == ['nominal', 'delay']
+
+
+@pytest.mark.parametrize('args, needle', [
+    (['--env-id', 'Swimmer-v9'], 'no batched Swimmer-v9'),
+    (['--env-id', 'CartPole-v1', '--randomize', 'friction'], 'not friction'),
+    (['--env-id', 'Hopper-v4', '--randomize', 'delay=0:11'], 'out of bounds'),
+    (['--env-id', 'Hopper-v4', '--device', 'cuda:0'], 'cuda')])
+def test_fast_mujoco_bad_input(tmp_path, args, needle):
+    r = ppo_trt('train', '--fast', *args, '--run-dir', tmp_path/'r')
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(err) == 1 and needle in err[0], r.stderr[-2000:]
+    assert not (tmp_path/'r').exists()

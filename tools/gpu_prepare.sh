@@ -1,25 +1,57 @@
 #!/usr/bin/env bash
-# Prepare one device-tool session (the GPU machine has torch, triton, cuda-bindings, onnx and onnxruntime (CPU) but no
-# registry access, no gymnasium/mujoco/SB3): download the missing wheels for its Python 3.12 into .gpu/wheels and copy a
-# trained, exported run folder into .gpu/run. .gpu/ is git-ignored; carry it: run(command="bash tools/gpu_session.sh", carry=[".gpu"]).
-# Usage: tools/gpu_prepare.sh RUN_DIR    (RUN_DIR: a folder made by `ppo-trt run`, e.g. runs/Hopper-v4-ppo)
+# The GPU kit's first half, on the CPU box (which reaches PyPI): the GPU machine has python3.12 with torch, triton,
+# cuda-bindings, onnx and onnxruntime (CPU) but no registry access and no gymnasium, mujoco, SB3 or msgspec. This puts
+# their wheels for CPython 3.12 in .gpu/wheels (the versions of the project's venv, so the GPU run uses the libraries
+# this checkout was tested with) and a trained, exported run folder in .gpu/run. .gpu/ is git-ignored: carry it,
+# then run the stages of tools/gpu_session.sh (its head says how), e.g.
+#   run(command="bash tools/gpu_session.sh smoke", carry=[".gpu"], timeout_s=600)
+# Usage: tools/gpu_prepare.sh [RUN_DIR]
+#   RUN_DIR: a folder made by `ppo-trt run` (or train + export). Without it, a short Hopper-v4 run is trained and
+#   exported into runs/gpu-kit-Hopper-v4 (kept: a second prepare reuses it). Uses the project's venv (.venv, or
+#   PPO_TRT_PY), which must import ppo_trt, stable_baselines3, gymnasium and mujoco.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-run=${1:?usage: tools/gpu_prepare.sh RUN_DIR (a folder made by ppo-trt run)}
-[ -f "$run/policy.onnx" ] || { echo "gpu_prepare: $run has no policy.onnx; run ppo-trt run (or train + export) first" >&2; exit 2; }
+PY=${PPO_TRT_PY:-.venv/bin/python}
+[ -x "$PY" ] || { echo "gpu_prepare: no $PY: make the project's venv first (python3 -m venv .venv && " \
+                       ".venv/bin/pip install -e '.[dev]'), or set PPO_TRT_PY" >&2; exit 2; }
+export MUJOCO_GL=disable PYTHONWARNINGS=ignore MPLBACKEND=Agg
+"$PY" -c "import ppo_trt.cli, stable_baselines3, gymnasium, mujoco, msgspec" || {
+  echo "gpu_prepare: $PY cannot import the project and its training stack (above): pip install -e '.[dev]' there" >&2
+  exit 2; }
+cli() { "$PY" -c "import sys; from ppo_trt.cli import main; sys.argv[0] = 'ppo-trt'; sys.exit(main())" "$@"; }
+
+run=${1:-runs/gpu-kit-Hopper-v4}
+if [ $# -eq 0 ] && [ ! -f "$run/policy.onnx" ]; then
+  echo "gpu_prepare: no RUN_DIR given: training and exporting a short Hopper-v4 run into $run"
+  cli train --run-dir "$run" --env-id Hopper-v4 --preset smoke --timesteps 4096 --eval-freq 2048 --eval-episodes 2
+  cli export --run-dir "$run"
+fi
+[ -f "$run/policy.onnx" ] && [ -f "$run/export_obs.npy" ] || {
+  echo "gpu_prepare: $run has no policy.onnx / export_obs.npy; run ppo-trt run (or train + export) first" >&2; exit 2; }
+
 rm -rf .gpu.tmp && mkdir -p .gpu.tmp/wheels .gpu.tmp/run
-# tensorrt-rtx-cu13-libs (95 MB) is over the 64 MiB carry limit, and TensorRT-RTX does not support H100/H200 (compute 9.0)
-# the versions this checkout was tested with (those installed here), so the GPU run uses the same libraries
-pins=$(python3 - <<'PY'
+# not carried: tensorrt-rtx-cu13-libs (95 MB) is over the 64 MiB carry limit, and TensorRT-RTX does not support
+# H100/H200 (compute 9.0); onnxruntime-gpu (255 MB) likewise. filelock: the image's may predate is_singleton.
+# mujoco-studio (13 MB, a requirement of mujoco's metadata) is left out: `import mujoco` does not load it.
+pins=$("$PY" - <<'PY'
 import importlib.metadata as md
-names = 'stable-baselines3 gymnasium farama-notifications mujoco mujoco-core mujoco-studio glfw pyopengl onnxconverter-common'.split()
+names = ('stable-baselines3 gymnasium farama-notifications mujoco mujoco-core glfw pyopengl '
+         'onnxconverter-common msgspec filelock').split()
 print(' '.join(f'{n}=={md.version(n)}' for n in names))
 PY
 )
-pip download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
-  --platform any -d .gpu.tmp/wheels $pins
-for f in policy.zip policy.onnx export_obs.npy train.json config.json export.json obs_norm.json train_log.csv; do
-  [ -f "$run/$f" ] && cp "$run/$f" .gpu.tmp/run/
-done
+echo "gpu_prepare: wheels for CPython 3.12: $pins"
+plats=()
+for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 \
+         manylinux1_x86_64 any; do plats+=(--platform "$p"); done
+"$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp "${plats[@]}" \
+  -d .gpu.tmp/wheels $pins 2>&1 | sed '/is ignored: it is neither a file nor a directory/d'  # this box's pip.conf
+cp -r "$run"/. .gpu.tmp/run/
+rm -rf .gpu.tmp/run/checkpoints/*.zip .gpu.tmp/run/*.engine .gpu.tmp/run/.ppo-trt.lock .gpu.tmp/run/.ppo-trt.holder.json
 rm -rf .gpu && mv .gpu.tmp .gpu
-du -sh .gpu
+ls -l .gpu/wheels
+size=$(du -sb .gpu | cut -f1)
+tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2> /dev/null | tail -n 1 | cut -f1)
+echo "gpu_prepare: .gpu is $(( size >> 20 )) MiB; with the working tree $(( (size + tree) >> 20 )) MiB travel" \
+     "(limit 64)"
+(( size + tree < 62 << 20 )) || { echo "gpu_prepare: over the 64 MiB the device tool carries" >&2; exit 1; }

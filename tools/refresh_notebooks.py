@@ -15,14 +15,16 @@ def skip_flags():
     return set(m.group(1).split()) if m else set()
 
 def _flags(source):
-    return {w for line in source.splitlines() if line.startswith('#|') for w in line[2:].split()}
+    "The words of a cell's `#|` lines; `eval: false` (exported, never run here) counts as a skip flag."
+    words = {w for line in source.splitlines() if line.startswith('#|') for w in line[2:].split()}
+    return words | ({'eval:false'} if re.search(r'^#\|\s*eval:\s*false', source, re.M) else set())
 
 def refresh_one(path):
     "Execute one notebook in this process and write it back with outputs."
     from execnb.nbio import read_nb, write_nb
     from execnb.shell import CaptureShell
     os.environ['IN_TEST'] = '1'  # as nbdev_test runs it
-    nb, skip = read_nb(path), skip_flags()
+    nb, skip = read_nb(path), skip_flags() | {'eval:false'}
     for c in nb.cells:
         if c.cell_type == 'code' and _flags(c.source) & skip: c.outputs, c.execution_count = [], None
     shell = CaptureShell(path)

@@ -1,0 +1,86 @@
+"""`ppo-trt sweep` on a local Ray: a tiny real sweep, resumed after a kill without redoing finished runs, refusals."""
+import json, os, signal, subprocess, sys, time
+from pathlib import Path
+import pytest
+from conftest import ppo_trt
+from ppo_trt.sweep import load_sweep, run_name
+
+TINY = ['--env-id', 'Hopper-v4', '--seeds', 2, '--variants', 'nominal,randomized', '--preset', 'smoke',
+        '--timesteps', 1024, '--phases', 'nominal,delay', '--episodes', 2, '--num-cpus', 2]
+
+
+@pytest.fixture(scope='module')
+def tiny_sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp('sweep')/'hopper'
+    t0 = time.perf_counter()
+    r = ppo_trt('sweep', *TINY, '--out', out)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return out, r, time.perf_counter() - t0
+
+
+def test_tiny_sweep_records(tiny_sweep):
+    out, r, took = tiny_sweep
+    rec = load_sweep(out)
+    assert rec['status'] == 'complete' and rec['failed'] == {}
+    assert sorted(rec['runs']) == sorted(run_name(v, s) for v in ('nominal', 'randomized') for s in (0, 1))
+    assert rec['ray']['version'] and rec['ray']['nodes'] == 1 and rec['ray']['cpus'] == 2
+    agg = rec['aggregates']
+    for v in ('nominal', 'randomized'):
+        for phase in ('nominal', 'delay', 'all'):
+            est = agg['iqm'][v][phase]
+            assert est['ci'][0] <= est['iqm'] <= est['ci'][1]
+        assert list(agg['delay_iqm'][v]) == [str(k) for k in rec['settings']['delay_steps']]
+    assert 0 <= agg['p_randomized_beats_nominal']['delay']['p'] <= 1
+    for name, run in rec['runs'].items():
+        ev = json.loads((out/run['dir']/'evaluate.json').read_text())
+        assert ev['seed'] == rec['settings']['eval_seed'] == 1_000_000  # the same held-out episodes for every run
+        train = json.loads((out/run['dir']/'train.json').read_text())
+        assert (train['randomize'] is not None) == name.startswith('randomized')
+        assert train['selection_eval_seed'] < 1_000_000
+    assert not [p for p in (out/'runs').iterdir() if p.name.startswith('.')]
+    assert 'IQM' in r.stdout and 'P(randomized > nominal)' in r.stdout
+
+
+def test_rerun_redoes_nothing(tiny_sweep):
+    out, _, took = tiny_sweep
+    before = {p: p.stat().st_mtime_ns for p in (out/'runs').rglob('*.json')}
+    t0 = time.perf_counter()
+    r = ppo_trt('sweep', *TINY, '--out', out)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert {p: p.stat().st_mtime_ns for p in (out/'runs').rglob('*.json')} == before
+    assert time.perf_counter() - t0 < took
+
+
+def test_killed_sweep_resumes(tiny_sweep, tmp_path):
+    "SIGKILL mid-sweep: no half-made run folder is visible; the rerun keeps finished runs and completes the rest."
+    out = tmp_path/'killed'
+    exe = Path(sys.executable).with_name('ppo-trt')
+    args = [str(exe), 'sweep', *map(str, TINY), '--seeds', '3', '--num-cpus', '1', '--out', str(out)]
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and not any((out/'runs').glob('nominal-s*')): time.sleep(0.5)
+    os.killpg(p.pid, signal.SIGKILL); p.wait()
+    subprocess.run(['pkill', '-9', '-f', f'ray.*{out}'], check=False)
+    visible = [d for d in (out/'runs').iterdir() if not d.name.startswith('.')]
+    assert visible, 'no run finished before the kill'
+    for d in visible: assert (d/'evaluate.json').exists() and (d/'policy.onnx').exists()  # complete, or not there
+    kept = {d.name: (d/'train.json').stat().st_mtime_ns for d in visible}
+    r = ppo_trt('sweep', *TINY, '--seeds', 3, '--out', out)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert 'finished already' in r.stdout
+    assert {n: (out/'runs'/n/'train.json').stat().st_mtime_ns for n in kept} == kept
+    assert len(load_sweep(out)['runs']) == 6 and not [d for d in (out/'runs').iterdir() if d.name.startswith('.')]
+
+
+@pytest.mark.parametrize('args, needle', [
+    (['--seeds', 0], 'must be >= 1'),
+    (['--randomize', 'weather'], "cannot randomize 'weather'"),
+    (['--randomize', 'mass=1.4:0.7'], 'empty range'),
+    (['--variants', 'nominal,robust'], "unknown variant 'robust'"),
+    (['--address', '127.0.0.1:1'], 'cannot reach the Ray cluster at 127.0.0.1:1')])
+def test_sweep_bad_input(tmp_path, args, needle):
+    t0 = time.perf_counter()
+    r = ppo_trt('sweep', '--out', tmp_path/'s', *args)
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(err) == 1 and needle in err[0], r.stderr[-2000:]
+    assert time.perf_counter() - t0 < 30 and not (tmp_path/'s'/'sweep.json').exists()
