@@ -541,7 +541,7 @@ def figure_html(fig, alt):
     import matplotlib.pyplot as plt
     from IPython.display import HTML
     buf = io.BytesIO()
-    fig.savefig(buf, format='png', dpi=110)
+    fig.savefig(buf, format='png', dpi=110, bbox_inches='tight')
     plt.close(fig)
     return HTML(f'<img alt="{alt}" style="max-width:100%" '
                 f'src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">')

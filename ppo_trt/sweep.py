@@ -500,9 +500,11 @@ def plot_sweep(sweep_json):
     iqm, keys = s['aggregates']['iqm'], [*s['settings']['phases'], 'all']
     point = {v: np.array([iqm[v][k]['iqm'] for k in keys]) for v in iqm}
     interval = {v: np.array([[iqm[v][k]['ci'][i] for k in keys] for i in (0, 1)]) for v in iqm}
-    fig, _ = plot_utils.plot_interval_estimates(point, interval, metric_names=keys, algorithms=list(iqm),
-                                                xlabel='IQM return', subfigure_width=2.4, row_height=0.5, max_ticks=3)
-    return fig
+    fig, axes = plot_utils.plot_interval_estimates(point, interval, metric_names=keys, algorithms=list(iqm),
+                                                   xlabel='IQM return (95 % CI)', subfigure_width=2.0, row_height=0.6,
+                                                   max_ticks=3, xlabel_y_coordinate=-0.3)
+    for ax in np.ravel(axes): ax.title.set_fontsize(11); ax.tick_params(labelsize=9)
+    return fig  # its x label lies below the axes: save with bbox_inches='tight'
 
 # %% ../nbs/54_sweep.ipynb #3280d954
 def plot_sweep_delay(sweep_json, ax=None):

@@ -73,7 +73,7 @@ kit_install() {  # the wheels of .gpu/wheels and this checkout, offline; logs wh
   fi
   [ "${KIT_MODE:-}" = none ] || [ -e "${wheels[0]}" ] || {
     log "no wheels in .gpu/wheels: run tools/gpu_prepare.sh on the CPU box, carry .gpu"; return 1; }
-  local key; key=$(ls -l "${wheels[@]}" setup.py settings.ini | md5sum | cut -c1-12)
+  local key; key=$(ls -l "${wheels[@]}" setup.py settings.ini 2> /dev/null | md5sum | cut -c1-12)
   if [ -f "$KIT/install-$key.env" ]; then
     . "$KIT/install-$key.env"
     if imports_ok; then log "install: reused this machine's earlier install ($KIT_MODE)"; return 0; fi
@@ -155,7 +155,7 @@ import os, mujoco, gymnasium as gym
 from ppo_trt.runtime import machine_summary
 print('MUJOCO_GL', os.environ.get('MUJOCO_GL'), '| mujoco', mujoco.__version__, '|', machine_summary())
 e = gym.make('Hopper-v4'); e.reset(seed=0); print('Hopper-v4 steps:', e.step(e.action_space.sample())[1])"
-  [ -d .gpu/run ] && ls -l .gpu/run >> "$f"
+  if [ -d .gpu/run ]; then ls -l .gpu/run >> "$f"; fi
 }
 
 stage_bench() {
