@@ -7,7 +7,7 @@ from __future__ import annotations
 import gc, os, time
 from dataclasses import dataclass, asdict
 import numpy as np
-from .config import RunDir, BadInputError, save_json, sha256_file
+from .config import RunDir, BadInputError, save_json, sha256_file, error_line
 from .runtime import probe
 from .records import load_artifact, locked, require_fresh, session, session_id, machine_id
 from .train import make_env
@@ -210,9 +210,7 @@ def skipped(name, reason):
 # %% ../nbs/40_bench.ipynb #31196e77
 def failed(name, what, e, mode='all'):
     "The record of a backend (or of one `mode` of it) that raised: `what` went wrong, with the exception's first line."
-    first = str(e).splitlines()[0][:300] if str(e) else ''
-    return dict(backend=name, mode=mode, batch=None, ran=False, reason=f'{what}: {type(e).__name__}: {first}',
-                failed=True)
+    return dict(backend=name, mode=mode, batch=None, ran=False, reason=f'{what}: {error_line(e)}', failed=True)
 
 # %% ../nbs/40_bench.ipynb #4bad7df3
 def measure_backend(name, run, obs, reference, env_id, s: BenchSettings):
@@ -271,7 +269,7 @@ def env_check(meta, env_id):
         if meta.get('env_id') != env_id:
             raise BadInputError(f"policy was exported for {meta.get('env_id')} but the environment is {env_id}; "
                                 f"use --env-id {meta.get('env_id')}") from None
-        return f'cannot make {env_id}: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ""}'
+        return f'cannot make {env_id}: {error_line(e)}'
     return None
 
 # %% ../nbs/40_bench.ipynb #ef3c980b

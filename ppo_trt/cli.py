@@ -307,9 +307,9 @@ def cmd_train(a):
 # %% ../nbs/90_cli.ipynb #0b68941b
 def _train_fast(a):
     import dataclasses
-    from ppo_trt.fast_ppo import fast_train, FAST_PRESETS, FastSettings
+    from ppo_trt.fast_ppo import fast_train, fast_preset
     env_id = a.env_id = a.env_id or 'CartPole-v1'
-    st = FAST_PRESETS.get(env_id, dict(settings=FastSettings()))['settings']
+    st = fast_preset(env_id)['settings']
     if a.num_envs: st = dataclasses.replace(st, num_envs=a.num_envs)
     rd = a.run_dir or default_run_dir(env_id)
     _say(f'fast on-device PPO on {env_id} ({st.num_envs} envs on {a.device}) into {rd}')

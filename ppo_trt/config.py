@@ -11,8 +11,8 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['PARTIAL', 'DEFAULT_ENV_ID', 'ARTIFACTS', 'OPTIONAL_STAGES', 'PpoTrtError', 'MissingArtifactError', 'BadArtifactError',
-           'BadInputError', 'atomic_path', 'atomic_write_text', 'save_json', 'load_json', 'sha256_file', 'user_cache',
-           'default_run_dir', 'RunDir', 'RunConfig', 'check_timesteps']
+           'BadInputError', 'error_line', 'atomic_path', 'atomic_write_text', 'save_json', 'load_json', 'sha256_file',
+           'user_cache', 'default_run_dir', 'RunDir', 'RunConfig', 'check_timesteps']
 
 # %% ../nbs/00_config.ipynb #ba4f0b97
 class PpoTrtError(Exception):
@@ -29,6 +29,12 @@ class BadArtifactError(PpoTrtError, ValueError):
 # %% ../nbs/00_config.ipynb #abb62d8f
 class BadInputError(PpoTrtError, ValueError):
     "An argument or array given by the user is invalid."
+
+# %% ../nbs/00_config.ipynb #c3dfea29
+def error_line(e, limit=300):
+    "An exception as one line for a record or a message: `Type: first line of its message` (at most `limit` chars)."
+    first = str(e).strip().splitlines()[0][:limit] if str(e).strip() else ''
+    return f'{type(e).__name__}: {first}' if first else type(e).__name__
 
 # %% ../nbs/00_config.ipynb #04e632fd
 PARTIAL = '.partial-'  # in the name of a file being written; one left behind was killed mid-write

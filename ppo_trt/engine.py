@@ -8,7 +8,7 @@ import importlib, os, shutil, subprocess, time
 from pathlib import Path
 import numpy as np
 from .config import (RunDir, PpoTrtError, BadInputError, MissingArtifactError, atomic_path,
-                            atomic_write_text, save_json, sha256_file)
+                            atomic_write_text, save_json, sha256_file, error_line)
 from .runtime import gpu_info, FIXES
 from .records import locked, require_fresh, load_artifact
 from .export import load_onnx, onnx_metadata, ort_cpu_session, parity, ParityError
@@ -51,7 +51,7 @@ def trt_module(flavour='auto'):
     errors = {}
     for name in (FLAVOURS if flavour == 'auto' else [flavour]):
         try: return name, importlib.import_module(FLAVOURS[name][0])
-        except Exception as e: errors[name] = f'{type(e).__name__}: {e}'.splitlines()[0]
+        except Exception as e: errors[name] = error_line(e)
     raise EngineError('no TensorRT flavour imports: '
                       + '; '.join(f'{n}: {e} -> {FLAVOURS[n][1]}' for n, e in errors.items()))
 

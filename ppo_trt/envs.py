@@ -14,8 +14,8 @@ from .config import BadInputError
 __all__ = ['PHASES', 'RANDOMIZABLE', 'DEFAULT_RANDOMIZE', 'EVENTS', 'PUSH_STEPS', 'PUSH_DURATION', 'PUSH_BODY',
            'SELECTION_SEED_OFFSET', 'HELD_OUT_SEED_OFFSET', 'quiet_gym_warnings', 'check_env_id', 'make_env',
            'env_spaces', 'SensorNoise', 'ActuationDelay', 'Push', 'ModelScale', 'ActuatorFailure', 'Trip',
-           'make_phase_env', 'Knob', 'parse_randomize', 'format_randomize', 'Randomized', 'check_randomize',
-           'training_seeds']
+           'check_phases', 'make_phase_env', 'Knob', 'parse_randomize', 'format_randomize', 'Randomized',
+           'check_randomize', 'training_seeds']
 
 # %% ../nbs/03_envs.ipynb #e627ffd2
 def quiet_gym_warnings():
@@ -159,18 +159,26 @@ PHASES = {
     'trip':     (Trip, dict(step=300)),
 }
 
+# %% ../nbs/03_envs.ipynb #e49b016b
+def check_phases(phases):
+    "Scenario phases as a list without repeats, from a list or a comma-separated string; each a key of `PHASES`."
+    ps = [p.strip() for p in phases.split(',')] if isinstance(phases, str) else list(phases)
+    for p in ps:
+        if p not in PHASES: raise BadInputError(f'unknown phase {p!r}; phases: {", ".join(PHASES)}')
+    if not ps: raise BadInputError(f'no phase given; phases: {", ".join(PHASES)}')
+    return list(dict.fromkeys(ps))
+
 # %% ../nbs/03_envs.ipynb #3e0c1a06
 def make_phase_env(env_id, phase, **overrides):
     "The env for scenario `phase` (a key of `PHASES`), with parameter overrides."
-    if phase not in PHASES: raise BadInputError(f'unknown phase {phase!r}; phases: {", ".join(PHASES)}')
+    check_phases([phase])
     wrapper, params = PHASES[phase]
     env = make_env(env_id)
     return env if wrapper is None else wrapper(env, **{**params, **overrides})
 
 # %% ../nbs/03_envs.ipynb #3e0c1a10
 class Knob(NamedTuple):
-    "A randomizable phase: the wrapper parameter drawn each episode, its default range, its bounds, what it means."
-    param: str
+    "A randomizable phase: its default range, its bounds, whether it is whole, what it means."
     default: tuple
     bounds: tuple
     integer: bool
@@ -178,11 +186,11 @@ class Knob(NamedTuple):
 
 # %% ../nbs/03_envs.ipynb #3e0c1a11
 RANDOMIZABLE = {
-    'noise':    Knob('sigma', (0.0, 0.1), (0.0, 1.0), False, 'sigma of the Gaussian noise on every observation'),
-    'delay':    Knob('steps', (0, 3), (0, 10), True, 'actuation delay in control steps'),
-    'mass':     Knob('mass', (0.7, 1.4), (0.1, 5.0), False, 'scale of every body mass'),
-    'friction': Knob('friction', (0.4, 1.2), (0.05, 5.0), False, 'scale of the sliding friction'),
-    'push':     Knob('force', (0.0, 200.0), (0.0, 1000.0), False, 'N on the torso along ±x'),
+    'noise':    Knob((0.0, 0.1), (0.0, 1.0), False, 'sigma of the Gaussian noise on every observation'),
+    'delay':    Knob((0, 3), (0, 10), True, 'actuation delay in control steps'),
+    'mass':     Knob((0.7, 1.4), (0.1, 5.0), False, 'scale of every body mass'),
+    'friction': Knob((0.4, 1.2), (0.05, 5.0), False, 'scale of the sliding friction'),
+    'push':     Knob((0.0, 200.0), (0.0, 1000.0), False, 'N on the torso along ±x'),
 }
 DEFAULT_RANDOMIZE = 'noise,delay,mass,friction,push'
 EVENTS = ('actuator', 'trip')          # evaluation phases that are events, not randomizable

@@ -10,7 +10,7 @@ import numpy as np
 from .config import RunDir, BadInputError, save_json, sha256_file
 from .records import load_artifact, read_record, locked, require_fresh, session, session_id
 from .envs import (make_env, SensorNoise, ActuationDelay, Push, ModelScale, ActuatorFailure, Trip, PHASES,
-                          make_phase_env)
+                          make_phase_env, check_phases)
 from .export import onnx_metadata
 from . import backends as B
 from .bench import records_by
@@ -229,9 +229,7 @@ def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, dead
                             "drop --env-id or use that run's folder")
     env_id = meta['env_id']
     require_fresh(run, 'evaluate')
-    phases = list(phases or PHASES)
-    for p in phases:
-        if p not in PHASES: raise BadInputError(f'unknown phase {p!r}; phases: {", ".join(PHASES)}')
+    phases = check_phases(phases or list(PHASES))
     if episodes < 1: raise BadInputError(f'episodes must be >= 1, got {episodes}')
     if env_id not in PID_PRESETS:
         raise BadInputError(f'no PID fallback preset for {env_id}: evaluate supports {", ".join(PID_PRESETS)}')

@@ -13,13 +13,14 @@ from .config import (RunDir, RunConfig, BadInputError, PpoTrtError, atomic_path,
 from .records import locked, remove_derived
 from .envs import make_env, env_spaces, training_seeds, check_env_id, check_randomize, parse_randomize
 from .train import LOG_FIELDS, ObsNorm, _versions
+from .controllers import run_episode
 from .gpu_envs import BATCHED_ENVS, make_batched, resolve_device
 from .envpool import BatchDisturbances, check_tensor_randomize, batched_mujoco
 
 # %% auto #0
-__all__ = ['FAST_PRESETS', 'FastSettings', 'RunningNorm', 'RewardScale', 'greedy_returns', 'gym_returns', 'eval_returns',
-           'Rollout', 'EpisodeStats', 'collect_rollout', 'ppo_update', 'check_fast_randomize', 'fast_train',
-           'sb3_vs_fast', 'train_throughput']
+__all__ = ['FAST_PRESETS', 'FastSettings', 'fast_preset', 'RunningNorm', 'RewardScale', 'greedy_action', 'greedy_returns',
+           'gym_returns', 'eval_returns', 'Rollout', 'EpisodeStats', 'collect_rollout', 'ppo_update',
+           'check_fast_randomize', 'fast_train', 'sb3_vs_fast', 'train_throughput']
 
 # %% ../nbs/53_fast_ppo.ipynb #a907294d
 @dataclass
@@ -57,6 +58,12 @@ FAST_PRESETS = {  # timesteps, early-stop target, settings, evaluation every k u
     **{env_id: dict(timesteps=1_000_000, target=None, settings=_MUJOCO, eval_every=None, eval_episodes=5)
        for env_id in ('Hopper-v4', 'Walker2d-v4', 'HalfCheetah-v4', 'Ant-v4', 'InvertedPendulum-v4')},
 }
+
+# %% ../nbs/53_fast_ppo.ipynb #24c192ea
+def fast_preset(env_id):
+    "The fast-PPO preset of `env_id`; an env without one gets 1M steps of the default settings and no target."
+    return FAST_PRESETS.get(env_id, dict(timesteps=1_000_000, target=None, settings=FastSettings(), eval_every=None,
+                                         eval_episodes=5))
 
 # %% ../nbs/53_fast_ppo.ipynb #8a686661
 def _agent_class():
@@ -140,6 +147,12 @@ def _gae(rewards, values, next_value, dones, gamma, lam):
         adv[t] = last
     return adv, adv + values
 
+# %% ../nbs/53_fast_ppo.ipynb #38ab4346
+def greedy_action(agent, norm, obs):
+    "The agent's deterministic env action for a batch of raw observations: the mean, or the argmax of a discrete head."
+    d = agent.dist(norm(obs) if norm else obs)
+    return agent.env_action(obs, d.probs.argmax(-1) if agent.discrete else d.mean)
+
 # %% ../nbs/53_fast_ppo.ipynb #4e918c51
 def greedy_returns(agent, norm, env_id, episodes=32, device='cpu', seed=10_000):
     "Deterministic (mean / argmax) returns of `episodes` first episodes in batched envs (one each)."
@@ -149,31 +162,26 @@ def greedy_returns(agent, norm, env_id, episodes=32, device='cpu', seed=10_000):
     alive = torch.ones(episodes, dtype=torch.bool, device=env.device)
     with torch.no_grad():
         for _ in range(env.max_episode_steps):
-            d = agent.dist(norm(obs) if norm else obs)
-            act = agent.env_action(obs, d.probs.argmax(-1) if agent.discrete else d.mean)
-            obs, r, term, trunc, _ = env.step(act, check=False)
+            obs, r, term, trunc, _ = env.step(greedy_action(agent, norm, obs), check=False)
             ret += r * alive; alive &= ~(term | trunc)
     return ret.cpu().numpy()
 
 # %% ../nbs/53_fast_ppo.ipynb #a6d503c8
+class _GreedyPolicy:
+    "The agent behind SB3's `predict` (what `controllers.run_episode` calls): one raw observation in, its action out."
+    def __init__(self, agent, norm): self.agent, self.norm = agent, norm
+    def predict(self, obs, deterministic=True):
+        import torch
+        with torch.no_grad():
+            x = torch.as_tensor(obs, dtype=torch.float32, device=next(self.agent.parameters()).device)[None]
+            return greedy_action(self.agent, self.norm, x)[0].cpu().numpy(), None
+
+# %% ../nbs/53_fast_ppo.ipynb #406d14db
 def gym_returns(agent, norm, env_id, episodes=5, seed=0):
     "Deterministic returns of `episodes` episodes of gymnasium's own env (seeds `seed`, `seed + 1`, ...)."
-    import torch
-    env, returns = make_env(env_id), []
-    device = next(agent.parameters()).device
-    for episode in range(episodes):
-        obs, _ = env.reset(seed=seed + episode)
-        total, done = 0.0, False
-        while not done:
-            with torch.no_grad():
-                x = torch.as_tensor(obs, dtype=torch.float32, device=device)[None]
-                d = agent.dist(norm(x) if norm else x)
-                action = agent.env_action(x, d.probs.argmax(-1) if agent.discrete else d.mean)[0].cpu().numpy()
-            obs, reward, terminated, truncated, _ = env.step(action)
-            total += float(reward); done = terminated or truncated
-        returns.append(total)
-    env.close()
-    return np.asarray(returns)
+    env, policy = make_env(env_id), _GreedyPolicy(agent, norm)
+    try: return np.asarray([run_episode(env, policy, seed + episode)[0] for episode in range(episodes)])
+    finally: env.close()
 
 # %% ../nbs/53_fast_ppo.ipynb #aec3fab1
 def eval_returns(agent, norm, env_id, episodes, seed, device='cpu'):
@@ -336,8 +344,7 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
     "Batched PPO into `run_dir`; stops early at evaluated return >= `target_return`. Returns train.json."
     import torch
     # settings and checks
-    preset = FAST_PRESETS.get(env_id, dict(timesteps=1_000_000, target=None, settings=FastSettings(),
-                                           eval_every=None, eval_episodes=5))
+    preset = fast_preset(env_id)
     s = settings or preset['settings']
     timesteps = int(timesteps or preset['timesteps'])
     target_return = preset['target'] if target_return is None else target_return
@@ -483,7 +490,7 @@ def sb3_vs_fast(env_id='Hopper-v4', sb3_timesteps=20_480, fast_timesteps=204_800
 def train_throughput(env_id='CartPole-v1', num_envs=(32, 1024, 65536), device='cpu', updates=3, progress=True):
     "The third level: env + inference + PPO training steps/s of `ppo_trt.fast_ppo` per num_envs (evaluations excluded)."
     import dataclasses, tempfile
-    base, rows = FAST_PRESETS.get(env_id, dict(settings=FastSettings()))['settings'], []
+    base, rows = fast_preset(env_id)['settings'], []
     from rich.progress import track
     for n in track(list(num_envs), description=f'{env_id} PPO throughput', disable=not progress, transient=True):
         s = dataclasses.replace(base, num_envs=n, minibatches=max(base.minibatches, n * base.n_steps // 65536))

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import difflib, math, time
 import numpy as np
-from .config import BadInputError, save_json
+from .config import BadInputError, save_json, error_line
 from .runtime import cpu_model
 
 # %% auto #0
@@ -246,7 +246,7 @@ def fused_step(env, mode='default'):
         return step, 'compiled'
     except Exception as e:
         env._core = eager_core
-        return step, f'eager (torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:120]})'
+        return step, f'eager (torch.compile failed: {error_line(e, 120)})'
 
 # %% ../nbs/50_gpu_envs.ipynb #609ba6ce
 SYNC_OPS = ('aten::_local_scalar_dense', 'aten::item', 'aten::nonzero', 'aten::is_nonzero', 'aten::masked_select',
@@ -381,7 +381,7 @@ def env_bench(out, env_id='CartPole-v1', num_envs=(32, 1024, 65536), device='cpu
         for n in sizes:
             try: rows = fn((n,))
             except Exception as e:  # one point that fails is a finding; the others still run
-                msg = f'{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ""}'
+                msg = error_line(e)
                 rec['errors'].append(dict(level=name, num_envs=n, error=msg))
                 say(f'env-bench {name} at {n:,} envs failed: {msg}')
                 if dev.type == 'cuda': torch.cuda.empty_cache()

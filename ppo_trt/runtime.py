@@ -6,6 +6,7 @@
 from __future__ import annotations
 import importlib, importlib.metadata as md, os, platform, shutil, subprocess, sys
 from pathlib import Path
+from .config import error_line
 
 # %% auto #0
 __all__ = ['PACKAGES', 'FIXES', 'package_version', 'cpu_model', 'cpu_governor', 'cpu_affinity', 'gpu_info', 'ort_status',
@@ -77,7 +78,7 @@ def _import_version(module):
         m = importlib.import_module(module)
         return True, getattr(m, '__version__', '?')
     except Exception as e:
-        return False, f'{type(e).__name__}: {e}'.splitlines()[0][:200]
+        return False, error_line(e, 200)
 
 # %% ../nbs/01_runtime.ipynb #2c98be9b
 def trt_status():

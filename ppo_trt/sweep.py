@@ -12,17 +12,17 @@ from .config import (BadInputError, PpoTrtError, PARTIAL, DEFAULT_ENV_ID, RunDir
                             save_json)
 from .records import LOCK_NAME, HOLDER_NAME, load_artifact, lineage_problems, require_fresh, run_lock
 from .runtime import package_version
-from .envs import check_randomize, format_randomize, DEFAULT_RANDOMIZE, HELD_OUT_SEED_OFFSET
+from .envs import check_randomize, format_randomize, check_phases, DEFAULT_RANDOMIZE, HELD_OUT_SEED_OFFSET
 from .train import train, check_env_id, preset
 from .export import export
-from .evaluate import evaluate, EvaluationReport, PHASES, DELAY_STEPS
+from .evaluate import evaluate, EvaluationReport, DELAY_STEPS
 from .controllers import PRESETS as PID_PRESETS
 from . import backends as B
 
 # %% auto #0
 __all__ = ['HELD_OUT_SEED', 'VARIANTS', 'DEFAULT_PHASES', 'MAX_SEED', 'RUN_SETTINGS', 'check_seeds', 'check_variants',
-           'check_address', 'randomize_spec', 'check_phases', 'sweep_settings', 'check_same_settings', 'run_name',
-           'run_finished', 'reusable_stages', 'train_policy', 'install_run', 'remove_partials', 'run_one', 'run_result',
+           'check_address', 'randomize_spec', 'sweep_settings', 'check_same_settings', 'run_name', 'run_finished',
+           'reusable_stages', 'train_policy', 'install_run', 'remove_partials', 'run_one', 'run_result',
            'iqm_estimates', 'improvement_probability', 'score_matrix', 'aggregate', 'cluster_info', 'ray_session',
            'in_flight', 'task_error', 'run_on_ray', 'load_sweep', 'sweep', 'sweep_rows', 'sweep_table', 'print_sweep',
            'plot_sweep', 'plot_sweep_delay']
@@ -88,15 +88,6 @@ def _trainer(fast):
     if not fast: return train
     from ppo_trt.fast_ppo import fast_train
     return fast_train
-
-# %% ../nbs/54_sweep.ipynb #18b0350a
-def check_phases(phases):
-    "The evaluation phases as a list, from a list or a comma-separated string; each a key of `evaluate.PHASES`."
-    ps = [p.strip() for p in phases.split(',')] if isinstance(phases, str) else list(phases)
-    for p in ps:
-        if p not in PHASES: raise BadInputError(f'unknown phase {p!r}; phases: {", ".join(PHASES)}')
-    if not ps: raise BadInputError(f'no phase given; phases: {", ".join(PHASES)}')
-    return list(dict.fromkeys(ps))
 
 # %% ../nbs/54_sweep.ipynb #b8cc9259
 def sweep_settings(env_id=DEFAULT_ENV_ID, seeds=5, variants=VARIANTS, fast=False, timesteps=None, randomize=None,

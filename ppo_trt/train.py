@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 from .config import (RunConfig, RunDir, BadInputError, BadArtifactError, PpoTrtError, atomic_path,
-                            save_json, check_timesteps, sha256_file)
+                            save_json, check_timesteps, sha256_file, error_line)
 from .runtime import package_version
 from .records import read_record, load_artifact, locked, remove_derived
 from .envs import (quiet_gym_warnings, check_env_id, make_env, env_spaces, Randomized, check_randomize,
@@ -161,21 +161,6 @@ def _env_maker(env_id, wrap_env=None, randomize=None, seed=None):
         return wrap_env(env) if wrap_env else env
     return make
 
-# %% ../nbs/10_train.ipynb #7e48c295
-def _training_venv(env_id, seed, wrap_env=None, randomize=None, n_envs=1):
-    "SB3's `make_vec_env` of `n_envs` workers, each seeded (and its randomization seeded) with `seed + rank`."
-    from stable_baselines3.common.monitor import Monitor
-    from stable_baselines3.common.vec_env import DummyVecEnv
-    def worker(rank):
-        def make():
-            env = _env_maker(env_id, wrap_env, randomize, seed + rank)()
-            env.action_space.seed(seed + rank)
-            return Monitor(env)
-        return make
-    venv = DummyVecEnv([worker(rank) for rank in range(n_envs)])
-    venv.seed(seed)  # each worker's first reset: seed + rank
-    return venv
-
 # %% ../nbs/10_train.ipynb #5c43b2c2
 def _eval_venv(env_id, seed, wrap_env=None, norm=None):
     "A nominal evaluation env seeded `seed`: observations normalised (by `norm`, or statistics synced in), raw rewards."
@@ -189,8 +174,9 @@ def _eval_venv(env_id, seed, wrap_env=None, norm=None):
 # %% ../nbs/10_train.ipynb #bf76dcb8
 def _vec_envs(env_id, seed, gamma, ckpt_norm=None, wrap_env=None, randomize=None):
     "(training env, selection env): training randomized if asked, the periodic evaluations always nominal."
+    from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
-    venv = _training_venv(env_id, seed, wrap_env, randomize)
+    venv = make_vec_env(_env_maker(env_id, wrap_env, randomize, seed), n_envs=1, seed=seed)
     if ckpt_norm is not None:
         venv = VecNormalize.load(str(ckpt_norm), venv); venv.training = True
     else: venv = VecNormalize(venv, norm_obs=True, norm_reward=True, clip_obs=10.0, gamma=gamma)
@@ -361,6 +347,6 @@ def load_policy(run_dir):
     try: return PPO.load(str(path), device='cpu')
     except Exception as e:
         raise BadArtifactError(f'{path} is not a readable SB3 model '
-                               f'({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ""}); '
+                               f'({error_line(e, 120)}); '
                                f'it is damaged or truncated: '
                                f'run `ppo-trt train --force --run-dir {run.root}` again') from None
