@@ -4,7 +4,7 @@
 
 # %% ../nbs/90_cli.ipynb #15771b1a
 from __future__ import annotations
-import argparse, math, os, sys, time
+import argparse, errno, math, os, sys, time
 from pathlib import Path
 from .config import (PpoTrtError, BadInputError, DEFAULT_ENV_ID, ARTIFACTS, OPTIONAL_STAGES, default_run_dir,
                             RunDir, check_timesteps)
@@ -13,12 +13,15 @@ from .export import onnx_metadata
 
 
 # %% auto #0
-__all__ = ['MAX_BATCH', 'COMMANDS', 'READ_ONLY', 'number', 'number_list', 'parser', 'writable_run_dir', 'cmd_train', 'cmd_export',
-           'cmd_build', 'cmd_bench', 'cmd_evaluate', 'cmd_residual_study', 'cmd_env_bench', 'cmd_report', 'cmd_advise',
-           'run_folder_rows', 'cmd_doctor', 'cmd_enjoy', 'cmd_docs', 'cmd_sweep', 'cmd_run', 'main']
+__all__ = ['MAX_BATCH', 'MAX_CALLS', 'MIN_EVAL_FREQ', 'FAST_ONLY', 'COMMANDS', 'READ_ONLY', 'number', 'number_list', 'parser',
+           'writable_run_dir', 'cmd_train', 'cmd_export', 'cmd_build', 'cmd_bench', 'cmd_evaluate',
+           'cmd_residual_study', 'cmd_env_bench', 'cmd_report', 'cmd_advise', 'run_folder_rows', 'cmd_doctor',
+           'cmd_enjoy', 'cmd_docs', 'cmd_sweep', 'cmd_run', 'main']
 
 # %% ../nbs/90_cli.ipynb #5ac301a7
 MAX_BATCH = 1 << 24  # the largest batch policy.onnx's dynamic axis allows
+MAX_CALLS = 10_000_000  # timed or warmup calls per backend: past this a bench is hours, not a setting
+MIN_EVAL_FREQ = 256  # timesteps between evaluations: fewer and evaluating takes longer than training
 
 def number(kind=int, lo=None, hi=None, above=None):
     "An argparse type: a finite `kind` number >= `lo` (or > `above`) and <= `hi`, or a one-line error saying the range."
@@ -54,7 +57,10 @@ def _positive_timesteps(s):
         raise argparse.ArgumentTypeError(f'expected a positive integer, got {s!r}') from None
 
 # %% ../nbs/90_cli.ipynb #32742271
-def _name_list(s): return [x.strip() for x in s.split(',') if x.strip()]
+def _name_list(s):
+    names = [x.strip() for x in s.split(',') if x.strip()]
+    if not names: raise argparse.ArgumentTypeError(f'expected comma-separated names, got {s!r}')
+    return names
 
 # %% ../nbs/90_cli.ipynb #43d531a1
 def _add_common(p, writes=True):
@@ -77,7 +83,7 @@ def _add_train(p):
     p.add_argument('--resume', action='store_true', help='continue from the last checkpoint in the run folder')
     p.add_argument('--force', action='store_true',
                    help="train again from scratch, deleting everything made from the old policy")
-    p.add_argument('--eval-freq', type=number(int, 1), default=None,
+    p.add_argument('--eval-freq', type=number(int, MIN_EVAL_FREQ), default=None,
                    help='timesteps between evaluations (default: timesteps/20, <= 10000)')
     p.add_argument('--eval-episodes', type=number(int, 1), default=5, help='episodes per evaluation')
     p.add_argument('--keep', choices=['best', 'last'], default='best',
@@ -97,7 +103,7 @@ def _add_train(p):
                    'Pendulum-v1, MountainCarContinuous-v0) or MuJoCo on EnvPool (Hopper-v4, Walker2d-v4, ...)')
     p.add_argument('--env-threads', type=number(int, 1, 1024), default=None,
                    help='--fast on MuJoCo: EnvPool threads stepping the envs (default: one per core)')
-    p.add_argument('--device', default='cpu', help='--fast: torch device (cpu, cuda, cuda:N)')
+    p.add_argument('--device', default=None, help='--fast: torch device (cpu, cuda, cuda:N; default: cpu)')
     p.add_argument('--num-envs', type=number(int, 1, MAX_BATCH), default=None,
                    help='--fast: batched envs (default: the env preset)')
     p.add_argument('--compile', action='store_true', help='--fast: torch.compile the rollout step and the loss')
@@ -113,21 +119,22 @@ def _add_export(p):
 def _add_bench(p):
     p.add_argument('--backends', type=_name_list, default=None,
                    help='comma-separated (default: all); see `ppo-trt doctor`')
-    p.add_argument('--warmup', type=number(int, 0), default=200, help='untimed calls before timing')
-    p.add_argument('--iters', type=number(int, 10), default=2000, help='timed batch-1 calls per backend')
+    p.add_argument('--warmup', type=number(int, 0, MAX_CALLS), default=200, help='untimed calls before timing')
+    p.add_argument('--iters', type=number(int, 10, MAX_CALLS), default=2000, help='timed batch-1 calls per backend')
     p.add_argument('--batches', type=number_list(int, 1, MAX_BATCH), default=None, help='batch sweep, '
                    'e.g. 1,16,256,4096 (default: 1,4,16,64,256,1024,4096)')
     p.add_argument('--sla-ms', type=number(float, above=0), default=1.0, help='SLA on the batch-1 p99 latency, in ms')
-    p.add_argument('--closed-loop-steps', type=number(int, 0), default=2000,
+    p.add_argument('--closed-loop-steps', type=number(int, 0, MAX_CALLS), default=2000,
                    help='control steps of the closed loop (0: skip it)')
-    p.add_argument('--sweep-seconds', type=number(float, above=0), default=0.25, help='time budget per sweep point')
+    p.add_argument('--sweep-seconds', type=number(float, hi=60, above=0), default=0.25,
+                   help='time budget per sweep point')
     p.add_argument('--threads', type=number(int, 1, 1024), default=1,
                    help='intra-op / torch / numba threads per backend')
     p.add_argument('--pin-cpu', type=number(int, 0), default=None,
                    help='pin the process to this CPU while benchmarking')
     p.add_argument('--soak', action='store_true', help='also soak each backend: --soak-calls batch-1 calls in windows')
-    p.add_argument('--soak-calls', type=number(int, 1), default=1_000_000, help='calls per soak')
-    p.add_argument('--soak-window', type=number(int, 1), default=100_000, help='calls per soak window')
+    p.add_argument('--soak-calls', type=number(int, 1, 100 * MAX_CALLS), default=1_000_000, help='calls per soak')
+    p.add_argument('--soak-window', type=number(int, 1, MAX_CALLS), default=100_000, help='calls per soak window')
     p.add_argument('--replace', action='store_true',
                    help="start bench.json over instead of merging this run's records into it")
 
@@ -175,7 +182,7 @@ def _add_residual_study(p):
     p.add_argument('--timesteps', type=_positive_timesteps, default=None,
                    help="timesteps of each training (default: the preset's)")
     p.add_argument('--preset', default='seed', help='training preset')
-    p.add_argument('--eval-freq', type=number(int, 1), default=None, help='timesteps between evaluations')
+    p.add_argument('--eval-freq', type=number(int, MIN_EVAL_FREQ), default=None, help='timesteps between evaluations')
     p.add_argument('--eval-episodes', type=number(int, 1), default=5, help='episodes per evaluation')
     p.add_argument('--expert', default='pid', help='the expert the residual corrects')
     p.add_argument('--residual-scale', type=number(float, above=0), default=0.5,
@@ -206,8 +213,8 @@ def _add_enjoy(p):
     p.add_argument('--out', type=Path, default=None, help='video path, .gif or .mp4 (default: <run-dir>/episode.gif)')
     p.add_argument('--fps', type=number(int, 1, 240), default=25, help='video frames per second')
     p.add_argument('--max-steps', type=number(int, 1), default=1000, help='episode length cap')
-    p.add_argument('--warmup', type=number(int, 0), default=200, help='benchmark: untimed steps')
-    p.add_argument('--iters', type=number(int, 10), default=2000, help='benchmark: timed steps')
+    p.add_argument('--warmup', type=number(int, 0, MAX_CALLS), default=200, help='benchmark: untimed steps')
+    p.add_argument('--iters', type=number(int, 10, MAX_CALLS), default=2000, help='benchmark: timed steps')
     p.add_argument('--seed', type=number(int, 0), default=0, help='episode seed')
 
 # %% ../nbs/90_cli.ipynb #21e90dc9
@@ -284,6 +291,19 @@ def _bench_settings(a):
 # %% ../nbs/90_cli.ipynb #e7575ef3
 def _say(msg): print(f'[ppo-trt] {msg}', flush=True)
 
+# %% ../nbs/90_cli.ipynb #e493487f
+FAST_ONLY = ('num_envs', 'env_threads', 'device', 'compile', 'cudagraphs')
+
+def _check_fast_flags(a):
+    "Flags of the fast trainer are refused without --fast (they would be ignored), and --resume with it."
+    given = [f'--{k.replace("_", "-")}' for k in FAST_ONLY if getattr(a, k) not in (None, False)]
+    if given and not a.fast:
+        raise BadInputError(f'{", ".join(given)} {"applies" if len(given) == 1 else "apply"} only to the fast trainer: '
+                            'add --fast, or drop them')
+    if a.fast and a.resume:
+        raise BadInputError('--resume continues an SB3 training; the fast trainer cannot resume: drop --resume '
+                            '(or --fast)')
+
 # %% ../nbs/90_cli.ipynb #0f98fb1b
 def cmd_train(a):
     from ppo_trt.train import train
@@ -311,6 +331,10 @@ def _train_fast(a):
     env_id = a.env_id = a.env_id or 'CartPole-v1'
     st = fast_preset(env_id)['settings']
     if a.num_envs: st = dataclasses.replace(st, num_envs=a.num_envs)
+    if a.env_threads and a.env_threads > st.num_envs:
+        raise BadInputError(f'--env-threads {a.env_threads} is more than the {st.num_envs} envs they step: '
+                            f'use at most {st.num_envs}')
+    a.device = a.device or 'cpu'
     rd = a.run_dir or default_run_dir(env_id)
     _say(f'fast on-device PPO on {env_id} ({st.num_envs} envs on {a.device}) into {rd}')
     r = fast_train(rd, env_id, a.timesteps, a.seed, a.device, st, a.expert, a.residual_scale, a.compile, a.cudagraphs,
@@ -443,9 +467,11 @@ def cmd_doctor(a):
     from ppo_trt.runtime import print_doctor
     from ppo_trt.bench import console
     from ppo_trt import backends as B
+    rd = _run_dir(a)
+    if Path(rd).exists() and not Path(rd).is_dir():
+        raise BadInputError(f'{rd} is a file, not a run folder; pass the folder `ppo-trt run` made as --run-dir')
     rows = print_doctor(console=console())
     for n, (ok, why) in B.available().items(): print(f"backend {n:16s} {'available' if ok else 'missing: ' + why}")
-    rd = _run_dir(a)
     if not Path(rd).exists(): print(f'run folder {rd} does not exist yet: ppo-trt run --run-dir {rd}'); return rows
     state = run_folder_rows(rd)
     for file, st, detail in state: print(f'run folder {file:16s} {st:8s} {detail}')
@@ -549,19 +575,28 @@ def _forget_if_empty(folder):
         for n in names: (folder/n).unlink(missing_ok=True)
         folder.rmdir()
 
+# %% ../nbs/90_cli.ipynb #71c25e48
+def _one_line(e):
+    "The error message a user sees: a PpoTrtError's text, or the file and cause of an OS error (a full disk, say)."
+    if not isinstance(e, OSError) or isinstance(e, PpoTrtError): return str(e)
+    what = f'{e.filename}: ' if e.filename else ''
+    cause = f'{e.strerror} ({errno.errorcode.get(e.errno, e.errno)})' if e.errno else str(e).splitlines()[0]
+    return f'{what}{cause}; free space or fix the permissions, then run again'
+
 # %% ../nbs/90_cli.ipynb #aa6fbb8c
 def main(argv=None):
     "Entry point of the `ppo-trt` console script."
     a = parser().parse_args(argv)
     rd, created = None, False
     try:
+        if a.command in ('train', 'run'): _check_fast_flags(a)  # before any folder is made
         if a.command in READ_ONLY: COMMANDS[a.command](a)
         else:
             rd = writable_run_dir(_folder(a)); created = not rd.exists()
             with run_lock(rd, f'ppo-trt {a.command}', wait=not a.no_wait): COMMANDS[a.command](a)
-    except PpoTrtError as e:
+    except (PpoTrtError, OSError) as e:
         if created: _forget_if_empty(rd)
-        print(f'ppo-trt {a.command}: error: {e}', file=sys.stderr)
+        print(f'ppo-trt {a.command}: error: {_one_line(e)}', file=sys.stderr)
         return 2
     return 0
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['PARTIAL', 'DEFAULT_ENV_ID', 'ARTIFACTS', 'OPTIONAL_STAGES', 'PpoTrtError', 'MissingArtifactError', 'BadArtifactError',
-           'BadInputError', 'error_line', 'atomic_path', 'atomic_write_text', 'save_json', 'load_json', 'sha256_file',
-           'user_cache', 'default_run_dir', 'RunDir', 'RunConfig', 'check_timesteps']
+           'BadInputError', 'error_line', 'atomic_paths', 'atomic_path', 'atomic_write_text', 'json_text', 'save_json',
+           'load_json', 'sha256_file', 'user_cache', 'default_run_dir', 'RunDir', 'RunConfig', 'check_timesteps']
 
 # %% ../nbs/00_config.ipynb #ba4f0b97
 class PpoTrtError(Exception):
@@ -49,17 +49,43 @@ def _umask():
     return old
 
 # %% ../nbs/00_config.ipynb #5fc11cbc
+def _temp_beside(path, suffix=None):
+    "A new empty temp file in `path`'s folder, named as a partial write of `path`."
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}{PARTIAL}', suffix=suffix or path.suffix)
+    os.close(fd)
+    return Path(tmp)
+
+# %% ../nbs/00_config.ipynb #311eb018
+@contextmanager
+def atomic_paths(*paths):
+    "Yield a temp path beside each of `paths`; only if the block succeeds, rename them onto `paths`, in order."
+    paths, tmps = [Path(p) for p in paths], []
+    try:
+        for p in paths: tmps.append(_temp_beside(p, p.suffix))
+        yield tmps
+        for t in tmps:
+            if t.exists(): os.chmod(t, 0o666 & ~_umask())  # mkstemp makes 0600 whatever the umask
+        for t, p in zip(tmps, paths): os.replace(t, p)
+    except OSError as e:  # a write into a file object names no file: name what was being written
+        if e.filename is None: e.filename = ', '.join(map(str, paths))
+        raise
+    finally:
+        for t in tmps:
+            if t.exists(): t.unlink()
+
+# %% ../nbs/00_config.ipynb #e67d73be
 @contextmanager
 def atomic_path(path, suffix=None):
     "Yield a temp path beside `path`; rename it onto `path`, with the umask's permissions, only if the block succeeds."
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}{PARTIAL}', suffix=suffix or path.suffix)
-    os.close(fd)
-    tmp = Path(tmp)
+    if suffix is None:
+        with atomic_paths(path) as (tmp,): yield tmp
+        return
+    tmp = _temp_beside(path, suffix)
     try:
         yield tmp
-        if tmp.exists(): os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 whatever the umask
+        if tmp.exists(): os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     finally:
         if tmp.exists(): tmp.unlink()
@@ -77,9 +103,13 @@ def _json_default(o):
     raise TypeError(f'{type(o).__name__} is not JSON serializable')
 
 # %% ../nbs/00_config.ipynb #405d3619
+def json_text(obj):
+    "`obj` as indented JSON text, the form every record is saved in (numpy values become lists/numbers)."
+    return json.dumps(obj, indent=2, default=_json_default) + '\n'
+
 def save_json(path, obj):
-    "Write `obj` as indented JSON to `path` atomically (numpy values become lists/numbers)."
-    return atomic_write_text(path, json.dumps(obj, indent=2, default=_json_default) + '\n')
+    "Write `obj` as indented JSON to `path` atomically."
+    return atomic_write_text(path, json_text(obj))
 
 # %% ../nbs/00_config.ipynb #a14926aa
 def load_json(path):
@@ -87,8 +117,9 @@ def load_json(path):
     path = Path(path)
     if not path.exists(): raise MissingArtifactError(f'{path} does not exist')
     try: return json.loads(path.read_text(encoding='utf-8'))
-    except json.JSONDecodeError as e:
-        raise BadArtifactError(f'{path} is not valid JSON ({e}); delete it and re-run the stage that writes it') from e
+    except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than Python's stack
+        raise BadArtifactError(f'{path} is not valid JSON ({str(e)[:80]}); '
+                               'delete it and re-run the stage that writes it') from None
 
 # %% ../nbs/00_config.ipynb #c8141e02
 def sha256_file(path, chunk=1 << 20):

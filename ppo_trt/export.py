@@ -4,13 +4,14 @@
 
 # %% ../nbs/20_export.ipynb #02fe41a6
 from __future__ import annotations
-import contextlib, io, json, logging, time, warnings
+import contextlib, hashlib, io, json, logging, time, warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 from pathlib import Path
 import numpy as np
-from .config import RunDir, PpoTrtError, BadArtifactError, BadInputError, atomic_path, save_json, sha256_file
+from .config import (RunDir, PpoTrtError, BadArtifactError, BadInputError, atomic_path, atomic_paths, json_text,
+                            save_json, sha256_file)
 from .runtime import package_version
 from .records import load_artifact, locked, require_fresh
 from .envs import make_env
@@ -218,6 +219,13 @@ def _check_norm(run, rec_train):
     width = rec_train['obs_dim'] + (rec_train['act_dim'] if res.get('append_expert_obs') else 0)
     ObsNorm.load(run.require('obs_norm')).check(width, str(run.path('obs_norm')))
 
+# %% ../nbs/20_export.ipynb #91df30c5
+def _npy_bytes(array):
+    "`array` in .npy format, as bytes."
+    buf = io.BytesIO()
+    np.save(buf, array)
+    return buf.getvalue()
+
 # %% ../nbs/20_export.ipynb #50594ee5
 @locked('export')
 def export(run_dir, n_obs=1000, seed=123, tol=PARITY_TOL, opset=OPSET, deployment=None, env_id=None):
@@ -258,18 +266,21 @@ def export(run_dir, n_obs=1000, seed=123, tol=PARITY_TOL, opset=OPSET, deploymen
         raise ParityError(f"ONNX Runtime differs from the trained agent's actions by {p_ort['max_abs_err']:.3g} "
                           f"(> {tol:g}) on {n_obs} rollout observations (torch module: {p_torch['max_abs_err']:.3g}); "
                           "policy.onnx was not written")
-    with atomic_path(run.path('onnx')) as tmp: tmp.write_bytes(blob)
-    with atomic_path(run.path('export_obs')) as tmp: np.save(tmp, obs)
     record = dict(schema_version=2, env_id=env_id, opset=opset,
                   input=dict(name='obs', shape=['B', int(obs.shape[1])], dtype='float32'),
                   output=dict(name='action', shape=['B', int(ref.shape[1])], dtype='float32'),
                   ops=dict(Counter(n.op_type for n in proto.graph.node)), parity_tol=tol, parity_seed=seed,
                   parity_ort_cpu=p_ort, parity_torch=p_torch, onnx_bytes=len(blob),
-                  onnx_sha256=sha256_file(run.path('onnx')),
+                  onnx_sha256=hashlib.sha256(blob).hexdigest(),
                   metadata=meta, export_s=round(time.perf_counter() - t0, 2), parity_reference_norm=dep.reference_norm,
-                  export_obs_sha256=sha256_file(run.path('export_obs')), randomize=rec_train.get('randomize'),
+                  randomize=rec_train.get('randomize'),
                   versions={p: package_version(p) for p in ('torch', 'onnx', 'onnxruntime', 'onnxscript')})
-    save_json(run.path('export_record'), record)
+    # the three files are replaced together or not at all: a failure (a full disk) leaves the previous set
+    with atomic_paths(*(run.path(n) for n in ('onnx', 'export_obs', 'export_record'))) as (t_onnx, t_obs, t_rec):
+        t_onnx.write_bytes(blob)
+        t_obs.write_bytes(_npy_bytes(obs))  # one write: a full disk raises ENOSPC, not numpy's short-write error
+        record['export_obs_sha256'] = sha256_file(t_obs)
+        t_rec.write_text(json_text(record), encoding='utf-8')
     return record
 
 # %% ../nbs/20_export.ipynb #603bfedd

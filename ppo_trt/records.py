@@ -4,19 +4,21 @@
 
 # %% ../nbs/02_records.ipynb #815a7de0
 from __future__ import annotations
-import hashlib, json, os, platform, shutil, sys, time
+import hashlib, json, os, platform, shutil, sys, tempfile, time
 from contextlib import contextmanager
 from pathlib import Path
 import msgspec
-from .config import ARTIFACTS, PARTIAL, RunDir, PpoTrtError, BadArtifactError, MissingArtifactError, sha256_file
+from .config import (ARTIFACTS, PARTIAL, RunDir, PpoTrtError, BadArtifactError, BadInputError,
+                            MissingArtifactError, atomic_write_text, sha256_file)
 from .runtime import probe, machine_summary, package_version
 
 # %% auto #0
 __all__ = ['SCHEMAS', 'LOCK_NAME', 'HOLDER_NAME', 'REPORT_INPUTS', 'STAGE_PARENTS', 'DERIVED', 'ConfigRecord', 'ObsNormRecord',
            'TrainRecord', 'BestRecord', 'Parity', 'ExportRecord', 'EngineRecord', 'Stats', 'BenchRecord', 'Session',
-           'BenchFile', 'PhaseRecord', 'EvaluateFile', 'ResidualStudyRecord', 'EnvBenchRecord', 'read_record',
-           'load_artifact', 'machine_id', 'session', 'session_id', 'RunFolderBusy', 'run_lock', 'locked',
-           'lineage_problems', 'require_fresh', 'derived_paths', 'remove_derived']
+           'BenchSettingsRecord', 'TimerOverhead', 'BenchFile', 'PhaseRecord', 'EvaluateFile', 'ResidualStudyRecord',
+           'EnvBenchRecord', 'read_record', 'load_artifact', 'machine_id', 'session', 'session_id', 'RunFolderBusy',
+           'remove_partial', 'run_lock', 'locked', 'lineage_problems', 'require_fresh', 'derived_paths',
+           'remove_derived']
 
 # %% ../nbs/02_records.ipynb #53e13962
 class _Record(msgspec.Struct, kw_only=True):
@@ -139,12 +141,27 @@ class Session(msgspec.Struct, kw_only=True):
     policy_sha256: str | None
 
 # %% ../nbs/02_records.ipynb #f4f5c2ed
+class BenchSettingsRecord(msgspec.Struct):
+    "The settings a bench ran with, as the report and `advise` read them."
+    warmup: int
+    iters: int
+    sla_us: float
+    batches: list[int] = []
+
+class TimerOverhead(msgspec.Struct):
+    "The cost of reading the clock, which the latencies include."
+    p50_ns: float
+    mean_ns: float | None = None
+    min_ns: float | None = None
+
 class BenchFile(_Record):
     "bench.json: every backend's records, merged across bench runs, and the sessions that made them."
     env_id: str
     records: list[BenchRecord]
+    settings: BenchSettingsRecord
+    timer_overhead: TimerOverhead
+    machine_summary: str
     sessions: dict[str, Session] = {}
-    settings: dict = {}
 
 # %% ../nbs/02_records.ipynb #abc6102b
 class PhaseRecord(msgspec.Struct, kw_only=True):
@@ -209,13 +226,13 @@ def read_record(path, name=None, root=None):
     redo = f'`ppo-trt {_stage_of(name)} --run-dir {root or path.parent}`'
     if not path.exists(): raise MissingArtifactError(f'{path} does not exist: it is written by {redo}')
     try: data = json.loads(path.read_bytes())
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than Python's stack
         raise BadArtifactError(f'{path} is not valid JSON ({str(e)[:80]}): it is damaged or truncated; '
                                f'run {redo} again') from None
     schema, version = _schema_of(name, path)
     if schema is None: return data
     try: msgspec.convert(data, type=schema)
-    except msgspec.ValidationError as e:
+    except (msgspec.ValidationError, RecursionError) as e:
         raise BadArtifactError(f'{path} does not hold a valid {name} record ({e}); run {redo} again') from None
     got = data.get('schema_version', 1) if isinstance(data, dict) else 1
     if isinstance(got, int) and got > version:
@@ -266,30 +283,43 @@ def _holder(root):
     except (OSError, ValueError): return 'another ppo-trt process'
     return f"`{h.get('command', '?')}` (pid {h.get('pid', '?')}, since {h.get('since', '?')})"
 
+# %% ../nbs/02_records.ipynb #519e763f
+def remove_partial(p):
+    "Remove one half-written file or folder `p`; if it is a symbolic link, the link only, never what it points to."
+    if p.is_dir() and not p.is_symlink(): shutil.rmtree(p, ignore_errors=True)
+    else: p.unlink(missing_ok=True)
+
+def _remove_partials(root):
+    "Remove what a killed writer left half-written under `root` (no one else writes now)."
+    for p in root.rglob(f'.*{PARTIAL}*'): remove_partial(p)  # rglob does not descend into symlinked folders
+
 # %% ../nbs/02_records.ipynb #43733968
 @contextmanager
-def run_lock(root, command, wait=True, say=None):
+def run_lock(root, command, wait=True, say=None, no_wait_flag=True):
     "Hold the writer lock of run folder `root` while `command` runs; wait for another writer, or refuse if not `wait`."
     from filelock import FileLock, Timeout
     root = Path(root)
     try: root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise PpoTrtError(f'cannot create the run folder {root} ({e.strerror}); choose another --run-dir') from None
+    for name in (LOCK_NAME, HOLDER_NAME):
+        if (root/name).is_symlink():
+            raise PpoTrtError(f'{root/name} is a symbolic link, which ppo_trt never makes; remove it (it points to '
+                              f'{os.readlink(root/name)}, which stays untouched) and run again')
     lock = FileLock(root/LOCK_NAME, is_singleton=True)
     try: lock.acquire(timeout=0)
     except Timeout:
-        if not wait: raise RunFolderBusy(f'{root} is in use by {_holder(root)}; wait for it to finish, '
-                                         'or drop --no-wait to wait') from None
+        if not wait: raise RunFolderBusy(f'{root} is in use by {_holder(root)}; wait for it to finish'
+                                         + (', or drop --no-wait to wait' if no_wait_flag else ' and run again')) from None
         (say or (lambda m: print(m, file=sys.stderr, flush=True)))(f'[ppo-trt] waiting for {_holder(root)} '
                                                                   f'to finish with {root} ...')
         lock.acquire()
     outermost = lock.lock_counter == 1
     try:
         if outermost:
-            (root/HOLDER_NAME).write_text(json.dumps(dict(command=command, pid=os.getpid(),
-                                                          since=time.strftime('%H:%M:%S'))))
-            # left by a killed writer: no one else writes now
-            for p in root.rglob(f'.*{PARTIAL}*'): p.unlink(missing_ok=True)
+            atomic_write_text(root/HOLDER_NAME, json.dumps(dict(command=command, pid=os.getpid(),
+                                                                since=time.strftime('%H:%M:%S'))))
+            _remove_partials(root)
         yield
     finally:
         if outermost:
@@ -423,9 +453,18 @@ def derived_paths(run):
 
 # %% ../nbs/02_records.ipynb #cc661d51
 def remove_derived(run):
-    "Delete `derived_paths(run)`; return their names."
-    gone = []
-    for p in derived_paths(run):
-        shutil.rmtree(p) if p.is_dir() else p.unlink()
-        gone.append(p.name)
-    return gone
+    "Delete `derived_paths(run)`, all or none (a symlink among them is refused); their names."
+    root, paths = _run(run).root, derived_paths(run)
+    links = [p.name for p in paths if p.is_symlink()]
+    if links:
+        raise BadInputError(f'{root}: {", ".join(links)} is a symbolic link, which ppo_trt never makes, so it is not '
+                            'removed; move it out of the run folder (what it points to stays untouched) and run again')
+    trash, moved = Path(tempfile.mkdtemp(dir=root, prefix=f'.trash{PARTIAL}')), []
+    try:
+        for p in paths: os.rename(p, trash/p.name); moved.append(p)
+    except OSError as e:
+        for p in reversed(moved): os.rename(trash/p.name, p)
+        trash.rmdir()
+        raise PpoTrtError(f'cannot remove {e.filename} ({e.strerror}); nothing was removed') from None
+    shutil.rmtree(trash)
+    return [p.name for p in paths]

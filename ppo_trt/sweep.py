@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 from .config import (BadInputError, PpoTrtError, PARTIAL, DEFAULT_ENV_ID, RunDir, check_timesteps, load_json,
                             save_json)
-from .records import LOCK_NAME, HOLDER_NAME, load_artifact, lineage_problems, require_fresh, run_lock
+from .records import (LOCK_NAME, HOLDER_NAME, load_artifact, lineage_problems, remove_partial, require_fresh,
+                             run_lock)
 from .runtime import package_version
 from .envs import check_randomize, format_randomize, check_phases, DEFAULT_RANDOMIZE, HELD_OUT_SEED_OFFSET
 from .train import train, check_env_id, preset
@@ -183,7 +184,7 @@ def remove_partials(runs_dir):
     "Remove what killed sweeps left in `runs_dir` (`.partial-*`); return the names removed."
     gone = []
     for p in sorted(Path(runs_dir).glob(f'{PARTIAL}*')):
-        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        remove_partial(p)
         gone.append(p.name)
     return gone
 
@@ -402,7 +403,7 @@ def sweep(out_dir, env_id=DEFAULT_ENV_ID, seeds=5, variants=VARIANTS, fast=False
     settings = sweep_settings(env_id, seeds, variants, fast, timesteps, randomize, phases, episodes, preset_name,
                               backend, deadline_us, train_kwargs, delay_steps)
     address, out, con = check_address(address), Path(out_dir).absolute(), con or console()
-    with run_lock(out, 'ppo-trt sweep', wait=False):
+    with run_lock(out, 'ppo-trt sweep', wait=False, no_wait_flag=False):
         old = _previous_sweep(out)
         if old: check_same_settings(old['settings'], settings, out/'sweep.json')
         if remove_partials(out/'runs'): _say(con, progress, 'removed the partial runs of a killed sweep')

@@ -215,6 +215,9 @@ def _last_logged(run):
 # %% ../nbs/10_train.ipynb #fd13bfed
 def _check_start(run, env_id, resume, force, residual, randomize=None):
     "Refuse a start that would mix two trainings in one folder; clear the old policy's artifacts on --force."
+    if resume and not run.has('config'):
+        raise BadInputError(f'{run.root} holds no training to resume (no config.json); '
+                            'drop --resume to train from scratch')
     if run.has('config') and (resume or not force):
         old = load_artifact(run, 'config')
         if old['env_id'] != env_id:

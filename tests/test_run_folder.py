@@ -38,6 +38,7 @@ RECORDS = {
 def _damaged(blob, how, required, typed):
     if how == 'random bytes': return np.random.default_rng(0).bytes(len(blob))
     if how == 'truncated': return blob[:len(blob) // 2]
+    if how == 'nested deep': return b'[' * 200_000 + b']' * 200_000  # deeper than Python's recursion limit
     d = json.loads(blob)
     if how == 'missing key': d.pop(required)
     else: d[typed[0]] = typed[1]
@@ -56,7 +57,7 @@ def evaluated(run_dir, tmp_path_factory):
     return dst
 
 
-@pytest.mark.parametrize('how', ['random bytes', 'truncated', 'wrong type', 'missing key'])
+@pytest.mark.parametrize('how', ['random bytes', 'truncated', 'wrong type', 'missing key', 'nested deep'])
 @pytest.mark.parametrize('file', list(RECORDS))
 def test_bad_record_is_one_line_and_changes_nothing(evaluated, tmp_path, file, how):
     import shutil
