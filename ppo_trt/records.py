@@ -309,8 +309,9 @@ def run_lock(root, command, wait=True, say=None, no_wait_flag=True):
     lock = FileLock(root/LOCK_NAME, is_singleton=True)
     try: lock.acquire(timeout=0)
     except Timeout:
-        if not wait: raise RunFolderBusy(f'{root} is in use by {_holder(root)}; wait for it to finish'
-                                         + (', or drop --no-wait to wait' if no_wait_flag else ' and run again')) from None
+        if not wait:
+            how = ', or drop --no-wait to wait' if no_wait_flag else ' and run again'
+            raise RunFolderBusy(f'{root} is in use by {_holder(root)}; wait for it to finish{how}') from None
         (say or (lambda m: print(m, file=sys.stderr, flush=True)))(f'[ppo-trt] waiting for {_holder(root)} '
                                                                   f'to finish with {root} ...')
         lock.acquire()

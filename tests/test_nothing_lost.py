@@ -13,7 +13,8 @@ def _tree(folder):
     for p in sorted(Path(folder).rglob('*')):
         rel = str(p.relative_to(folder))
         if p.is_symlink(): out[rel] = f'-> {os.readlink(p)}'
-        elif p.is_file() and p.name not in (LOCK_NAME, HOLDER_NAME): out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+        elif p.is_file() and p.name not in (LOCK_NAME, HOLDER_NAME):
+            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
 
 
