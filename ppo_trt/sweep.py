@@ -176,7 +176,7 @@ def install_run(partial, final):
     old = final.with_name(f'{PARTIAL}old-{final.name}-{os.getpid()}') if final.exists() else None
     if old: os.replace(final, old)
     os.replace(partial, final)
-    if old: shutil.rmtree(old, ignore_errors=True)
+    if old: remove_partial(old)  # a symlink planted there: the link goes, never what it points to
     return final
 
 # %% ../nbs/54_sweep.ipynb #ca0de6fa

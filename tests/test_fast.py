@@ -42,6 +42,7 @@ def test_bad_input(make, msg):
     assert msg in str(e.value)
 
 
+@pytest.mark.slow
 def test_fast_train_cli_solves_cartpole(tmp_path):
     r = ppo_trt('train', '--fast', '--env-id', 'CartPole-v1', '--run-dir', tmp_path/'cp')
     assert r.returncode == 0, r.stderr[-2000:]
@@ -51,6 +52,7 @@ def test_fast_train_cli_solves_cartpole(tmp_path):
     assert r.returncode == 2 and 'discrete actions' in r.stderr
 
 
+@pytest.mark.slow
 def test_fast_pendulum_through_export_and_bench(tmp_path):
     d = tmp_path/'pend'
     r = ppo_trt('run', '--fast', '--env-id', 'Pendulum-v1', '--timesteps', 8192, '--run-dir', d, '--warmup', 10,
@@ -72,6 +74,7 @@ def test_fast_bad_input(tmp_path):
     assert not (tmp_path/'z').exists()
 
 
+@pytest.mark.slow
 def test_fast_hopper_run_through_evaluate(tmp_path):
     "A tiny fast Hopper run on EnvPool, randomized in tensors: train, export, evaluate, each record consistent."
     d = tmp_path/'hopper'

@@ -9,7 +9,8 @@ CPU = [n for n, (ok, _) in B.available().items() if ok and B.BACKENDS[n][0].devi
 N_INPUTS = 3000
 
 
-@pytest.mark.parametrize('name', CPU)
+@pytest.mark.parametrize('name', [pytest.param(n, marks=pytest.mark.slow) if n == 'torch-compile' else n
+                                  for n in CPU])  # compiling takes a while: `pytest -m slow`
 def test_fuzz_checked_call_and_hot_path(run_dir, name):
     r = subprocess.run([sys.executable, str(Path(__file__).with_name('fuzz_runners.py')), str(run_dir), name,
                         str(N_INPUTS), '0'], capture_output=True, text=True)

@@ -97,6 +97,7 @@ def test_bad_residual_arguments(argv, msg, tmp_path, capsys):
     assert not (tmp_path/'r').exists()
 
 
+@pytest.mark.slow
 def test_evaluate_with_residual_run(run_copy, unfolded, folded):
     from conftest import ppo_trt
     from ppo_trt.evaluate import EvaluationReport

@@ -57,7 +57,10 @@ def evaluated(run_dir, tmp_path_factory):
     return dst
 
 
-@pytest.mark.parametrize('how', ['random bytes', 'truncated', 'wrong type', 'missing key', 'nested deep'])
+# the quick run covers two damages per record; `pytest -m slow` the other three
+@pytest.mark.parametrize('how', ['random bytes', 'nested deep',
+                                 *(pytest.param(h, marks=pytest.mark.slow) for h in ('truncated', 'wrong type',
+                                                                                    'missing key'))])
 @pytest.mark.parametrize('file', list(RECORDS))
 def test_bad_record_is_one_line_and_changes_nothing(evaluated, tmp_path, file, how):
     import shutil
@@ -105,6 +108,7 @@ STAGES = {'export': ['export'], 'bench': ['bench', '--backends', 'ort,native-c',
           'report': ['report']}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('stage', list(STAGES))
 def test_killed_stage_leaves_old_or_new_records_and_doctor_says_which(evaluated, tmp_path, stage):
     import shutil
@@ -185,6 +189,7 @@ def test_force_removes_everything_made_from_the_old_policy(run_copy):
                      'env_bench_CartPole-v1.json'}, names
 
 
+@pytest.mark.slow
 def test_killed_then_resumed_training_keeps_one_timeline(tmp_path):
     run = tmp_path/'run'
     exe = str(Path(sys.executable).with_name('ppo-trt'))

@@ -18,6 +18,7 @@ def tiny_sweep(tmp_path_factory):
     return out, r, time.perf_counter() - t0
 
 
+@pytest.mark.slow
 def test_tiny_sweep_records(tiny_sweep):
     out, r, took = tiny_sweep
     rec = load_sweep(out)
@@ -41,6 +42,7 @@ def test_tiny_sweep_records(tiny_sweep):
     assert 'IQM' in r.stdout and 'P(randomized > nominal)' in r.stdout
 
 
+@pytest.mark.slow
 def test_rerun_redoes_nothing(tiny_sweep):
     out, _, took = tiny_sweep
     before = {p: p.stat().st_mtime_ns for p in (out/'runs').rglob('*.json')}
@@ -51,6 +53,7 @@ def test_rerun_redoes_nothing(tiny_sweep):
     assert time.perf_counter() - t0 < took
 
 
+@pytest.mark.slow
 def test_killed_sweep_resumes(tiny_sweep, tmp_path):
     "SIGKILL mid-sweep: no half-made run folder is visible; the rerun keeps finished runs and completes the rest."
     out = tmp_path/'killed'
