@@ -102,7 +102,9 @@ def _add_train(p):
     p.add_argument('--fast', action='store_true', help='batched PPO (ppo_trt.fast_ppo): torch envs (CartPole-v1, '
                    'Pendulum-v1, MountainCarContinuous-v0) or MuJoCo on EnvPool (Hopper-v4, Walker2d-v4, ...)')
     p.add_argument('--env-threads', type=number(int, 1, 1024), default=None,
-                   help='--fast on MuJoCo: EnvPool threads stepping the envs (default: one per core)')
+                   help='--fast on MuJoCo: EnvPool threads stepping the envs (default: one per core not busy)')
+    p.add_argument('--torch-threads', type=number(int, 1, 1024), default=None,
+                   help='torch intra-op threads (default: $OMP_NUM_THREADS if set, else 1; see train.json thread_plan)')
     p.add_argument('--device', default=None, help='--fast: torch device (cpu, cuda, cuda:N; default: cpu)')
     p.add_argument('--num-envs', type=number(int, 1, MAX_BATCH), default=None,
                    help='--fast: batched envs (default: the env preset)')
@@ -311,7 +313,7 @@ def cmd_train(a):
     rd = _run_dir(a)
     kw = dict(env_id=a.env_id or DEFAULT_ENV_ID, seed=a.seed, timesteps=a.timesteps, preset_name=a.preset,
               resume=a.resume, force=a.force, eval_freq=a.eval_freq, n_eval_episodes=a.eval_episodes, keep=a.keep,
-              progress=True, randomize=a.randomize)
+              progress=True, randomize=a.randomize, torch_threads=a.torch_threads)
     _say(f'training {a.env_id or DEFAULT_ENV_ID} (preset {a.preset}) into {rd}')
     if a.expert:
         from ppo_trt.residual import train_residual
@@ -323,6 +325,12 @@ def cmd_train(a):
          f"kept the policy of step {r['kept_timesteps']:,} ({r['keep']}): return on {r['final_eval_episodes']} "
          f"held-out episodes {r['final_eval_mean']:.1f} ± {r['final_eval_std']:.1f}")
     return r
+
+# %% ../nbs/90_cli.ipynb #831aa53b
+def _threads_line(plan):
+    "The thread plan in a few words, for the training summary."
+    env = f", {plan['env_threads']} env threads" if plan['env_threads'] else ''
+    return f"torch {plan['torch_threads']} thread(s){env}; {plan['busy']} of {plan['cpus']} cores busy at start"
 
 # %% ../nbs/90_cli.ipynb #0b68941b
 def _train_fast(a):
@@ -338,9 +346,10 @@ def _train_fast(a):
     rd = a.run_dir or default_run_dir(env_id)
     _say(f'fast on-device PPO on {env_id} ({st.num_envs} envs on {a.device}) into {rd}')
     r = fast_train(rd, env_id, a.timesteps, a.seed, a.device, st, a.expert, a.residual_scale, a.compile, a.cudagraphs,
-                   randomize=a.randomize, num_threads=a.env_threads, force=a.force, progress=sys.stderr.isatty())
+                   randomize=a.randomize, num_threads=a.env_threads, force=a.force, progress=sys.stderr.isatty(),
+                   torch_threads=a.torch_threads)
     _say(f"{r['timesteps']:,} steps in {r['wall_s']:.1f} s ({r['steps_per_s']:,.0f} steps/s, env + inference + "
-         f"training; envs: {r['env_backend']}); return on {r['final_eval_episodes']} held-out episodes "
+         f"training; envs: {r['env_backend']}; {_threads_line(r['thread_plan'])}); return on {r['final_eval_episodes']} held-out episodes "
          f"{r['final_eval_mean']:.1f} ± {r['final_eval_std']:.1f}"
          + (f"; reached {r['target_return']:g} at step {r['solved_at_timesteps']:,} after {r['solved_at_wall_s']:.1f} s"
             if r['solved'] else ''))

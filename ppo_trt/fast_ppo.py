@@ -11,6 +11,7 @@ import numpy as np
 from .config import (RunDir, RunConfig, BadInputError, PpoTrtError, atomic_path, save_json,
                             sha256_file)
 from .records import locked, remove_derived
+from .runtime import thread_plan
 from .envs import make_env, env_spaces, training_seeds, check_env_id, check_randomize, parse_randomize
 from .train import LOG_FIELDS, ObsNorm, _versions
 from .controllers import run_episode
@@ -340,7 +341,7 @@ def check_fast_randomize(env_id, randomize):
 def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cpu', settings=None, expert=None,
                residual_scale=0.5, compile=False, cudagraphs=False, target_return=None, eval_every=None,
                eval_episodes=None, final_eval_episodes=10, randomize=None, num_threads=None, force=False,
-               progress=True):
+               progress=True, torch_threads=None):
     "Batched PPO into `run_dir`; stops early at evaluated return >= `target_return`. Returns train.json."
     import torch
     # settings and checks
@@ -359,9 +360,12 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
             raise PpoTrtError(f'{run.root} already holds a trained policy; '
                               'pass --force to train again or choose another --run-dir')
         remove_derived(run)  # a new policy: nothing made from the old one may stay
-    # env, agent, optimizer, normalisers, storage
+    # threads, env, agent, optimizer, normalisers, storage
+    plan = thread_plan(s.num_envs, torch_threads, num_threads, threaded_envs=env_id not in BATCHED_ENVS)
     torch.manual_seed(seed)
-    env, env_backend = _train_env(env_id, s, device, seed, ranges, num_threads)
+    env, env_backend = _train_env(env_id, s, device, seed, ranges, plan.env_threads)
+    if not env_backend.startswith('envpool'): plan.env_threads, plan.why['env'] = None, 'no threaded env stepper'
+    threads = plan.apply()
     discrete, seeds = bool(env.discrete_actions), training_seeds(seed)
     ex, res_rec = _expert_settings(expert, env, env_id, residual_scale)
     agent = _make_agent(env, s, ex, residual_scale, device)
@@ -405,7 +409,7 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
                 if target_return is not None and evaluated.mean() >= target_return: solved_at = log[-1]; break
     held_out = eval_returns(agent, norm, env_id, final_eval_episodes, seeds['held_out'], device)
     return _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target_return, device, compile, cudagraphs,
-                     res_rec, residual_scale, held_out, env_backend, ranges, seeds)
+                     res_rec, residual_scale, held_out, env_backend, ranges, seeds, threads)
 
 # %% ../nbs/53_fast_ppo.ipynb #ca06a7db
 def _to_sb3(agent, env_id, s, norm, log_std_init):
@@ -427,7 +431,7 @@ def _to_sb3(agent, env_id, s, norm, log_std_init):
 
 # %% ../nbs/53_fast_ppo.ipynb #2c8144af
 def _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target, dev, compile, cudagraphs, res_rec, scale,
-              held_out, env_backend, ranges, seeds):
+              held_out, env_backend, ranges, seeds, threads):
     import torch
     run.root.mkdir(parents=True, exist_ok=True)
     last = log[-1]
@@ -445,7 +449,7 @@ def _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target, dev, co
                target_return=target, solved=solved_at is not None,
                solved_at_timesteps=solved_at['timesteps'] if solved_at else None,
                solved_at_wall_s=round(solved_at['wall_s'], 2) if solved_at else None,
-               torch_threads=torch.get_num_threads(), hyperparameters=asdict(s),
+               torch_threads=torch.get_num_threads(), thread_plan=threads, hyperparameters=asdict(s),
                policy_kwargs=dict(net_arch=dict(pi=[s.hidden] * 2, vf=[s.hidden] * 2), activation_fn='tanh'),
                residual=res_rec, randomize=ranges, versions=_versions())
     if agent.discrete:

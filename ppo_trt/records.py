@@ -71,6 +71,7 @@ class TrainRecord(_Record):
     not_deployable_reason: str = ''
     policy_sha256: str | None = None     # of policy.zip as written
     obs_norm_sha256: str | None = None   # of obs_norm.json as written
+    thread_plan: dict | None = None      # runtime.ThreadPlan: threads and why (absent in records before it)
 
 # %% ../nbs/02_records.ipynb #00639896
 class BestRecord(_Record):

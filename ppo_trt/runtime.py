@@ -4,13 +4,15 @@
 
 # %% ../nbs/01_runtime.ipynb #7c93c0df
 from __future__ import annotations
-import importlib, importlib.metadata as md, os, platform, shutil, subprocess, sys
+import importlib, importlib.metadata as md, os, platform, shutil, subprocess, sys, time
+from dataclasses import dataclass, asdict
 from pathlib import Path
 from .config import error_line
 
 # %% auto #0
-__all__ = ['PACKAGES', 'FIXES', 'package_version', 'cpu_model', 'cpu_governor', 'cpu_affinity', 'gpu_info', 'ort_status',
-           'trt_status', 'cuda_python_status', 'probe', 'machine_summary', 'doctor_rows', 'print_doctor']
+__all__ = ['PACKAGES', 'FIXES', 'package_version', 'cpu_model', 'cpu_governor', 'cpu_affinity', 'busy_cores', 'ThreadPlan',
+           'thread_plan', 'gpu_info', 'ort_status', 'trt_status', 'cuda_python_status', 'probe', 'machine_summary',
+           'doctor_rows', 'print_doctor']
 
 # %% ../nbs/01_runtime.ipynb #1e0d841c
 def package_version(name):
@@ -38,6 +40,67 @@ def cpu_governor():
 def cpu_affinity():
     "CPUs this process may run on."
     return sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else list(range(os.cpu_count() or 1))
+
+# %% ../nbs/01_runtime.ipynb #ea9edf73
+def _cpu_times(cpus):
+    "(busy, total) jiffies summed over `cpus`, from /proc/stat."
+    busy = total = 0
+    for line in Path('/proc/stat').read_text().splitlines():
+        name, *vals = line.split()
+        if name.startswith('cpu') and name[3:].isdigit() and int(name[3:]) in cpus:
+            v = [int(x) for x in vals[:8]]
+            total += sum(v); busy += sum(v) - v[3] - v[4]  # idle and iowait are not busy
+    return busy, total
+
+def busy_cores(cpus=None, seconds=0.1):
+    "How many of `cpus` (default: this process's) other processes keep busy now; 0 where /proc/stat is missing."
+    cpus = set(cpus or cpu_affinity())
+    try:
+        b0, t0 = _cpu_times(cpus); time.sleep(seconds); b1, t1 = _cpu_times(cpus)
+    except (OSError, ValueError): return 0
+    return min(len(cpus), round(len(cpus) * (b1 - b0) / max(t1 - t0, 1)))
+
+# %% ../nbs/01_runtime.ipynb #257c8718
+@dataclass
+class ThreadPlan:
+    "Threads for torch and the env stepper, and why each number was chosen."
+    cpus: int                    # cores this process may run on
+    busy: int                    # of those, kept busy by other processes when the plan was made
+    torch_threads: int
+    env_threads: int | None      # EnvPool's threads (None: no threaded env stepper)
+    why: dict
+
+    def apply(self):
+        "Set torch's intra- and inter-op threads; return the plan as a dict for train.json."
+        import torch
+        torch.set_num_threads(self.torch_threads)
+        try: torch.set_num_interop_threads(1)
+        except RuntimeError: pass  # torch allows it once, before any inter-op work: already set in this process
+        return asdict(self)
+
+# %% ../nbs/01_runtime.ipynb #7dae54da
+def _env_threads_setting():
+    "(threads, name) from OMP_NUM_THREADS / MKL_NUM_THREADS when the user set one, else (None, None)."
+    for var in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS'):
+        v = os.environ.get(var, '').strip()
+        if v.isdigit() and int(v) > 0: return int(v), f'{var}={v}'
+    return None, None
+
+def thread_plan(num_envs=None, torch_threads=None, env_threads=None, threaded_envs=False, busy=None):
+    "The `ThreadPlan` for a trainer: `torch_threads` / `env_threads` (a flag) or OMP/MKL variables win."
+    cpus = len(cpu_affinity())
+    busy = busy_cores() if busy is None else busy
+    free = max(1, cpus - busy)
+    var_threads, var = _env_threads_setting()
+    if torch_threads: t, why_t = torch_threads, 'given (--torch-threads)'
+    elif var_threads: t, why_t = var_threads, f'given ({var})'
+    else: t, why_t = 1, 'one: the policy and value MLPs gain nothing from more, and idle ones spin'
+    if not threaded_envs: e, why_e = None, 'no threaded env stepper'
+    elif env_threads: e, why_e = env_threads, 'given (--env-threads)'
+    else:
+        e = max(1, min(free, num_envs or free))
+        why_e = f'the {free} of {cpus} cores not busy' + (f', at most one per env ({num_envs})' if num_envs else '')
+    return ThreadPlan(cpus, busy, t, e, dict(torch=why_t, env=why_e))
 
 # %% ../nbs/01_runtime.ipynb #0bd20b14
 def gpu_info():

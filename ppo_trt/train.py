@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from .config import (RunConfig, RunDir, BadInputError, BadArtifactError, PpoTrtError, atomic_path,
                             save_json, check_timesteps, sha256_file, error_line)
-from .runtime import package_version
+from .runtime import package_version, thread_plan
 from .records import read_record, load_artifact, locked, remove_derived
 from .envs import (quiet_gym_warnings, check_env_id, make_env, env_spaces, Randomized, check_randomize,
                           format_randomize, SELECTION_SEED_OFFSET, HELD_OUT_SEED_OFFSET)
@@ -300,9 +300,8 @@ def _held_out_evaluation(model, norm, env_id, seed, wrap_env, episodes):
 @locked('train')
 def train(run_dir, env_id='Hopper-v4', seed=0, timesteps=None, preset_name='seed', resume=False, force=False,
           eval_freq=None, n_eval_episodes=5, final_eval_episodes=10, checkpoint_freq=None, progress=True,
-          torch_threads=1, keep='best', verbose=0, residual=None, wrap_env=None, init_model=None, randomize=None):
+          torch_threads=None, keep='best', verbose=0, residual=None, wrap_env=None, init_model=None, randomize=None):
     "Train PPO in `run_dir` -> train.json; `randomize`: see envs.parse_randomize; `residual`, `wrap_env`: see residual."
-    import torch
     quiet_gym_warnings()
     p = preset(preset_name)
     if keep not in ('best', 'last'): raise BadInputError(f"keep must be 'best' or 'last', got {keep!r}")
@@ -315,7 +314,7 @@ def train(run_dir, env_id='Hopper-v4', seed=0, timesteps=None, preset_name='seed
     if resume: _truncate_timeline(run, ckpt[0] if ckpt else 0)
     RunConfig(env_id=env_id, seed=seed, timesteps=timesteps, preset=preset_name, residual=residual,
               randomize=randomize, versions=_versions()).save(run.root)
-    torch.set_num_threads(torch_threads)
+    threads = thread_plan(torch_threads=torch_threads).apply()  # SB3 steps one env in this thread
     say = (lambda m: print(f'[ppo-trt] {m}', flush=True)) if progress else None
     if say and randomize: say(f'randomizing every training episode: {format_randomize(randomize)}')
     model, venv, eval_env = _model(run, env_id, seed, p, ckpt, wrap_env, init_model, verbose, randomize)
@@ -333,7 +332,8 @@ def train(run_dir, env_id='Hopper-v4', seed=0, timesteps=None, preset_name='seed
                   steps_per_s=round((total_steps - steps0) / max(wall, 1e-9), 1),
                   final_eval_mean=float(mean_r), final_eval_std=float(std_r), final_eval_episodes=final_eval_episodes,
                   selection_eval_seed=seed + SELECTION_SEED_OFFSET, final_eval_seed=seed + HELD_OUT_SEED_OFFSET,
-                  torch_threads=torch_threads, hyperparameters=p['ppo'], policy_kwargs=p['policy_kwargs'],
+                  torch_threads=threads['torch_threads'], thread_plan=threads, hyperparameters=p['ppo'],
+                  policy_kwargs=p['policy_kwargs'],
                   # the env's spaces, not a wrapper's
                   **env_spaces(venv.envs[0].unwrapped), residual=residual, randomize=randomize, versions=_versions(),
                   policy_sha256=sha256_file(run.path('policy')), obs_norm_sha256=sha256_file(run.path('obs_norm')))

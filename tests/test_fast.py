@@ -104,3 +104,26 @@ def test_fast_mujoco_bad_input(tmp_path, args, needle):
     err = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(err) == 1 and needle in err[0], r.stderr[-2000:]
     assert not (tmp_path/'r').exists()
+
+
+@pytest.mark.parametrize('args, env, torch_threads, env_threads, why', [
+    ([], {}, 1, None, 'one: the policy'),
+    (['--env-threads', '1'], {'OMP_NUM_THREADS': '2'}, 2, 1, 'given (OMP_NUM_THREADS=2)'),
+    (['--torch-threads', '3', '--env-threads', '1'], {'OMP_NUM_THREADS': '2'}, 3, 1, 'given (--torch-threads)')])
+def test_thread_plan_applied_and_recorded(tmp_path, args, env, torch_threads, env_threads, why):
+    "The trainer's threads come from the plan (explicit settings win) and train.json says which and why."
+    import os, subprocess, shutil
+    d = tmp_path/'h'
+    r = subprocess.run([shutil.which('ppo-trt'), 'train', '--fast', '--env-id', 'Hopper-v4', '--timesteps', '4096',
+                        '--run-dir', str(d), *args], capture_output=True, text=True,
+                       env={**{k: v for k, v in os.environ.items() if k not in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS')},
+                            'PYTHONWARNINGS': 'ignore', **env})
+    assert r.returncode == 0, r.stderr[-2000:]
+    rec = load_json(d/'train.json')
+    plan = rec['thread_plan']
+    assert (plan['torch_threads'], rec['torch_threads']) == (torch_threads, torch_threads)
+    assert plan['why']['torch'].startswith(why) and 0 <= plan['busy'] <= plan['cpus']
+    if env_threads: assert plan['env_threads'] == env_threads and f'({env_threads} threads)' in rec['env_backend']
+    elif rec['env_backend'].startswith('envpool'):  # the cores not busy when it started, at most one per env
+        assert plan['env_threads'] == max(1, min(16, plan['cpus'] - plan['busy'])), plan
+    assert 'thread(s)' in r.stdout and 'cores busy at start' in r.stdout
