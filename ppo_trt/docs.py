@@ -4,14 +4,15 @@
 
 # %% ../nbs/62_docs.ipynb #82e3d839
 from __future__ import annotations
-import json, os, re, shutil, subprocess, sys, time
+import json, os, re, shutil, stat, subprocess, sys, tempfile, time
+from contextlib import contextmanager
 from importlib.resources import files
 from pathlib import Path
 from .config import PpoTrtError, BadInputError
 
 # %% auto #0
-__all__ = ['STAGES', 'split_directives', 'relink', 'plain_notebook', 'page_name', 'navigation', 'mkdocs_config', 'write_pages',
-           'build_site']
+__all__ = ['STAGES', 'SITE_MARKER', 'MADE_BY', 'split_directives', 'relink', 'plain_notebook', 'page_name', 'navigation',
+           'mkdocs_config', 'write_pages', 'made_by_docs', 'site_destination', 'staging', 'install_site', 'build_site']
 
 # %% ../nbs/62_docs.ipynb #5d699034
 _DIRECTIVE = re.compile(r'^\s*#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$')
@@ -182,38 +183,97 @@ def _require(module, fix):
     try: __import__(module)
     except ImportError: raise PpoTrtError(f'{module} is not installed: {fix}') from None
 
+# %% ../nbs/62_docs.ipynb #4d1e2c5b
+SITE_MARKER, MADE_BY = '.ppo-trt-site.json', 'ppo-trt docs'
+
+def made_by_docs(folder):
+    "Whether `folder` holds a site this command made: its marker is a regular file (not a link) that says so."
+    marker = Path(folder)/SITE_MARKER
+    try:
+        st = marker.lstat()
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 4096: return False
+        return json.loads(marker.read_text(encoding='utf-8')).get('made_by') == MADE_BY
+    except (OSError, ValueError, AttributeError): return False
+
+# %% ../nbs/62_docs.ipynb #72776e50
+def site_destination(out):
+    "The folder the site goes to; one line refusing a link, a file, or a folder with content this command did not make."
+    dest = Path(out).absolute()
+    if dest.is_symlink():
+        raise BadInputError(f'{out} is a symbolic link; give a real folder (ppo-trt docs never writes through a link)')
+    if dest.exists() and not dest.is_dir(): raise BadInputError(f'{out} is a file; choose an empty or new folder')
+    if dest.is_dir() and any(dest.iterdir()) and not made_by_docs(dest):
+        raise BadInputError(f'{out} is not empty and was not made by `ppo-trt docs`; choose an empty or new folder')
+    return dest
+
+# %% ../nbs/62_docs.ipynb #1594fbc0
+def _mark(folder):
+    "Make `folder` a site this command made: write its marker."
+    (Path(folder)/SITE_MARKER).write_text(json.dumps(dict(made_by=MADE_BY)) + '\n', encoding='utf-8')
+
+# %% ../nbs/62_docs.ipynb #8ce3f70c
+@contextmanager
+def staging(dest):
+    "A fresh folder beside `dest` (same filesystem, so the site moves in by a rename), removed with what it holds."
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f'.{dest.name}.building-', dir=dest.parent))
+    try: yield stage
+    finally: shutil.rmtree(stage, ignore_errors=True)
+
+# %% ../nbs/62_docs.ipynb #414cd38b
+def install_site(stage, dest):
+    "Mark the site built in `stage/site` and rename it to `dest`; an old site there is moved into `stage` first."
+    _mark(stage/'site')
+    site_destination(dest)  # the build took a while: still absent, empty or ours
+    if made_by_docs(dest): os.rename(dest, stage/'old')
+    try: os.rename(stage/'site', dest)  # replaces an empty folder, never one that is not
+    except OSError as e:
+        if (stage/'old').is_dir(): os.rename(stage/'old', dest)
+        raise PpoTrtError(f'could not move the site into {dest}: {e.strerror}') from None
+    return dest
+
+# %% ../nbs/62_docs.ipynb #95b0dfe0
+def _mkdocs_site(cfg, stage, report, say):
+    "The site built by mkdocs into `stage/site`; its pages, theme and config in `stage/work`."
+    import yaml
+    for m in ('mkdocs', 'material', 'mkdocs_jupyter'): _require(m, 'pip install "ppo_trt[docs]"')
+    from nbdev.serve import proc_nbs
+    say('[ppo-trt] running nbdev\'s processors (API docs, show_doc executed) ...')
+    os.environ.setdefault('MPLBACKEND', 'Agg')
+    proc, work = proc_nbs(force=True), stage/'work'
+    write_pages(proc, work/'pages', cfg, report)
+    _theme(work)
+    nav = navigation(Path(cfg.nbs_path).glob('*.ipynb')) + ([{'Run report': 'run_report.ipynb'}] if report else [])
+    config = mkdocs_config(cfg.title, cfg.description, nav, work/'pages', stage/'site')
+    (work/'mkdocs.yml').write_text(yaml.safe_dump(config, sort_keys=False))
+    say('[ppo-trt] building the site with mkdocs ...')
+    r = subprocess.run([sys.executable, '-m', 'mkdocs', 'build', '--strict', '-f', str(work/'mkdocs.yml')],
+                       capture_output=True, text=True, env={**os.environ, 'NO_MKDOCS_2_WARNING': '1'})
+    if r.returncode: raise PpoTrtError(f'mkdocs build failed: {r.stderr.strip()[-1500:]}')
+
+# %% ../nbs/62_docs.ipynb #4fc4b1ce
+def _quarto_site(cfg, stage, dest, say):
+    "The site built by nbdev_docs (Quarto) into nbdev's doc_path, checked and marked like `--out`, in `stage/site`."
+    built = site_destination(Path(cfg.config_path)/cfg.doc_path)  # Quarto empties it: only if absent, empty or ours
+    say('[ppo-trt] Quarto found: building with nbdev_docs')
+    subprocess.run(['nbdev_docs'], check=True, cwd=cfg.config_path)
+    _mark(built)
+    if built == dest: os.rename(built, stage/'site')  # --out is the doc_path: install_site moves it back
+    else: shutil.copytree(built, stage/'site')
+
 # %% ../nbs/62_docs.ipynb #7e0699e8
 def build_site(out='_docs', run_dir=None, say=print):
     "Render the docs site into `out` (`run_dir`'s report as a page); Quarto if installed, else mkdocs. Its index.html."
-    import yaml
     cfg, t0 = _project(), time.perf_counter()
-    out = Path(out).resolve()
+    dest = site_destination(out)  # before any work: a folder this command did not make is refused, never emptied
     report = None
     if run_dir is not None:
         from ppo_trt.report import render_report
         render_report(run_dir)
         report = Path(run_dir)/'report.ipynb'
-    if shutil.which('quarto'):
-        say('[ppo-trt] Quarto found: building with nbdev_docs')
-        subprocess.run(['nbdev_docs'], check=True, cwd=cfg.config_path)
-        built = Path(cfg.config_path)/cfg.doc_path
-        if built.resolve() != out: shutil.copytree(built, out, dirs_exist_ok=True)
-        return out/'index.html'
-    for m in ('mkdocs', 'material', 'mkdocs_jupyter'): _require(m, 'pip install "ppo_trt[docs]"')
-    from nbdev.serve import proc_nbs
-    say('[ppo-trt] running nbdev\'s processors (API docs, show_doc executed) ...')
-    os.environ.setdefault('MPLBACKEND', 'Agg')
-    proc = proc_nbs(force=True)
-    work = Path(cfg.config_path)/'_mkdocs'
-    if work.exists(): shutil.rmtree(work)
-    write_pages(proc, work/'pages', cfg, report)
-    _theme(work)
-    nav = navigation(Path(cfg.nbs_path).glob('*.ipynb')) + ([{'Run report': 'run_report.ipynb'}] if report else [])
-    (work/'mkdocs.yml').write_text(yaml.safe_dump(mkdocs_config(cfg.title, cfg.description, nav, work/'pages', out),
-                                                  sort_keys=False))
-    say('[ppo-trt] building the site with mkdocs ...')
-    r = subprocess.run([sys.executable, '-m', 'mkdocs', 'build', '--strict', '-f', str(work/'mkdocs.yml')],
-                       capture_output=True, text=True, env={**os.environ, 'NO_MKDOCS_2_WARNING': '1'})
-    if r.returncode: raise PpoTrtError(f'mkdocs build failed: {r.stderr.strip()[-1500:]}')
-    say(f'[ppo-trt] {len(list(out.rglob("*.html")))} pages in {time.perf_counter() - t0:.0f} s')
-    return out/'index.html'
+    with staging(dest) as stage:
+        if shutil.which('quarto'): _quarto_site(cfg, stage, dest, say)
+        else: _mkdocs_site(cfg, stage, report, say)
+        install_site(stage, dest)
+    say(f'[ppo-trt] {len(list(dest.rglob("*.html")))} pages in {time.perf_counter() - t0:.0f} s')
+    return dest/'index.html'

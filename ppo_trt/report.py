@@ -4,6 +4,7 @@
 
 # %% ../nbs/60_report.ipynb #9c0b461c
 from __future__ import annotations
+import re
 from pathlib import Path
 import numpy as np
 from .config import RunDir, atomic_write_text, sha256_file
@@ -11,20 +12,20 @@ from .records import load_artifact, read_record, locked, require_fresh, REPORT_I
 from .train import read_train_log
 from .bench import records_by, best_kernel_sweep, advise, TIE_RATIO, fmt_us as _us
 from .residual import first_reaching
-from .sweep import load_sweep, sweep_table, plot_sweep, plot_sweep_delay
+from .sweep import load_sweep, sweep_rows, plot_sweep, plot_sweep_delay
 
 # %% auto #0
-__all__ = ['SWEEP_DIR', 'CLAIMS', 'SECTIONS', 'PARAMETER', 'load_records', 'record_note', 'current_bench', 'latency_table',
-           'closed_loop_table', 'advise_table', 'evaluation_table', 'soak_table', 'kernel_table', 'plot_latency_cdf',
-           'plot_batch_sweep', 'plot_delay_curve', 'plot_residual_study', 'residual_study_table', 'env_bench_table',
-           'plot_learning_curve', 'batching_pays_at', 'claim_other_records', 'claim_fastest', 'claim_tail_and_sla',
-           'claim_skipped', 'claim_throughput', 'claim_closed_loop', 'claim_builds', 'claim_soak', 'claim_engines',
-           'claim_export', 'claim_control', 'claim_residual', 'claim_training', 'claim_sweep', 'interpretation',
-           'figure_html', 'show', 'section_header', 'section_claims', 'skipped_list', 'section_latency',
-           'section_throughput', 'section_gpu', 'section_closed_loop', 'section_soak', 'sweep_runs_table',
-           'section_sweep', 'section_control', 'section_residual', 'section_env_bench', 'section_training',
-           'section_export', 'section_machine', 'section_not_measured', 'report_template', 'report_notebook',
-           'render_report']
+__all__ = ['SWEEP_DIR', 'CLAIMS', 'SECTIONS', 'PARAMETER', 'REPORT_TAGS', 'load_records', 'record_note', 'current_bench', 'Md',
+           'esc', 'code', 'bold', 'latency_table', 'closed_loop_table', 'advise_table', 'evaluation_table',
+           'soak_table', 'kernel_table', 'plot_latency_cdf', 'plot_batch_sweep', 'plot_delay_curve',
+           'plot_residual_study', 'residual_study_table', 'env_bench_table', 'plot_learning_curve', 'batching_pays_at',
+           'claim_other_records', 'claim_fastest', 'claim_tail_and_sla', 'claim_skipped', 'claim_throughput',
+           'claim_closed_loop', 'claim_builds', 'claim_soak', 'claim_engines', 'claim_export', 'claim_control',
+           'claim_residual', 'claim_training', 'claim_sweep', 'interpretation', 'figure_html', 'show', 'section_header',
+           'section_claims', 'skipped_list', 'section_latency', 'section_throughput', 'section_gpu',
+           'section_closed_loop', 'section_soak', 'sweep_runs_table', 'section_sweep', 'section_control',
+           'section_residual', 'section_env_bench', 'section_training', 'section_export', 'section_machine',
+           'section_not_measured', 'report_template', 'report_notebook', 'clean_report_html', 'render_report']
 
 # %% ../nbs/60_report.ipynb #9e414009
 SWEEP_DIR = 'sweep'  # a sweep made with `ppo-trt sweep --out RUN_DIR/sweep` is part of the run's report
@@ -60,6 +61,28 @@ def current_bench(bench, policy_sha256):
     "bench.json with only the records of this policy on the latest machine: what the claims are about."
     return {**bench, 'records': [r for r in bench['records'] if not record_note(bench, r, policy_sha256)]}
 
+# %% ../nbs/60_report.ipynb #20839476
+class Md(str):
+    "Markdown this module wrote around escaped text: `esc` leaves it as it is."
+
+# %% ../nbs/60_report.ipynb #7fba0a10
+_LITERAL = str.maketrans({**{c: f'&#{ord(c)};' for c in '&<>"\'`\\*_[]|$~'},
+                          **{c: ' ' for c in '\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029'}})
+
+def esc(value):
+    "Any value as Markdown (and HTML) that shows its text literally: special characters as references, one line."
+    return value if isinstance(value, Md) else Md(str(value).translate(_LITERAL))
+
+# %% ../nbs/60_report.ipynb #269ea78e
+def code(value):
+    "`value` escaped, as inline code: a `<code>` element, since a Markdown code span would show the references raw."
+    return Md(f'<code>{esc(value)}</code>')
+
+# %% ../nbs/60_report.ipynb #380adb58
+def bold(value):
+    "`value` escaped, in bold."
+    return Md(f'**{esc(value)}**')
+
 # %% ../nbs/60_report.ipynb #f3ccf04f
 def _numeric(cell):
     s = str(cell).replace('**', '').strip()
@@ -67,11 +90,12 @@ def _numeric(cell):
 
 # %% ../nbs/60_report.ipynb #3c8f4682
 def _md_table(header, rows):
-    "A markdown table; columns whose every cell is a number are right-aligned."
+    "A markdown table of escaped cells (`Md` cells as built); columns whose every cell is a number are right-aligned."
+    header, rows = [esc(h) for h in header], [[esc(c) for c in r] for r in rows]
     align = ['---:' if rows and all(_numeric(r[i]) or str(r[i]) in ('', '-') for r in rows)
              and any(_numeric(r[i]) for r in rows) else '---' for i in range(len(header))]
     return '\n'.join(['| ' + ' | '.join(header) + ' |', '|' + '|'.join(align) + '|'] +
-                     ['| ' + ' | '.join(str(c) for c in r) + ' |' for r in rows])
+                     ['| ' + ' | '.join(r) + ' |' for r in rows])
 
 # %% ../nbs/60_report.ipynb #66502ecf
 def latency_table(bench, policy_sha256=None):
@@ -81,21 +105,21 @@ def latency_table(bench, policy_sha256=None):
         st, par = r['stats'], r.get('parity_vs_ort_fp32', {}).get('max_abs_err')
         hot = r.get('hot_path', {}).get('stats')
         note = record_note(bench, r, policy_sha256)
-        if note: marks.setdefault(note, '*' * (len(marks) + 1))
-        rows.append([f"`{r['backend']}`" + (marks[note] if note else ''), r['device'], r['provider'], r['precision'],
+        if note: marks.setdefault(note, esc('*' * (len(marks) + 1)))
+        rows.append([Md(code(r['backend']) + (marks[note] if note else '')), r['device'], r['provider'], r['precision'],
                      *(_us(st[k]) for k in ('mean_us', 'p50_us', 'p95_us', 'p99_us', 'p999_us', 'max_us')),
                      _us(hot['p50_us']) if hot else '', _us(hot['p99_us']) if hot else '',
-                     'pass' if r['sla_pass'] else '**FAIL**', '' if par is None else f'{par:.1e}'])
+                     'pass' if r['sla_pass'] else bold('FAIL'), '' if par is None else f'{par:.1e}'])
     table = _md_table(['backend', 'device', 'provider', 'precision', 'mean µs', 'p50 µs', 'p95 µs', 'p99 µs',
                        'p99.9 µs', 'max µs', 'hot path p50 µs', 'hot path p99 µs',
                        f"SLA p99 < {bench['settings']['sla_us']:g} µs", 'max abs err vs ORT FP32'], rows)
-    return table + ''.join(f'\n\n{m} measured {note}, not in this run: kept in bench.json, left out of the claims above'
-                           for note, m in marks.items())
+    return table + ''.join(f'\n\n{m} measured {esc(note)}, not in this run: kept in bench.json, '
+                           'left out of the claims above' for note, m in marks.items())
 
 # %% ../nbs/60_report.ipynb #53e59f21
 def closed_loop_table(bench):
     "Markdown: control-loop rate, jitter and headroom per backend."
-    rows = [[f"`{r['backend']}`", _us(r['inference']['p50_us']), _us(r['inference']['p99_us']),
+    rows = [[code(r['backend']), _us(r['inference']['p50_us']), _us(r['inference']['p99_us']),
              _us(r['loop']['p50_us']), _us(r['loop']['p99_us']), f"{r['loop_rate_hz']:,.0f}", _us(r['jitter_us']),
              f"{r['headroom']:.1f}×"]
             for r in records_by(bench, 'closed-loop')]
@@ -105,8 +129,8 @@ def closed_loop_table(bench):
 # %% ../nbs/60_report.ipynb #7617d2d1
 def advise_table(bench):
     "Markdown: the fastest measured backend per batch size and its lead."
-    rows = [[a['batch'], f"`{a['best']}`", f"{a['throughput_per_s']:.3g}",
-             f"`{a['runner_up']}`" if a['runner_up'] else '',
+    rows = [[a['batch'], code(a['best']), f"{a['throughput_per_s']:.3g}",
+             code(a['runner_up']) if a['runner_up'] else '',
              '' if a['ratio'] is None else f"{a['ratio']:.2f}×" + (' (tie)' if a['tie'] else '')]
             for a in advise(bench)]
     return _md_table(['batch', 'fastest', 'actions/s', 'runner-up', 'lead'], rows)
@@ -132,16 +156,16 @@ def evaluation_table(ev, policy_sha256=None):
                    *(f'{b} Δ return' for b in others), 'violations'], rows)
     if '†' in t: t += '\n\n† evaluated on another policy.onnx: kept in evaluate.json, not comparable with this policy'
     g = _md_table(['backend', 'SLA', 'violations', 'worst return gap', 'gate'],
-                  [[f'`{b}`', x['sla_pass'], x['violations'], f"{x['worst_return_gap']:.2%}",
-                    'pass' if x['passed'] else '**FAIL**' + (f" (not in {', '.join(x['phases_missing'])})"
-                                                             if x.get('phases_missing') else '')]
+                  [[code(b), x['sla_pass'], x['violations'], f"{x['worst_return_gap']:.2%}",
+                    'pass' if x['passed'] else Md(bold('FAIL') + (esc(f" (not in {', '.join(x['phases_missing'])})")
+                                                                if x.get('phases_missing') else ''))]
                    for b, x in ev['gates'].items()])
     return t + '\n\n' + g
 
 # %% ../nbs/60_report.ipynb #d50328d2
 def soak_table(bench):
     "Markdown: per soak window p50/p99/p99.9/max for every soaked backend."
-    rows = [[f"`{r['backend']}`", i + 1, *(_us(w[k]) for k in ('p50_us', 'p99_us', 'p999_us', 'max_us'))]
+    rows = [[code(r['backend']), i + 1, *(_us(w[k]) for k in ('p50_us', 'p99_us', 'p999_us', 'max_us'))]
             for r in records_by(bench, 'soak') for i, w in enumerate(r['windows'])]
     return (_md_table(['backend', 'window', 'p50 µs', 'p99 µs', 'p99.9 µs', 'max µs'], rows) if rows
             else '_No soak in this run (`ppo-trt bench --soak`)._')
@@ -153,7 +177,7 @@ def kernel_table(bench):
     for r in records_by(bench, 'latency'):
         if 'kernel_only' not in r: continue
         k, e, top = r['kernel_only'], r['stats'], best_kernel_sweep(bench, r['backend'])
-        rows.append([f"`{r['backend']}`", r['provider'], _us(e['p50_us']), _us(e['p99_us']), _us(k['p50_us']),
+        rows.append([code(r['backend']), r['provider'], _us(e['p50_us']), _us(e['p99_us']), _us(k['p50_us']),
                      _us(k['p99_us']), f"{top['kernel_throughput_per_s']:.3g} (batch {top['batch']:,})" if top else ''])
     if not rows: return ('_No GPU backend ran on this machine: kernel-only timings need a CUDA GPU '
                          '(see the skipped backends above)._')
@@ -289,7 +313,7 @@ def batching_pays_at(rows, factor=2.0):
     return next((r['batch'] for r in rows[1:] if r['stats']['mean_us'] / r['batch'] * factor <= base), None)
 
 # %% ../nbs/60_report.ipynb #f684cf35
-def _names(xs): return ', '.join(f'`{x}`' for x in xs)
+def _names(xs): return ', '.join(code(x) for x in xs)
 
 # %% ../nbs/60_report.ipynb #d9477229
 def claim_other_records(recs, bench):
@@ -304,15 +328,15 @@ def claim_fastest(recs, bench):
     lat = sorted(records_by(bench, 'latency'), key=lambda r: r['stats']['p50_us'])
     if not lat: return []
     f, fs = lat[0], lat[0]['stats']
-    s = (f"At batch 1, `{f['backend']}` is the fastest backend through the checked call `runner(obs)`: "
+    s = (f"At batch 1, {code(f['backend'])} is the fastest backend through the checked call `runner(obs)`: "
          f"p50 {_us(fs['p50_us'])} µs, p99 {_us(fs['p99_us'])} µs")
     if len(lat) > 1:
         n = lat[1]['stats']
-        s += (f"; that is {_ratio(fs['p50_us'], n['p50_us']):.1f}× faster than the runner-up `{lat[1]['backend']}` "
+        s += (f"; that is {_ratio(fs['p50_us'], n['p50_us']):.1f}× faster than the runner-up {code(lat[1]['backend'])} "
               f"(p50 {_us(n['p50_us'])} µs)")
         if len(lat) > 2:
             s += (f" and {_ratio(fs['p50_us'], lat[-1]['stats']['p50_us']):.0f}× faster than the slowest, "
-                  f"`{lat[-1]['backend']}`")
+                  f"{code(lat[-1]['backend'])}")
     out = [s + '.']
     if 'hot_path' in f:
         h = f['hot_path']['stats']
@@ -328,7 +352,7 @@ def claim_tail_and_sla(recs, bench):
     if not lat: return []
     tail = max(lat, key=lambda r: r['stats']['p99_us'] / r['stats']['p50_us'])
     ts = tail['stats']
-    out = [f"The widest tail is `{tail['backend']}`'s: its p99 is {ts['p99_us'] / ts['p50_us']:.1f}× its p50 "
+    out = [f"The widest tail is {code(tail['backend'])}'s: its p99 is {ts['p99_us'] / ts['p50_us']:.1f}× its p50 "
            f"and its worst call took {_us(ts['max_us'])} µs."]
     sla, fails = bench['settings']['sla_us'], [r['backend'] for r in lat if not r['sla_pass']]
     out.append(f'All {len(lat)} backends that ran meet the SLA (p99 < {sla:g} µs).' if not fails else
@@ -350,7 +374,7 @@ def claim_throughput(recs, bench):
     top = adv[-1]
     name, thr = top['best'], top['throughput_per_s']
     b1 = next((r for r in sweep if r['backend'] == name and r['batch'] == 1), None)
-    who = f"`{name}` (with `{top['runner_up']}` within {TIE_RATIO - 1:.0%})" if top['tie'] else f'`{name}`'
+    who = f"{code(name)} (with {code(top['runner_up'])} within {TIE_RATIO - 1:.0%})" if top['tie'] else code(name)
     out = [f"At batch {top['batch']}, {who} delivers the most actions per second "
            f"({thr:.3g}/s, {1e9 / thr:.0f} ns per action"
            + (f", {thr / b1['throughput_per_s']:.0f}× its batch-1 throughput)." if b1 else ').')]
@@ -359,15 +383,16 @@ def claim_throughput(recs, bench):
     known = {n: b for n, b in pays.items() if b}
     if known:
         out.append('Batching starts to pay (cost per action at least 2× lower than at batch 1) at batch '
-                   + ', '.join(f'{b} for `{n}`' for n, b in known.items()) + '.')
+                   + ', '.join(f'{b} for {code(n)}' for n, b in known.items()) + '.')
     leaders = [(a['batch'], a['best']) for a in adv if not a['tie']]
     changes = [(b0, n0, b1_, n1) for (b0, n0), (b1_, n1) in zip(leaders, leaders[1:]) if n0 != n1]
     if changes:
         out.append('The fastest backend changes with batch size: '
-                   + '; '.join(f'`{n0}` up to batch {b0}, `{n1}` from batch {b1_}' for b0, n0, b1_, n1 in changes)
+                   + '; '.join(f'{code(n0)} up to batch {b0}, {code(n1)} from batch {b1_}'
+                               for b0, n0, b1_, n1 in changes)
                    + '.')
     elif leaders:
-        out.append(f"`{leaders[0][1]}` is the fastest at every batch size with a clear winner "
+        out.append(f"{code(leaders[0][1])} is the fastest at every batch size with a clear winner "
                    f"({', '.join(str(b) for b, _ in leaders)}).")
     ties = [a['batch'] for a in adv if a['tie']]
     if ties:
@@ -382,7 +407,8 @@ def claim_closed_loop(recs, bench):
     if not loops: return []
     l = loops[0]
     share = l['inference']['mean_us'] / l['loop']['mean_us']
-    return [f"In the closed loop (`runner(obs)` + `env.step`), `{l['backend']}` sustains {l['loop_rate_hz']:,.0f} Hz; "
+    return [f"In the closed loop (`runner(obs)` + `env.step`), {code(l['backend'])} sustains "
+            f"{l['loop_rate_hz']:,.0f} Hz; "
             f"inference is {share:.0%} of the loop time, so the simulator, not the policy, "
             f"{'dominates' if share < 0.5 else 'does not dominate'}. "
             f"The environment's control period is {l['control_period_us'] / 1e3:g} ms: the loop's p99 leaves "
@@ -391,7 +417,7 @@ def claim_closed_loop(recs, bench):
 # %% ../nbs/60_report.ipynb #19e60828
 def claim_builds(recs, bench):
     "How long each compiled backend took to get its policy ready, and how."
-    return [f"`{r['backend']}` had its policy ready in {r['info']['compile_s']:.2f} s ({r['info']['build']})."
+    return [f"{code(r['backend'])} had its policy ready in {r['info']['compile_s']:.2f} s ({esc(r['info']['build'])})."
             for r in records_by(bench, 'latency') if 'build' in r['info']]
 
 # %% ../nbs/60_report.ipynb #d47eaa51
@@ -404,14 +430,14 @@ def claim_soak(recs, bench):
     return [f"Over {soaks[0]['calls']:,}-call soaks ({len(soaks[0]['windows'])} windows each), the p50 of "
             + (f'{_names(moved)} moved by 10 % or more between windows' if moved else
                f"every backend stayed within {max(r['p50_drift'] for r in soaks) - 1:.0%} across windows")
-            + f"; the p99 varied most for `{worst['backend']}` "
+            + f"; the p99 varied most for {code(worst['backend'])} "
               f"({worst['p99_drift']:.2f}× between its best and worst window)."]
 
 # %% ../nbs/60_report.ipynb #649db913
 def claim_engines(recs, bench):
     "The TensorRT engines built for this policy."
-    return [f"`{r['engine']}` was built with {r['module']} {r['version']} ({r['precision']}"
-            + (f", FP16 via {r['fp16_method']}, max abs err {r['fp16_parity']['max_abs_err']:.1e} vs FP32"
+    return [f"{code(r['engine'])} was built with {esc(r['module'])} {esc(r['version'])} ({esc(r['precision'])}"
+            + (f", FP16 via {esc(r['fp16_method'])}, max abs err {r['fp16_parity']['max_abs_err']:.1e} vs FP32"
                if r.get('fp16_parity') else '')
             + f") in {r['build_s']:.2f} s, {r['engine_bytes']:,} bytes"
             + (', on a machine without a GPU' if r.get('built_without_gpu') else '')
@@ -435,7 +461,7 @@ def claim_control(recs, bench):
     ref = f"ppo:{ev['reference']}"
     wins = [p['phase'] for p in ev['phases'] if np.mean(p['returns'][ref]) > np.mean(p['returns']['pid'])]
     out = [f"Under {len(ev['phases'])} scenario phases ({ev['episodes']} episodes each), PPO beats the PID baseline in "
-           f"{len(wins)}" + (f" ({', '.join(wins)})" if 0 < len(wins) < len(ev['phases']) else '') + '.']
+           f"{len(wins)}" + (f" ({esc(', '.join(wins))})" if 0 < len(wins) < len(ev['phases']) else '') + '.']
     c = ev.get('delay_curve')
     if c and len(c['ppo']) > 1:
         half = next((ms for ms, r in zip(c['delay_ms'], c['ppo']) if r < 0.5 * c['ppo'][0]), None)
@@ -447,7 +473,7 @@ def claim_control(recs, bench):
                    + f"while the slowest measured backend's p99 inference latency is {worst * 1e3:.3g} µs.")
     passed = [b for b, g in ev['gates'].items() if g['passed']]
     failed = [b for b in ev['gates'] if b not in passed]
-    out.append(f"Gate (SLA met, zero violations, mean return within 1 % of `{ev['reference']}` in every phase): "
+    out.append(f"Gate (SLA met, zero violations, mean return within 1 % of {code(ev['reference'])} in every phase): "
                + (f'passed by {_names(passed)}' if passed else 'no backend passes')
                + (f'; failed by {_names(failed)}.' if failed else '.'))
     return out
@@ -461,19 +487,21 @@ def claim_residual(recs, bench):
         hits = {k: first_reaching(st['curves'][k], e) for k in ('ppo', 'residual')}
         reach = lambda k: (f"reached the expert's return at step {hits[k]:,}" if hits[k] is not None
                            else "never reached the expert's return")
-        out.append(f"On {st['env_id']} ({st['timesteps']:,} steps each, seed {st['seed']}): "
-                   f"the {st['expert_kind']} expert alone returns {e:.1f}; "
+        out.append(f"On {esc(st['env_id'])} ({st['timesteps']:,} steps each, seed {st['seed']}): "
+                   f"the {esc(st['expert_kind'])} expert alone returns {e:.1f}; "
                    f"expert + residual starts at {st['curves']['residual']['mean_return'][0]:.1f}, "
                    f"ends at {f['residual']['mean']:.1f} and {reach('residual')}; "
                    f"pure PPO starts at {st['curves']['ppo']['mean_return'][0]:.1f}, "
                    f"ends at {f['ppo']['mean']:.1f} and {reach('ppo')}.")
     res = ((recs.get('export') or {}).get('metadata') or {}).get('residual')
     if res:
-        out.append(f"This policy is a residual on the {res['expert_kind']} expert (scale {res['residual_scale']:g}): "
+        out.append(f"This policy is a residual on the {esc(res['expert_kind'])} expert "
+                   f"(scale {res['residual_scale']:g}): "
                    + ('the expert is folded into policy.onnx, so every backend runs expert + residual in one graph.'
                       if res['folded']
-                      else f"the expert could not be folded into policy.onnx ({res['fold_reason']}); the benchmarks "
-                           'time the residual network alone and the control loop adds the expert on the host.'))
+                      else f"the expert could not be folded into policy.onnx ({esc(res['fold_reason'])}); "
+                           'the benchmarks time the residual network alone and the control loop adds the expert '
+                           'on the host.'))
     return out
 
 # %% ../nbs/60_report.ipynb #97bed666
@@ -481,7 +509,8 @@ def claim_training(recs, bench):
     "How training went and which policy was kept."
     tr, log = recs.get('train'), recs.get('train_log')
     if not tr: return []
-    s = (f"Training ran {tr['timesteps']:,} timesteps (preset `{tr['preset']}`) at {tr['steps_per_s']:,.0f} steps/s "
+    s = (f"Training ran {tr['timesteps']:,} timesteps (preset {code(tr['preset'])}) "
+         f"at {tr['steps_per_s']:,.0f} steps/s "
          f"and reached a final deterministic return of {tr['final_eval_mean']:.1f} ± {tr['final_eval_std']:.1f} "
          f"over {tr['final_eval_episodes']} episodes"
          + (f" seeded from {tr['final_eval_seed']:,}, episodes no policy was selected on"
@@ -508,15 +537,15 @@ def claim_sweep(recs, bench):
     if not s or 'aggregates' not in s: return []
     st, agg = s['settings'], s['aggregates']
     iqm, n = agg['iqm'], agg['runs_per_variant']
-    trainer = 'fast PPO' if st['fast'] else f"SB3 PPO (preset {st['preset_name']})"
+    trainer = 'fast PPO' if st['fast'] else f"SB3 PPO (preset {esc(st['preset_name'])})"
     steps = next(iter(s['runs'].values()))['timesteps']
     ci = lambda v, k: f"{iqm[v][k]['iqm']:.0f} [{iqm[v][k]['ci'][0]:.0f}, {iqm[v][k]['ci'][1]:.0f}]"
     out = [f"Over {n} seeds per variant ({trainer}, {steps:,} steps each, {st['episodes']} held-out episodes per "
-           f"phase), the nominal IQM return is " + ', '.join(f'{ci(v, "nominal")} ({v})' for v in iqm)
+           f"phase), the nominal IQM return is " + ', '.join(f'{ci(v, "nominal")} ({esc(v)})' for v in iqm)
            + ' (95 % stratified-bootstrap CIs).']
     for phase in (p for p in st['phases'] if p != 'nominal'):
-        out.append(f"Under `{phase}` each variant keeps " + ', '.join(
-            f"{_kept(iqm, v, phase):.0%} of its nominal IQM ({v}: {ci(v, phase)})" for v in iqm) + '.')
+        out.append(f"Under {code(phase)} each variant keeps " + ', '.join(
+            f"{_kept(iqm, v, phase):.0%} of its nominal IQM ({esc(v)}: {ci(v, phase)})" for v in iqm) + '.')
     poi = agg.get('p_randomized_beats_nominal')
     if poi:
         a = poi['all']
@@ -536,14 +565,14 @@ def interpretation(recs):
 
 # %% ../nbs/60_report.ipynb #6d17723f
 def figure_html(fig, alt):
-    "A matplotlib figure as an inline PNG `<img>` with alt text (the figure is closed)."
+    "A matplotlib figure as an inline PNG `<img>` with escaped alt text (the figure is closed)."
     import base64, io
     import matplotlib.pyplot as plt
     from IPython.display import HTML
     buf = io.BytesIO()
     fig.savefig(buf, format='png', dpi=110, bbox_inches='tight')
     plt.close(fig)
-    return HTML(f'<img alt="{alt}" style="max-width:100%" '
+    return HTML(f'<img alt="{esc(alt)}" style="max-width:100%" '
                 f'src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">')
 
 # %% ../nbs/60_report.ipynb #4427dc7e
@@ -561,8 +590,8 @@ def _md(text):
 def section_header(recs):
     "Title line: run folder, env, when and where it was measured."
     b = recs['bench']
-    return [_md(f"# ppo_trt run report\n\nRun folder `{Path(recs['run_dir']).name}` · env `{b['env_id']}` · "
-                f"benchmarked {b.get('created', '?')}  \nMachine: **{b['machine_summary']}**")]
+    return [_md(f"# ppo_trt run report\n\nRun folder {code(Path(recs['run_dir']).name)} · env {code(b['env_id'])} · "
+                f"benchmarked {esc(b.get('created', '?'))}  \nMachine: {bold(b['machine_summary'])}")]
 
 # %% ../nbs/60_report.ipynb #b4056277
 def section_claims(recs):
@@ -571,12 +600,12 @@ def section_claims(recs):
 
 # %% ../nbs/60_report.ipynb #e8f5c4c0
 def skipped_list(bench):
-    "Markdown: the backends that did not run, one line each with the first sentence of the reason."
+    "Markdown: the backends that did not run, one line each with the first sentence of the reason (escaped)."
     rows = [r for r in bench['records'] if not r['ran']]
     if not rows: return ''
     return 'Not measured on this machine:\n\n' + '\n'.join(
-        f"- `{r['backend']}`{' (failed)' if r.get('failed') else ''}: "
-        f"{r['reason'].split('; ')[0].replace('backend ' + r['backend'] + ' cannot run here: ', '')}"
+        f"- {code(r['backend'])}{' (failed)' if r.get('failed') else ''}: "
+        f"{esc(r['reason'].split('; ')[0].replace('backend ' + r['backend'] + ' cannot run here: ', ''))}"
         for r in rows)
 
 # %% ../nbs/60_report.ipynb #5843d4d3
@@ -589,8 +618,8 @@ def section_latency(recs):
                '(the caller guarantees the input: no conversion, no finiteness check, a reused output) was timed in '
                'alternating blocks with it.\n\n'
                + latency_table(b, recs.get('policy_sha256')) + '\n\n' + skipped_list(cur) +
-               f"\n\n{s['warmup']} warmup + {s['iters']} timed calls per backend · timer overhead "
-               f"{ov['p50_ns']:.0f} ns (p50), not subtracted · threads per backend: {s['threads']}")]
+               f"\n\n{esc(s['warmup'])} warmup + {esc(s['iters'])} timed calls per backend · timer overhead "
+               f"{ov['p50_ns']:.0f} ns (p50), not subtracted · threads per backend: {esc(s['threads'])}")]
     if records_by(cur, 'latency'):
         out.append(figure_html(plot_latency_cdf(cur),
                                'Latency CDF per backend, and the tail: fraction of calls slower than x'))
@@ -653,9 +682,10 @@ def section_sweep(recs):
     if not s or 'aggregates' not in s: return []
     st, ray = s['settings'], s.get('ray') or {}
     out = [_md(f"## Robustness over seeds: nominal vs randomized training\n\n`ppo-trt sweep`: {len(st['seeds'])} seeds "
-               f"x {', '.join(st['variants'])}, every run evaluated on the same held-out episodes (seeds from "
-               f"{st['eval_seed']:,}); randomized ranges `{st['randomize']}`; Ray {ray.get('version', '?')}, "
-               f"{ray.get('nodes', '?')} node(s), {ray.get('cpus', '?')} CPUs.\n\n" + sweep_table(s)),
+               f"x {esc(', '.join(st['variants']))}, every run evaluated on the same held-out episodes (seeds from "
+               f"{st['eval_seed']:,}); randomized ranges {code(st['randomize'])}; Ray {esc(ray.get('version', '?'))}, "
+               f"{esc(ray.get('nodes', '?'))} node(s), {esc(ray.get('cpus', '?'))} CPUs.\n\n"
+               + _md_table(*sweep_rows(s))),
            _sweep_figure(s)]
     if s['aggregates'].get('delay_iqm'):
         out.append(figure_html(plot_sweep_delay(s), 'IQM return against injected actuation delay, per variant'))
@@ -694,8 +724,8 @@ def section_env_bench(recs):
     return [_md("## Batched environments\n\nEnv steps/s of the torch-batched envs (env only; + MLP inference; "
                 "+ PPO training) against gymnasium's SyncVectorEnv / AsyncVectorEnv in the same process "
                 "(`ppo-trt env-bench`).\n\n"
-                + '\n\n'.join(f"{eb['cpu']}, GPU: {eb.get('gpu') or 'none'}, "
-                              f"torch threads {eb.get('torch_threads')}\n\n"
+                + '\n\n'.join(f"{esc(eb['cpu'])}, GPU: {esc(eb.get('gpu') or 'none')}, "
+                              f"torch threads {esc(eb.get('torch_threads'))}\n\n"
                               + env_bench_table(eb) for eb in ebs))]
 
 # %% ../nbs/60_report.ipynb #7b701919
@@ -707,7 +737,7 @@ def section_training(recs):
 
 # %% ../nbs/60_report.ipynb #3146f5cb
 def _ops(ops):
-    return ', '.join(f'{k} ×{v}' for k, v in sorted(ops.items(), key=lambda kv: -kv[1]))
+    return ', '.join(f'{esc(k)} ×{esc(v)}' for k, v in sorted(ops.items(), key=lambda kv: -kv[1]))
 
 # %% ../nbs/60_report.ipynb #62cd1b8d
 def section_export(recs):
@@ -715,11 +745,11 @@ def section_export(recs):
     ex = recs.get('export')
     if not ex: return []
     p, t = ex['parity_ort_cpu'], ex['parity_torch']
-    return [_md(f"## Export parity\n\nONNX opset {ex['opset']}; {_ops(ex['ops'])}; {ex['onnx_bytes']:,} bytes.  \n"
+    return [_md(f"## Export parity\n\nONNX opset {esc(ex['opset'])}; {_ops(ex['ops'])}; {ex['onnx_bytes']:,} bytes.  \n"
                 f"ONNX Runtime against the trained agent: max abs err {p['max_abs_err']:.2e}, "
                 f"mean {p['mean_abs_err']:.2e} on {p['n']:,} rollout observations (bound {ex['parity_tol']:g}); "
                 f"the torch module: {t['max_abs_err']:.2e}. Reference "
-                f"normalisation: {ex.get('parity_reference_norm', 'obs_norm.json')}.")]
+                f"normalisation: {esc(ex.get('parity_reference_norm', 'obs_norm.json'))}.")]
 
 # %% ../nbs/60_report.ipynb #7ad9730e
 def section_machine(recs):
@@ -729,7 +759,7 @@ def section_machine(recs):
     rows = [(k, say(m.get(k)))
             for k in ('cpu', 'logical_cpus', 'affinity', 'governor', 'platform', 'python', 'torch_threads')]
     rows += [(p, v) for p, v in m.get('packages', {}).items() if v]
-    return [_md('## Machine\n\n| | |\n|---|---|\n' + '\n'.join(f'| {k} | {v} |' for k, v in rows))]
+    return [_md('## Machine\n\n' + _md_table(['', ''], rows))]
 
 # %% ../nbs/60_report.ipynb #ab3707e9
 def section_not_measured(recs):
@@ -739,7 +769,8 @@ def section_not_measured(recs):
     if not records_by(cur, 'soak'): missing.append('a soak (`ppo-trt bench --soak`)')
     if not recs.get('residual_studies'): missing.append('expert + residual (`ppo-trt residual-study`)')
     if not recs.get('env_benches'): missing.append('batched environments (`ppo-trt env-bench`)')
-    if not recs.get('sweep'): missing.append(f'seeds x variants (`ppo-trt sweep --out {recs["run_dir"]}/{SWEEP_DIR}`)')
+    sweep = f"ppo-trt sweep --out {recs['run_dir']}/{SWEEP_DIR}"
+    if not recs.get('sweep'): missing.append(f'seeds x variants ({code(sweep)})')
     if not any('kernel_only' in r for r in records_by(cur, 'latency')):
         missing.append('GPU kernel-only timings (a CUDA GPU)')
     return [_md('## Not measured in this run\n\n' + '; '.join(missing) + '.')] if missing else []
@@ -769,6 +800,23 @@ def report_notebook(run_dir):
     nb.metadata['ppo_trt'] = dict(inputs={f: sha256_file(root/f) for f in REPORT_INPUTS if (root/f).exists()})
     return nb
 
+# %% ../nbs/60_report.ipynb #fd5ffbb1
+class _ReportCss:
+    "bleach's CSS sanitizer role: the two declarations the report writes (table alignment, figure width), no other."
+    ALLOWED = re.compile(r'(text-align:\s*(left|right|center)|max-width:\s*100%);?')
+    def sanitize_css(self, style): return style if self.ALLOWED.fullmatch(style.strip()) else ''
+
+# %% ../nbs/60_report.ipynb #83854a13
+REPORT_TAGS = {'h1', 'h2', 'h3', 'h4', 'p', 'br', 'hr', 'a', 'code', 'pre', 'strong', 'em', 'ul', 'ol', 'li', 'table',
+               'thead', 'tbody', 'tr', 'th', 'td', 'img', 'div', 'span', 'blockquote', 'sup'}
+
+def clean_report_html(html):
+    "HTML with only the elements, attributes and styles the report writes; the rest removed or escaped as text."
+    import bleach
+    return bleach.clean(str(html), tags=REPORT_TAGS, protocols={'http', 'https', 'data'}, css_sanitizer=_ReportCss(),
+                        attributes={'*': ['class', 'id'], 'a': ['href'], 'img': ['alt', 'src', 'style'],
+                                    'th': ['style'], 'td': ['style']})
+
 # %% ../nbs/60_report.ipynb #32433601
 @locked('report')
 def render_report(run_dir, timeout=600):
@@ -783,6 +831,7 @@ def render_report(run_dir, timeout=600):
     NotebookClient(nb, timeout=timeout, kernel_name='python3', extra_arguments=['--IPKernelApp.log_level=ERROR'],
                    resources={'metadata': {'path': str(run.root)}}).execute()
     atomic_write_text(run.root/'report.ipynb', nbformat.writes(nb))
-    html, _ = (HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
+    html, _ = (HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True,
+                            sanitize_html=True, filters={'clean_html': clean_report_html})
                .from_notebook_node(nb, resources={'metadata': {'name': f"ppo_trt report: {run.root.name}"}}))
     return atomic_write_text(run.path('report'), html)

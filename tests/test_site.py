@@ -1,12 +1,14 @@
 """The documentation site in a real browser: `ppo-trt docs` builds it, headless Chromium (Debian's `chromium`, driven by
 playwright, no browser download) loads every page from file:// and from a local server with every other request
 aborted, and checks: no console errors, every image decoded, every internal link and anchor resolves, search answers,
-the results page shows the latency table, and no file points at the network."""
+the results page shows the latency table, a run's report page shows its records' text as text, and no file points at
+the network."""
 import functools, http.server, os, re, shutil, subprocess, sys, threading
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 import pytest
+from test_hostile_html import hostile_run, reader_sees, table_widths, RAW, SHOWN, READ, HOSTILE_NAME
 
 CHROMIUM = os.environ.get('CHROMIUM') or shutil.which('chromium') or shutil.which('chromium-browser')
 ROOT = Path(__file__).parents[1]
@@ -19,10 +21,12 @@ SEARCHES = [('check_obs', 'check_obs'), ('lineage', 'records')]
 
 @pytest.fixture(scope='session')
 def site(tmp_path_factory):
-    "The site, built once by the console script."
+    "The site, built once by the console script, with the report of a run whose records hold markup as a page."
     out = tmp_path_factory.mktemp('site')
     exe = shutil.which('ppo-trt') or str(Path(sys.executable).with_name('ppo-trt'))
-    r = subprocess.run([exe, 'docs', '--out', str(out)], capture_output=True, text=True, cwd=ROOT)
+    run = hostile_run(tmp_path_factory.mktemp('hostile'))
+    r = subprocess.run([exe, 'docs', '--out', str(out), '--run-dir', str(run)], capture_output=True, text=True,
+                       cwd=ROOT)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     return out
 
@@ -149,3 +153,17 @@ def test_no_file_points_at_the_network(site):
             hits += [f'{f.name}: {s[max(0, m.start() - 40):m.end() + 40]}' for m in re.finditer(pat, s, flags=re.I)
                      if not any(a in s[m.start() - 10:m.end() + 40] for a in _ALLOWED)]
     assert not hits, '\n'.join(hits[:20])
+
+
+def test_run_report_page_shows_record_text_as_text(site, browser):
+    html = (site/'run_report.html').read_text(encoding='utf-8')
+    assert not [x for x in RAW if x in html] and html.count(SHOWN) >= 10
+    assert all(len(w) == 1 for w in table_widths(html)), table_widths(html)
+    seen = reader_sees(browser, (site/'run_report.html').as_uri())
+    assert seen['dialogs'] == [] and seen['images'] == 0 and set(seen['widths']) == {1}, seen['dialogs']
+    assert HOSTILE_NAME in seen['text'] and READ in seen['text'], seen['text'][:2000]
+
+
+def test_site_is_marked_and_nothing_is_left_beside_it(site):
+    from ppo_trt.docs import made_by_docs
+    assert made_by_docs(site) and not [p.name for p in site.parent.iterdir() if p.name.startswith(f'.{site.name}.')]
