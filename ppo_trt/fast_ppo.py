@@ -473,19 +473,20 @@ def _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target, dev, co
 def sb3_vs_fast(env_id='Hopper-v4', sb3_timesteps=20_480, fast_timesteps=204_800, randomize=None, num_threads=None,
                 progress=True):
     "Training steps/s of SB3's PPO (`train.train`) and of `fast_train` on `env_id`, one after the other in one process."
-    import tempfile, torch
+    import tempfile
     from ppo_trt.train import train
     rows = []
     with tempfile.TemporaryDirectory() as d:
         if progress: print(f'[ppo-trt] SB3 PPO, {sb3_timesteps:,} steps of {env_id} ...', flush=True)
         rec = train(Path(d)/'sb3', env_id, timesteps=sb3_timesteps, eval_freq=sb3_timesteps, n_eval_episodes=1,
                     final_eval_episodes=1, progress=False)
-        rows.append(dict(trainer='SB3 PPO', envs='gymnasium, 1 env', torch_threads=1, timesteps=rec['timesteps'],
+        rows.append(dict(trainer='SB3 PPO', envs='gymnasium, 1 env', torch_threads=rec['torch_threads'],
+                         timesteps=rec['timesteps'],
                          wall_s=rec['wall_s'], steps_per_s=rec['steps_per_s']))
         if progress: print(f'[ppo-trt] fast PPO, {fast_timesteps:,} steps of {env_id} ...', flush=True)
         rec = fast_train(Path(d)/'fast', env_id, fast_timesteps, randomize=randomize, num_threads=num_threads,
                          eval_every=10 ** 9, eval_episodes=1, final_eval_episodes=1, progress=False)
-        rows.append(dict(trainer='fast PPO', envs=rec['env_backend'], torch_threads=torch.get_num_threads(),
+        rows.append(dict(trainer='fast PPO', envs=rec['env_backend'], torch_threads=rec['torch_threads'],
                          timesteps=rec['timesteps'], wall_s=rec['wall_s'], steps_per_s=rec['steps_per_s']))
     for r in rows: r['vs_sb3'] = r['steps_per_s'] / rows[0]['steps_per_s']
     return rows

@@ -15,10 +15,10 @@ from .runtime import probe, machine_summary, package_version
 # %% auto #0
 __all__ = ['SCHEMAS', 'LOCK_NAME', 'HOLDER_NAME', 'REPORT_INPUTS', 'STAGE_PARENTS', 'DERIVED', 'ConfigRecord', 'ObsNormRecord',
            'TrainRecord', 'BestRecord', 'Parity', 'ExportRecord', 'EngineRecord', 'Stats', 'BenchRecord', 'Session',
-           'BenchSettingsRecord', 'TimerOverhead', 'BenchFile', 'PhaseRecord', 'EvaluateFile', 'ResidualStudyRecord',
-           'EnvBenchRecord', 'read_record', 'load_artifact', 'machine_id', 'session', 'session_id', 'RunFolderBusy',
-           'remove_partial', 'run_lock', 'locked', 'lineage_problems', 'require_fresh', 'derived_paths',
-           'remove_derived']
+           'BenchSettingsRecord', 'TimerOverhead', 'BenchFile', 'PhaseRecord', 'Gate', 'EvaluateFile',
+           'ResidualStudyRecord', 'EnvBenchRow', 'EnvBenchRecord', 'read_record', 'load_artifact', 'machine_id',
+           'session', 'session_id', 'RunFolderBusy', 'remove_partial', 'run_lock', 'locked', 'lineage_problems',
+           'require_fresh', 'derived_paths', 'remove_derived']
 
 # %% ../nbs/02_records.ipynb #53e13962
 class _Record(msgspec.Struct, kw_only=True):
@@ -112,6 +112,8 @@ class EngineRecord(_Record):
     precision: str
     engine_sha256: str
     onnx_sha256: str
+    build_s: float
+    engine_bytes: int
 
 # %% ../nbs/02_records.ipynb #cd387818
 class Stats(msgspec.Struct):
@@ -147,6 +149,7 @@ class BenchSettingsRecord(msgspec.Struct):
     warmup: int
     iters: int
     sla_us: float
+    threads: int
     batches: list[int] = []
 
 class TimerOverhead(msgspec.Struct):
@@ -162,6 +165,7 @@ class BenchFile(_Record):
     settings: BenchSettingsRecord
     timer_overhead: TimerOverhead
     machine_summary: str
+    machine: dict
     sessions: dict[str, Session] = {}
 
 # %% ../nbs/02_records.ipynb #abc6102b
@@ -175,6 +179,14 @@ class PhaseRecord(msgspec.Struct, kw_only=True):
     sessions: dict[str, str] = {}
 
 # %% ../nbs/02_records.ipynb #0e8eecc1
+class Gate(msgspec.Struct):
+    "A backend's pass/fail in evaluate.json, as the report shows it."
+    sla_pass: bool
+    violations: int
+    worst_return_gap: float
+    passed: bool
+    phases_missing: list[str] = []
+
 class EvaluateFile(_Record):
     "evaluate.json: returns per (phase, policy), merged across evaluate runs."
     env_id: str
@@ -184,20 +196,33 @@ class EvaluateFile(_Record):
     reference: str
     backends: list[str]
     phases: list[PhaseRecord]
+    gates: dict[str, Gate]
     sessions: dict[str, Session] = {}
 
 # %% ../nbs/02_records.ipynb #bb14fc4f
 class ResidualStudyRecord(_Record):
     "residual_study_<env>.json."
     env_id: str
+    timesteps: int
+    seed: int
+    expert_kind: str
     expert_return: dict
     curves: dict
     final: dict
 
 # %% ../nbs/02_records.ipynb #f54bcf95
+class EnvBenchRow(msgspec.Struct):
+    "One (implementation, num_envs, level) point of an env-bench."
+    env_id: str
+    num_envs: int
+    device: str
+    level: str
+    impl: str
+    steps_per_s: float
+
 class EnvBenchRecord(_Record):
     "env_bench_<env>.json."
-    rows: list[dict]
+    rows: list[EnvBenchRow]
     cpu: str
 
 SCHEMAS = {  # artifact name (config.ARTIFACTS, or a file name) -> (schema, current version)
