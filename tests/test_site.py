@@ -68,7 +68,7 @@ class Watched:
         self.page.on('response', lambda r: r.status >= 400 and self.errors.append(f'HTTP {r.status}: {r.url}'))
 
 
-@pytest.fixture(params=['file', 'http'])
+@pytest.fixture(params=['file', pytest.param('http', marks=pytest.mark.slow)])  # file:// in the quick run
 def base(request, site, server): return site.as_uri() if request.param == 'file' else server
 
 

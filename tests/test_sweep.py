@@ -87,3 +87,14 @@ def test_sweep_bad_input(tmp_path, args, needle):
     err = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(err) == 1 and needle in err[0], r.stderr[-2000:]
     assert time.perf_counter() - t0 < 30 and not (tmp_path/'s'/'sweep.json').exists()
+
+
+def test_busy_sweep_folder_names_no_flag_it_lacks(tmp_path):
+    "A sweep folder in use by another writer: one line, and no advice to drop a --no-wait that sweep does not take."
+    from ppo_trt.records import run_lock
+    out = tmp_path/'s'
+    with run_lock(out, 'ppo-trt sweep'):
+        r = ppo_trt('sweep', '--out', out, '--seeds', 1, '--variants', 'nominal')
+    err = r.stderr.strip()
+    assert r.returncode == 2 and len(err.splitlines()) == 1 and 'is in use by `ppo-trt sweep`' in err, err
+    assert '--no-wait' not in err and 'run again' in err
