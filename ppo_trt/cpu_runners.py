@@ -11,7 +11,7 @@ from .runtime import package_version
 from .train import ObsNorm, load_policy
 from .export import load_onnx
 from .residual import deployable_module
-from .runner import Runner, BackendUnavailable, check_obs, hot_path_shape, _source
+from .runner import Runner, BackendUnavailable, check_obs, hot_path_dtype, hot_path_shape, _source
 
 # %% auto #0
 __all__ = ['SB3Runner', 'TorchRunner', 'ort_session', 'OrtRunner', 'OrtIoBindRunner', 'NativeRunner', 'NativeCRunner',
@@ -76,7 +76,7 @@ def ort_session(onnx_path, providers, threads=1, options=None):
 
 # %% ../nbs/31_cpu_runners.ipynb #2b92ee1e
 class OrtRunner(Runner):
-    "ONNX Runtime, CPU execution provider, plain `run` (ORT checks dtype and shape; sessions are thread-safe)."
+    "ONNX Runtime, CPU execution provider, plain `run` (ORT checks the shape; sessions are thread-safe)."
     name, provider, concurrent_run = 'ort', 'CPUExecutionProvider', True
     def __init__(self, src, threads=1):
         src = _source(src)
@@ -85,7 +85,9 @@ class OrtRunner(Runner):
         super().__init__(meta['obs_dim'], meta['act_dim'], provider=self.sess.get_providers()[0],
                          intra_op_threads=threads, inter_op_threads=1, env_id=meta['env_id'],
                          versions={'onnxruntime': package_version('onnxruntime')})
-    def run(self, obs): return self.sess.run(['action'], {'obs': obs})[0]
+    def run(self, obs):
+        hot_path_dtype(obs)  # ORT reads the bytes as they are: a big-endian array would be misread, not refused
+        return self.sess.run(['action'], {'obs': obs})[0]
 
 # %% ../nbs/31_cpu_runners.ipynb #392fd735
 class OrtIoBindRunner(OrtRunner):
@@ -160,7 +162,8 @@ class NativeCRunner(Runner):
     def __init__(self, src, threads=1):
         from ppo_trt.native_c import compile_c_policy
         from ppo_trt.native import NativeUnsupportedError
-        try: pol = compile_c_policy(_source(src).onnx(), check_obs)
+        onnx_path = _source(src).onnx()  # an unsound policy is refused as such, not as a backend missing here
+        try: pol = compile_c_policy(onnx_path, check_obs)
         except (NativeUnsupportedError, PpoTrtError) as e: raise BackendUnavailable(str(e)) from None
         self._fwd, self._call, self._outs = pol.forward, pol.call, {}
         super().__init__(pol.obs_dim, pol.act_dim, provider='C extension (gcc -O3 -march=native)',

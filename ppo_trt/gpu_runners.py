@@ -9,7 +9,7 @@ from .config import RunDir, BadInputError, sha256_file, user_cache
 from .records import load_artifact
 from .runtime import package_version, FIXES
 from .residual import deployable_module
-from .runner import Runner, BackendUnavailable, hot_path_shape, module_available, _source
+from .runner import Runner, BackendUnavailable, hot_path_dtype, hot_path_shape, module_available, _source
 from .cpu_runners import ort_session, _trained
 
 # %% auto #0
@@ -193,8 +193,8 @@ class OrtCudaRunner(Runner):
         return s
     def run(self, obs):
         hot_path_shape(obs, self.obs_dim)
-        if obs.dtype != np.float32 or not obs.flags.c_contiguous:  # update_inplace copies raw bytes to the device
-            raise ValueError(f'obs must be a C-contiguous float32 array, got {obs.dtype}')
+        hot_path_dtype(obs)  # update_inplace copies raw bytes to the device
+        if not obs.flags.c_contiguous: raise ValueError('obs must be a C-contiguous array')
         bind, xin, xout = self._slots.get(obs.shape[0]) or self._slot(obs.shape[0])
         xin.update_inplace(obs)
         self.sess.run_with_iobinding(bind)

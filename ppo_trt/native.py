@@ -27,10 +27,10 @@ def _horner(coefs, var):
 
 # %% ../nbs/23_native.ipynb #86de9b06
 def tanh_source(name='fast_tanh'):
-    "Source of a numba float32 tanh (rational approximation, clamped input)."
+    "Source of a numba float32 tanh (rational approximation, clamped input; NaN stays NaN)."
     return (f"@njit(inline='always')\ndef {name}(x):\n"
-            f"    x = x if x > np.float32({-TANH_CLAMP!r}) else np.float32({-TANH_CLAMP!r})\n"
-            f"    x = x if x < np.float32({TANH_CLAMP!r}) else np.float32({TANH_CLAMP!r})\n"
+            f"    x = np.float32({-TANH_CLAMP!r}) if x < np.float32({-TANH_CLAMP!r}) else x\n"
+            f"    x = np.float32({TANH_CLAMP!r}) if x > np.float32({TANH_CLAMP!r}) else x\n"
             f"    x2 = x * x\n    return x * {_horner(TANH_P, 'x2')} / {_horner(TANH_Q, 'x2')}\n")
 
 # %% ../nbs/23_native.ipynb #d5c4c6d4
@@ -129,22 +129,29 @@ def _stages(steps):
         else: stages[-1][1].append(s)
     return [st for st in stages if st[0] is not None or st[1]]
 
+# %% ../nbs/23_native.ipynb #9c8d60bd
+def _f32(x):
+    "numba source of the float32 constant `x`, infinities and NaN included."
+    x = float(x)
+    if np.isfinite(x): return f'np.float32({x!r})'
+    return 'np.float32(np.nan)' if np.isnan(x) else f"np.float32({'' if x > 0 else '-'}np.inf)"
+
 # %% ../nbs/23_native.ipynb #0594f029
 def _ew_expr(e, idx, names):
-    "Python statement updating `v` for elementwise op `e` at index `idx` (selects, not min/max, so loops vectorise)."
+    "Python statement updating `v` for elementwise op `e` at `idx`: selects (so loops vectorise) that let NaN through."
     def c(arr, key):
-        if arr.ndim == 0: return f'np.float32({float(arr)!r})'
+        if arr.ndim == 0: return _f32(arr)
         return f'{names(arr, key)}[{idx}]'
     k = e.kind
     if k in ('sub', 'div', 'mul', 'add'): return f"v = v {dict(sub='-', div='/', mul='*', add='+')[k]} {c(e.c, k)}"
-    if k == 'min': return f"v = v if v < {c(e.c, k)} else {c(e.c, k)}"
-    if k == 'max': return f"v = v if v > {c(e.c, k)} else {c(e.c, k)}"
-    if k == 'clip': return (f"v = v if v > {c(e.c, 'lo')} else {c(e.c, 'lo')}; "
-                            f"v = v if v < {c(e.c2, 'hi')} else {c(e.c2, 'hi')}")
+    if k == 'min': return f"v = {c(e.c, k)} if v > {c(e.c, k)} else v"
+    if k == 'max': return f"v = {c(e.c, k)} if v < {c(e.c, k)} else v"
+    if k == 'clip': return (f"v = {c(e.c, 'lo')} if v < {c(e.c, 'lo')} else v; "
+                            f"v = {c(e.c2, 'hi')} if v > {c(e.c2, 'hi')} else v")
     if k == 'tanh': return 'v = fast_tanh(v)'
-    if k == 'relu': return 'v = v if v > np.float32(0.0) else np.float32(0.0)'
+    if k == 'relu': return 'v = np.float32(0.0) if v < np.float32(0.0) else v'
     if k == 'sigmoid': return 'v = np.float32(1.0) / (np.float32(1.0) + np.exp(-v))'
-    if k == 'elu': return f'v = v if v > np.float32(0.0) else np.float32({e.alpha!r}) * (np.exp(v) - np.float32(1.0))'
+    if k == 'elu': return f'v = v if v > np.float32(0.0) else {_f32(e.alpha)} * (np.exp(v) - np.float32(1.0))'
     raise NativeUnsupportedError(f'elementwise op {k!r}')
 
 # %% ../nbs/23_native.ipynb #3e53138f

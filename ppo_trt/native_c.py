@@ -4,18 +4,18 @@
 
 # %% ../nbs/24_native_c.ipynb #828ebe2d
 from __future__ import annotations
-import hashlib, importlib.machinery, importlib.util, json, os, shutil, subprocess, sys, sysconfig, tempfile, \
-    threading, time
+import contextlib, hashlib, importlib.machinery, importlib.util, json, os, shutil, subprocess, sys, sysconfig, \
+    tempfile, threading, time
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
-from .config import atomic_path, atomic_write_text, save_json, user_cache
+from .config import atomic_path, atomic_write_text, error_line, save_json, user_cache
 from .runtime import cpu_model
 from .native import (NativeUnsupportedError, parse_chain, _stages, TANH_CLAMP, TANH_P, TANH_Q)
 
 
 # %% auto #0
-__all__ = ['CFLAGS', 'ROWS', 'c_toolchain', 'generate_c', 'CPolicy', 'compile_c_policy']
+__all__ = ['CFLAGS', 'ROWS', 'STACK_SCRATCH_MAX', 'c_toolchain', 'generate_c', 'CPolicy', 'compile_c_policy']
 
 # %% ../nbs/24_native_c.ipynb #cac7d082
 CFLAGS = ('-O3', '-march=native', '-fno-math-errno', '-fno-trapping-math', '-ffp-contract=fast', '-fPIC', '-shared',
@@ -32,9 +32,15 @@ def c_toolchain():
     return (cc, [inc, np.get_include()]), ''
 
 # %% ../nbs/24_native_c.ipynb #15fb6725
+def _cf(x):
+    "C source of the float constant `x`: `INFINITY` and `NAN` spelled out, never one written as the other."
+    x = float(x)
+    if np.isfinite(x): return f'{x!r}f'
+    return 'NAN' if np.isnan(x) else ('INFINITY' if x > 0 else '-INFINITY')
+
+# %% ../nbs/24_native_c.ipynb #de223566
 def _carr(name, a):
-    vals = ', '.join(f'{float(v)!r}f' if np.isfinite(v) else ('INFINITY' if v > 0 else '-INFINITY')
-                     for v in np.asarray(a, np.float32).reshape(-1))
+    vals = ', '.join(_cf(v) for v in np.asarray(a, np.float32).reshape(-1))
     return f'static const float {name}[{max(1, np.asarray(a).size)}] __attribute__((aligned(64))) = {{{vals}}};'
 
 # %% ../nbs/24_native_c.ipynb #7531baa7
@@ -45,22 +51,22 @@ def _cpoly(coefs, var):
 
 # %% ../nbs/24_native_c.ipynb #3c70648a
 def _c_ew(e, idx, const):
-    "C statement updating float `v` for elementwise op `e` at index `idx`."
+    "C statement updating float `v` for elementwise op `e` at index `idx`; every clamp lets a NaN through."
     def c(arr):
-        if arr.ndim == 0: return f'{float(arr)!r}f' if np.isfinite(arr) else ('INFINITY' if arr > 0 else '-INFINITY')
+        if arr.ndim == 0: return _cf(arr)
         return f'{const(arr)}[{idx}]'
     k = e.kind
     a = c(e.c) if e.c is not None else None
     if k in ('sub', 'div', 'mul', 'add'): return f"v = v {dict(sub='-', div='/', mul='*', add='+')[k]} {a};"
-    if k == 'min': return f'v = v < {a} ? v : {a};'
-    if k == 'max': return f'v = v > {a} ? v : {a};'
+    if k == 'min': return f'v = v > {a} ? {a} : v;'
+    if k == 'max': return f'v = v < {a} ? {a} : v;'
     if k == 'clip':
         hi = c(e.c2)
-        return f'v = v > {a} ? v : {a}; v = v < {hi} ? v : {hi};'
+        return f'v = v < {a} ? {a} : v; v = v > {hi} ? {hi} : v;'
     if k == 'tanh': return 'v = fast_tanh(v);'
-    if k == 'relu': return 'v = v > 0.0f ? v : 0.0f;'
+    if k == 'relu': return 'v = v < 0.0f ? 0.0f : v;'
     if k == 'sigmoid': return 'v = 1.0f / (1.0f + expf(-v));'
-    if k == 'elu': return f'v = v > 0.0f ? v : {e.alpha!r}f * (expf(v) - 1.0f);'
+    if k == 'elu': return f'v = v > 0.0f ? v : {_cf(e.alpha)} * (expf(v) - 1.0f);'
     raise NativeUnsupportedError(f'elementwise op {k!r}')
 
 # %% ../nbs/24_native_c.ipynb #0a998227
@@ -127,9 +133,45 @@ def _rows_body(stages, dims, const_of):
             src = dst
     return body
 
+# %% ../nbs/24_native_c.ipynb #2d6acb20
+STACK_SCRATCH_MAX = 64 << 10  # bytes of scratch a call may keep on the stack; a wider policy's is on the heap
+
+def _scratch_width(stages, dims):
+    "The widest row a stage writes for a later one to read (the input width if elementwise ops come first)."
+    width, widths = dims[0], [1]
+    for dense, _ in stages[:-1]:
+        if dense is not None: width = dense.W.shape[1]
+        widths.append(width)
+    return max(widths)
+
+# %% ../nbs/24_native_c.ipynb #2a788dfd
+def _scratch(width, obs, act):
+    "C of the kernels' scratch (declarations, or arguments when on the heap) and of `forward_n`/`forward_one`."
+    loops = lambda tile, row: ['    npy_intp r = 0;',
+                               f'    for (; r + {ROWS} <= n; r += {ROWS}) '
+                               f'forward_rows(x + r * {obs}, y + r * {act}{tile});',
+                               f'    for (; r < n; r++) forward_row(x + r * {obs}, y + r * {act}{row});']
+    n_fn = 'static int forward_n(const float *x, float *y, npy_intp n) {  /* 0, or -1: out of memory */'
+    if 2 * ROWS * width * 4 <= STACK_SCRATCH_MAX:
+        arr = lambda name, dims: f'{name}{dims} __attribute__((aligned(64)))'
+        return dict(row_args='', row_decl=[f"    float {arr('s0', f'[{width}]')}, {arr('s1', f'[{width}]')};"],
+                    rows_args='',
+                    rows_decl=[f"    float {arr('t0', f'[{ROWS}][{width}]')}, {arr('t1', f'[{ROWS}][{width}]')};"],
+                    driver=[n_fn, *loops('', ''), '    return 0;', '}', '',
+                            'static inline int forward_one(const float *x, float *y) { forward_row(x, y); return 0; }'])
+    heap = lambda floats: f'float *s = aligned_alloc(64, {-(-floats * 4 // 64) * 64}); if (!s) return -1;'
+    tile = f'(float (*)[{width}])'
+    return dict(row_args=', float *restrict s0, float *restrict s1', row_decl=[],
+                rows_args=f', float (*restrict t0)[{width}], float (*restrict t1)[{width}]', rows_decl=[],
+                driver=[n_fn, f'    {heap(2 * ROWS * width)}',
+                        f'    float (*t0)[{width}] = {tile}s, (*t1)[{width}] = {tile}(s + {ROWS * width});',
+                        *loops(', t0, t1', f', s, s + {width}'), '    free(s); return 0;', '}', '',
+                        'static int forward_one(const float *x, float *y) {', f'    {heap(2 * width)}',
+                        f'    forward_row(x, y, s, s + {width}); free(s); return 0;', '}'])
+
 # %% ../nbs/24_native_c.ipynb #9e98356f
 def _kernels(steps, dims):
-    "The generated part of the C source: weights as constants, the tanh, the one-row and ROWS-row kernels, forward_n."
+    "The generated part of the C source: weights as constants, the tanh, the row and ROWS-row kernels, their drivers."
     consts, named = [], {}
     def const(arr):
         consts.append(_carr(f'K{len(consts)}', arr)); return f'K{len(consts) - 1}'
@@ -138,7 +180,6 @@ def _kernels(steps, dims):
         if key not in named: named[key] = const(arr)
         return named[key]
     stages = _stages(steps)
-    wmax = max([dims[0]] + [d.W.shape[1] for d, _ in stages if d is not None])
     body, src, width = [], 'x', dims[0]
     for si, (dense, ews) in enumerate(stages):
         dst = 'y' if si == len(stages) - 1 else f's{si % 2}'
@@ -150,23 +191,19 @@ def _kernels(steps, dims):
         if ews: body += _indent(_ew_lines(at(dst), at(src), ews, width, const_of))
         src = dst
     rows = _rows_body(stages, dims, const_of)
-    obs, act = dims
-    aligned = lambda decl: f'{decl} __attribute__((aligned(64)))'
+    s = _scratch(_scratch_width(stages, dims), *dims)
+    clamp = f'{TANH_CLAMP!r}f'
     return '\n'.join([
         *consts, '',
-        'static inline float fast_tanh(float x) {',
-        f'    x = x > {-TANH_CLAMP!r}f ? x : {-TANH_CLAMP!r}f; x = x < {TANH_CLAMP!r}f ? x : {TANH_CLAMP!r}f;',
+        'static inline float fast_tanh(float x) {  /* a NaN fails both tests and stays NaN */',
+        f'    x = x < -{clamp} ? -{clamp} : x; x = x > {clamp} ? {clamp} : x;',
         f'    const float x2 = x * x; return x * {_cpoly(TANH_P, "x2")} / {_cpoly(TANH_Q, "x2")};', '}', '',
-        'static void forward_row(const float *restrict x, float *restrict y) {',
-        f"    float {aligned(f's0[{wmax}]')}, {aligned(f's1[{wmax}]')};", '    (void)s0; (void)s1;',
+        f"static void forward_row(const float *restrict x, float *restrict y{s['row_args']}) {{",
+        *s['row_decl'], '    (void)s0; (void)s1;',
         *body, '}', '',
-        f'static void forward_rows(const float *restrict x, float *restrict y) {{  /* {ROWS} rows */',
-        f"    float {aligned(f't0[{ROWS}][{wmax}]')}, {aligned(f't1[{ROWS}][{wmax}]')};", '    (void)t0; (void)t1;',
-        *rows, '}', '',
-        'static void forward_n(const float *x, float *y, npy_intp n) {',
-        '    npy_intp r = 0;',
-        f'    for (; r + {ROWS} <= n; r += {ROWS}) forward_rows(x + r * {obs}, y + r * {act});',
-        f'    for (; r < n; r++) forward_row(x + r * {obs}, y + r * {act});', '}', ''])
+        f"static void forward_rows(const float *restrict x, float *restrict y{s['rows_args']}) {{  /* {ROWS} rows */",
+        *s['rows_decl'], '    (void)t0; (void)t1;',
+        *rows, '}', '', *s['driver'], ''])
 
 # %% ../nbs/24_native_c.ipynb #654d6a23
 def generate_c(steps, dims, module_name):
@@ -184,48 +221,100 @@ class CPolicy:
     forward: object
     obs_dim: int
     act_dim: int
-    path: Path
+    path: Path   # where the cache keeps the binary (absent when it could not be written: see `cache`)
     build_s: float
-    cache: str   # how the binary was obtained: 'loaded from the cache (hash verified)', 'built', or 'rebuilt: <why>'
+    cache: str   # 'loaded from the cache (hash verified)', 'built', 'rebuilt: <why>', or 'built ..., not cached: <why>'
+
+
+# %% ../nbs/24_native_c.ipynb #bc6df10a
+_EXT = sysconfig.get_config_var('EXT_SUFFIX')  # an extension module's file suffix: .cpython-311-x86_64-linux-gnu.so
+
+def _sha(b): return hashlib.sha256(b).hexdigest()
 
 # %% ../nbs/24_native_c.ipynb #dba93229
-def _cached_blob(so, record):
-    "The cached extension's bytes if they hash to what its build record says, else (None, why not)."
+def _cached_blob(so, record, src):
+    "The cached extension's bytes if its build record is of `src` and they hash to it, else (None, why not)."
     if not so.exists(): return None, 'not built yet'
     try: rec = json.loads(record.read_text())
     except (OSError, ValueError): return None, 'its build record is missing or unreadable'
-    blob = so.read_bytes()
-    if not isinstance(rec, dict) or rec.get('so_sha256') != hashlib.sha256(blob).hexdigest():
+    if not isinstance(rec, dict) or rec.get('source_sha256') != _sha(src.encode()):
+        return None, 'its build record is of another source (copied from another policy, or damaged)'
+    try: blob = so.read_bytes()
+    except OSError as e: return None, f'the cached binary cannot be read ({e.strerror})'
+    if rec.get('so_sha256') != _sha(blob):
         return None, 'the cached binary does not match the hash recorded when it was built'
     return blob, ''
 
 # %% ../nbs/24_native_c.ipynb #93482373
-def _build(cc, incs, src, so, record):
-    "Compile `src` into `so` and record the binary's hash; the bytes built."
-    c_path = so.with_name(so.name.split('.')[0] + '.c')
-    atomic_write_text(c_path, src)
-    with atomic_path(so) as tmp:
-        r = subprocess.run([cc, *CFLAGS, *(f'-I{i}' for i in incs), str(c_path), '-o', str(tmp), '-lm'],
-                           capture_output=True, text=True)
-        if r.returncode:
-            raise NativeUnsupportedError(f'{cc} failed to build the policy extension: {r.stderr.strip()[-600:]}')
-        blob = tmp.read_bytes()
-    save_json(record, dict(so_sha256=hashlib.sha256(blob).hexdigest(),
-                           source_sha256=hashlib.sha256(src.encode()).hexdigest(),
-                           compiler=cc, cflags=list(CFLAGS), built=time.strftime('%Y-%m-%dT%H:%M:%S%z')))
-    return blob
+def _build(cc, incs, src, name):
+    "Compile extension `name` from `src` in a private temporary folder; the binary's bytes."
+    try:
+        with tempfile.TemporaryDirectory(prefix='ppo_trt_build_') as tmp:
+            c_path, so = Path(tmp)/f'{name}.c', Path(tmp)/f'{name}{_EXT}'
+            c_path.write_text(src)
+            r = subprocess.run([cc, *CFLAGS, *(f'-I{i}' for i in incs), str(c_path), '-o', str(so), '-lm'],
+                               capture_output=True, text=True)
+            if r.returncode:
+                raise NativeUnsupportedError(f'{cc} failed to build the policy extension: {r.stderr.strip()[-600:]}')
+            return so.read_bytes()
+    except OSError as e:
+        raise NativeUnsupportedError(f'cannot build the policy extension ({error_line(e)}); '
+                                     'set TMPDIR to a writable folder') from None
+
+# %% ../nbs/24_native_c.ipynb #1b7e48b6
+def _store(folder, name, src, blob, cc):
+    "Put the binary, its source and its build record into the cache `folder`: '' or why they could not be written."
+    try:
+        atomic_write_text(folder/f'{name}.c', src)
+        with atomic_path(folder/f'{name}{_EXT}') as tmp: tmp.write_bytes(blob)
+        save_json(folder/f'{name}.json', dict(module=name, source_sha256=_sha(src.encode()), so_sha256=_sha(blob),
+                                              compiler=cc, cflags=list(CFLAGS),
+                                              built=time.strftime('%Y-%m-%dT%H:%M:%S%z')))
+    except OSError as e: return f'cannot write {e.filename2 or e.filename or folder} ({e.strerror or e})'
+    return ''
 
 # %% ../nbs/24_native_c.ipynb #e8d2ee55
+def _private_copy(blob, name, folder):
+    "A new file holding `blob`: in `folder`, else (a read-only cache) in the temporary folder; None if neither can."
+    for where in (folder, None):
+        tmp = None
+        try:
+            fd, tmp = tempfile.mkstemp(dir=where, prefix=f'.{name}.load.', suffix=_EXT)
+            with os.fdopen(fd, 'wb') as f: f.write(blob)
+            return tmp
+        except OSError:
+            if tmp:
+                with contextlib.suppress(OSError): os.unlink(tmp)
+    return None
+
+# %% ../nbs/24_native_c.ipynb #657f0499
 def _load_extension(blob, name, folder):
     "Import extension `name` from exactly these bytes: a private copy is loaded, so the bytes checked are those run."
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f'.{name}.load.', suffix=sysconfig.get_config_var('EXT_SUFFIX'))
+    tmp = _private_copy(blob, name, folder)
+    if tmp is None:
+        raise NativeUnsupportedError(f'neither {folder} nor the temporary folder can hold the extension to load; '
+                                     'set TMPDIR (or PPO_TRT_CACHE) to a writable folder')
     try:
-        with os.fdopen(fd, 'wb') as f: f.write(blob)
         loader = importlib.machinery.ExtensionFileLoader(name, tmp)
         mod = importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, tmp, loader=loader))
         loader.exec_module(mod)
     finally: os.unlink(tmp)
     return mod
+
+# %% ../nbs/24_native_c.ipynb #1e220e9c
+def _obtain(cc, incs, src, name, folder):
+    "(extension `name`, how it was obtained): the verified cached binary, else a new build, cached if it can be."
+    blob, why = _cached_blob(folder/f'{name}{_EXT}', folder/f'{name}.json', src)
+    if blob is not None:
+        try: return _load_extension(blob, name, folder), 'loaded from the cache (hash verified)'
+        except ImportError as e: why = f'the cached binary does not import ({error_line(e)})'
+    blob = _build(cc, incs, src, name)
+    unstored = _store(folder, name, src, blob, cc)
+    how = (f'built in a private temporary folder, not cached: {unstored}; each process builds it again' if unstored
+           else 'built' if why == 'not built yet' else f'rebuilt: {why}')
+    try: return _load_extension(blob, name, folder), how
+    except ImportError as e:
+        raise NativeUnsupportedError(f'the extension built for this policy does not import: {error_line(e)}') from None
 
 # %% ../nbs/24_native_c.ipynb #37f92b72
 _BUILD_LOCK = threading.Lock()
@@ -242,15 +331,10 @@ def compile_c_policy(onnx_path, check_obs=None, cache_dir=None):
                                                           np.__version__)))
     name = f'ppo_trt_policy_{key.hexdigest()[:16]}'
     folder = Path(cache_dir) if cache_dir else user_cache('native_c')
-    so, record = folder/f'{name}{sysconfig.get_config_var("EXT_SUFFIX")}', folder/f'{name}.json'
     t0, how = time.perf_counter(), 'loaded in this process earlier (hash verified then)'
     with _BUILD_LOCK:
         if name not in sys.modules:
-            blob, why = _cached_blob(so, record)
-            how = ('loaded from the cache (hash verified)' if blob else
-                   ('built' if why == 'not built yet' else f'rebuilt: {why}'))
-            if blob is None: blob = _build(cc, incs, src.replace('MODULE_NAME', name), so, record)
-            sys.modules[name] = _load_extension(blob, name, folder)
+            sys.modules[name], how = _obtain(cc, incs, src.replace('MODULE_NAME', name), name, folder)
     mod = sys.modules[name]
     if check_obs is not None: mod.set_check(check_obs)
-    return CPolicy(mod.call, mod.forward, dims[0], dims[1], so, time.perf_counter() - t0, how)
+    return CPolicy(mod.call, mod.forward, dims[0], dims[1], folder/f'{name}{_EXT}', time.perf_counter() - t0, how)

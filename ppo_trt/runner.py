@@ -8,13 +8,14 @@ import threading
 from functools import cached_property
 from pathlib import Path
 import numpy as np
-from .config import RunDir, PpoTrtError, BadInputError, MissingArtifactError
+from .config import RunDir, PpoTrtError, BadInputError, BadArtifactError, MissingArtifactError
 from .runtime import cpu_model
 from .records import load_artifact
-from .export import policy_metadata
+from .export import load_onnx, policy_metadata
 
 # %% auto #0
-__all__ = ['check_obs', 'hot_path_shape', 'BackendUnavailable', 'Runner', 'module_available', 'PolicySource']
+__all__ = ['check_obs', 'hot_path_shape', 'hot_path_dtype', 'BackendUnavailable', 'Runner', 'module_available',
+           'check_finite_policy', 'PolicySource']
 
 # %% ../nbs/30_runner.ipynb #918f7b6e
 _F32 = np.dtype(np.float32)
@@ -54,6 +55,13 @@ def hot_path_shape(obs, obs_dim):
     if obs.ndim != 2 or obs.shape[1] != obs_dim:
         raise ValueError(f'obs must be a [B, {obs_dim}] array, got shape {obs.shape}')
 
+# %% ../nbs/30_runner.ipynb #e0067455
+def hot_path_dtype(obs):
+    "Refuse, for a hot path that hands `obs`'s bytes on unconverted, anything but float32 in this machine's byte order."
+    if obs.dtype is not _F32 and obs.dtype != _F32:
+        raise ValueError(f'obs must be float32 in this machine\'s byte order, got {obs.dtype.str}: the hot path '
+                         'does not convert; call runner(obs), or convert with obs.astype(np.float32)')
+
 # %% ../nbs/30_runner.ipynb #41fd3d49
 class BackendUnavailable(PpoTrtError):
     "A backend was asked for but cannot run here; the message says why and how to fix it."
@@ -91,6 +99,52 @@ def module_available(mod, fix):
         __import__(mod); return True, ''
     except Exception as e: return False, f'{mod} does not import ({type(e).__name__}: {e}); {fix}'
 
+# %% ../nbs/30_runner.ipynb #165c54b7
+def _no_bound(graph):
+    "{value: the infinity that means 'no bound' there}: +inf for upper bounds (Min, Clip max), -inf for lower ones."
+    sign = {}
+    for n in graph.node:
+        for i, name in enumerate(n.input):
+            s = {'Min': 1, 'Max': -1}.get(n.op_type, {1: -1, 2: 1}.get(i, 0) if n.op_type == 'Clip' else 0)
+            sign[name] = s if sign.get(name, s) == s else 0  # any other use: no infinity is harmless
+    return sign
+
+# %% ../nbs/30_runner.ipynb #8e0a0c76
+def _tensors(graph):
+    "(description, the harmless infinity there (+1, -1 or 0), array) for every constant tensor and float attribute."
+    from onnx import AttributeProto as A, numpy_helper
+    sign = _no_bound(graph)
+    for t in graph.initializer: yield f'initializer {t.name!r}', sign.get(t.name, 0), numpy_helper.to_array(t)
+    for s in graph.sparse_initializer:
+        yield f'sparse initializer {s.values.name!r}', sign.get(s.values.name, 0), numpy_helper.to_array(s.values)
+    for n in graph.node:
+        node = f'{n.op_type} node {n.name or n.output[0]!r}'
+        for a in n.attribute:
+            what = node if n.op_type == 'Constant' else f'attribute {a.name} of {node}'
+            ok = sign.get(n.output[0], 0) if n.op_type == 'Constant' else \
+                dict(min=-1, max=1).get(a.name, 0) if n.op_type == 'Clip' else 0  # Clip before opset 11
+            if a.type == A.FLOAT: yield what, ok, np.float32(a.f)
+            elif a.type == A.FLOATS: yield what, ok, np.asarray(a.floats, np.float32)
+            elif a.type == A.TENSOR: yield what, ok, numpy_helper.to_array(a.t)
+            elif a.type == A.TENSORS: yield from ((what, 0, numpy_helper.to_array(t)) for t in a.tensors)
+            elif a.type == A.GRAPH: yield from _tensors(a.g)
+            elif a.type == A.GRAPHS: yield from (x for g in a.graphs for x in _tensors(g))
+
+# %% ../nbs/30_runner.ipynb #af5b5c2f
+def check_finite_policy(model, where=None):
+    "`model` (a path or ModelProto) if its numbers are finite (an inf may mean no bound), else `BadArtifactError`."
+    if not hasattr(model, 'graph'): where, model = where or model, load_onnx(model)
+    for what, harmless, arr in _tensors(model.graph):
+        arr = np.asarray(arr)
+        if arr.dtype.kind not in 'fc': continue
+        nan, inf = int(np.isnan(arr).sum()), int((np.isinf(arr) & (np.sign(arr) != harmless)).sum())
+        if nan or inf:
+            bad = ' and '.join(f'{k} {w}' for k, w in ((nan, 'NaN'), (inf, 'inf')) if k)
+            raise BadArtifactError(f'{where or "the ONNX model"}: {what} holds {bad} (of {arr.size} values): '
+                                   'a policy with non-finite numbers is unsound (training diverged, or the file was '
+                                   'altered); re-export it from a sound policy with `ppo-trt export`')
+    return model
+
 # %% ../nbs/30_runner.ipynb #3203083e
 class PolicySource:
     "What a backend loads: a run folder, or a policy.onnx file on its own."
@@ -101,13 +155,15 @@ class PolicySource:
         elif p.exists():
             raise BadInputError(f'{p} is neither a run folder nor a .onnx file: pass a run folder or a policy.onnx')
         else: raise MissingArtifactError(f'{p} does not exist: pass a run folder or a policy.onnx file')
-        self.folder = self.onnx_path.parent
+        self.folder, self._checked = self.onnx_path.parent, False
     def __repr__(self): return f'PolicySource({str(self.run.root if self.run else self.onnx_path)!r})'
     def onnx(self):
-        "The policy.onnx path, or an error naming the stage that makes it."
-        if self.run is not None: return self.run.require('onnx')
-        if not self.onnx_path.exists(): raise MissingArtifactError(f'{self.onnx_path} does not exist')
-        return self.onnx_path
+        "The policy.onnx path, checked once by `check_finite_policy`, or an error naming the stage that makes it."
+        if self.run is not None: path = self.run.require('onnx')
+        elif not self.onnx_path.exists(): raise MissingArtifactError(f'{self.onnx_path} does not exist')
+        else: path = self.onnx_path
+        if not self._checked: check_finite_policy(path); self._checked = True
+        return path
     @cached_property
     def meta(self):
         "The ONNX file's checked ppo_trt metadata."

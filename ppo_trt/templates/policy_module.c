@@ -33,10 +33,14 @@ static int all_finite(const float *x, npy_intp n) {
     return !bad;
 }
 
-static void run_rows(const float *x, float *y, npy_intp n) {
-    if (n == 1) forward_row(x, y);
-    else if (n < 64) forward_n(x, y, n);
-    else { Py_BEGIN_ALLOW_THREADS forward_n(x, y, n); Py_END_ALLOW_THREADS }
+static int run_rows(const float *x, float *y, npy_intp n) {
+    /* 0, or -1 with MemoryError set: a wide policy takes its scratch from the heap */
+    int failed;
+    if (n == 1) failed = forward_one(x, y);
+    else if (n < 64) failed = forward_n(x, y, n);
+    else { Py_BEGIN_ALLOW_THREADS failed = forward_n(x, y, n); Py_END_ALLOW_THREADS }
+    if (failed) PyErr_NoMemory();
+    return failed;
 }
 
 static PyObject *forward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -47,7 +51,7 @@ static PyObject *forward(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     const npy_intp n = PyArray_DIM(X, 0);
     if (PyArray_DIM(Y, 0) != n) {
         PyErr_SetString(PyExc_ValueError, "obs and out must have the same number of rows"); return NULL; }
-    run_rows((const float *)PyArray_DATA(X), (float *)PyArray_DATA(Y), n);
+    if (run_rows((const float *)PyArray_DATA(X), (float *)PyArray_DATA(Y), n)) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -76,7 +80,7 @@ static PyObject *call(PyObject *self, PyObject *obs) {
         Py_DECREF(Y); PyObject *r = python_check(obs); Py_XDECREF(held);
         if (r) { Py_DECREF(r); PyErr_SetString(PyExc_RuntimeError, "obs holds NaN or inf but the check accepted it"); }
         return NULL; }
-    run_rows(x, (float *)PyArray_DATA((PyArrayObject *)Y), dims[0]);
+    if (run_rows(x, (float *)PyArray_DATA((PyArrayObject *)Y), dims[0])) { Py_CLEAR(Y); }
     Py_XDECREF(held);
     return Y;
 }
