@@ -193,7 +193,7 @@ def made_by_docs(folder):
         st = marker.lstat()
         if not stat.S_ISREG(st.st_mode) or st.st_size > 4096: return False
         return json.loads(marker.read_text(encoding='utf-8')).get('made_by') == MADE_BY
-    except (OSError, ValueError, AttributeError): return False
+    except (OSError, ValueError, AttributeError, RecursionError): return False
 
 # %% ../nbs/62_docs.ipynb #72776e50
 def site_destination(out):

@@ -146,7 +146,7 @@ def onnx_metadata(path_or_proto):
     out = {}
     for e in proto.metadata_props:
         try: out[e.key] = json.loads(e.value)
-        except json.JSONDecodeError: out[e.key] = e.value
+        except (ValueError, RecursionError): out[e.key] = e.value  # not JSON (or nested past Python's stack)
     return out
 
 # %% ../nbs/20_export.ipynb #0730c08d

@@ -236,7 +236,7 @@ def _cached_blob(so, record, src):
     "The cached extension's bytes if its build record is of `src` and they hash to it, else (None, why not)."
     if not so.exists(): return None, 'not built yet'
     try: rec = json.loads(record.read_text())
-    except (OSError, ValueError): return None, 'its build record is missing or unreadable'
+    except (OSError, ValueError, RecursionError): return None, 'its build record is missing or unreadable'
     if not isinstance(rec, dict) or rec.get('source_sha256') != _sha(src.encode()):
         return None, 'its build record is of another source (copied from another policy, or damaged)'
     try: blob = so.read_bytes()

@@ -181,7 +181,7 @@ class PhaseRecord(msgspec.Struct, kw_only=True):
 # %% ../nbs/02_records.ipynb #0e8eecc1
 class Gate(msgspec.Struct):
     "A backend's pass/fail in evaluate.json, as the report shows it."
-    sla_pass: bool
+    sla_pass: bool | None  # None: no latency record of this backend and policy in bench.json
     violations: int
     worst_return_gap: float
     passed: bool
@@ -306,7 +306,8 @@ class RunFolderBusy(PpoTrtError):
 # %% ../nbs/02_records.ipynb #b82ed32b
 def _holder(root):
     try: h = json.loads((Path(root)/HOLDER_NAME).read_text())
-    except (OSError, ValueError): return 'another ppo-trt process'
+    except (OSError, ValueError, RecursionError): return 'another ppo-trt process'
+    if not isinstance(h, dict): return 'another ppo-trt process'
     return f"`{h.get('command', '?')}` (pid {h.get('pid', '?')}, since {h.get('since', '?')})"
 
 # %% ../nbs/02_records.ipynb #519e763f
@@ -445,7 +446,7 @@ def _report_links(run):
     p = run.root/'report.ipynb'
     if not p.exists(): return []
     try: inputs = json.loads(p.read_text()).get('metadata', {}).get('ppo_trt', {}).get('inputs', {})
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError, AttributeError):  # AttributeError: not a notebook's dicts
         return [('report.ipynb', 'report.ipynb is unreadable', f'ppo-trt report --run-dir {run.root}')]
     changed = [f for f in REPORT_INPUTS if _sha(run.root/f) != inputs.get(f)]  # changed, appeared or gone since
     return [('report.html', f'the report predates the current {", ".join(changed)}',
