@@ -107,9 +107,10 @@ def test_fast_mujoco_bad_input(tmp_path, args, needle):
 
 
 @pytest.mark.parametrize('args, env, torch_threads, env_threads, why', [
-    ([], {}, 1, None, 'one: the policy'),
+    pytest.param([], {}, 1, None, 'one: the policy', marks=pytest.mark.slow),
     (['--env-threads', '1'], {'OMP_NUM_THREADS': '2'}, 2, 1, 'given (OMP_NUM_THREADS=2)'),
-    (['--torch-threads', '3', '--env-threads', '1'], {'OMP_NUM_THREADS': '2'}, 3, 1, 'given (--torch-threads)')])
+    pytest.param(['--torch-threads', '3', '--env-threads', '1'], {'OMP_NUM_THREADS': '2'}, 3, 1,
+                 'given (--torch-threads)', marks=pytest.mark.slow)])
 def test_thread_plan_applied_and_recorded(tmp_path, args, env, torch_threads, env_threads, why):
     "The trainer's threads come from the plan (explicit settings win) and train.json says which and why."
     import os, subprocess, shutil

@@ -12,7 +12,7 @@ from test_hostile_html import hostile_run, reader_sees, table_widths, RAW, SHOWN
 
 CHROMIUM = os.environ.get('CHROMIUM') or shutil.which('chromium') or shutil.which('chromium-browser')
 ROOT = Path(__file__).parents[1]
-pytestmark = [pytest.mark.browser,
+pytestmark = [pytest.mark.browser, pytest.mark.slow,  # builds the whole site: `pytest -m slow`
               pytest.mark.skipif(not CHROMIUM,
                                  reason="no Chromium on this machine: apt-get install -y chromium (CI installs it)"),
               pytest.mark.skipif(not (ROOT/'nbs').is_dir(), reason='the site is built from a clone (nbs/ missing)')]
@@ -68,7 +68,7 @@ class Watched:
         self.page.on('response', lambda r: r.status >= 400 and self.errors.append(f'HTTP {r.status}: {r.url}'))
 
 
-@pytest.fixture(params=['file', pytest.param('http', marks=pytest.mark.slow)])  # file:// in the quick run
+@pytest.fixture(params=['file', 'http'])
 def base(request, site, server): return site.as_uri() if request.param == 'file' else server
 
 
