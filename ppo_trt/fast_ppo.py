@@ -361,7 +361,7 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
                               'pass --force to train again or choose another --run-dir')
         remove_derived(run)  # a new policy: nothing made from the old one may stay
     # threads, env, agent, optimizer, normalisers, storage
-    plan = thread_plan(s.num_envs, torch_threads, num_threads, threaded_envs=env_id not in BATCHED_ENVS)
+    plan = thread_plan(s.num_envs, torch_threads, num_threads, threaded_envs=env_id not in BATCHED_ENVS, batched=True)
     torch.manual_seed(seed)
     env, env_backend = _train_env(env_id, s, device, seed, ranges, plan.env_threads)
     if not env_backend.startswith('envpool'): plan.env_threads, plan.why['env'] = None, 'no threaded env stepper'

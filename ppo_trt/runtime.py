@@ -86,15 +86,16 @@ def _env_threads_setting():
         if v.isdigit() and int(v) > 0: return int(v), f'{var}={v}'
     return None, None
 
-def thread_plan(num_envs=None, torch_threads=None, env_threads=None, threaded_envs=False, busy=None):
-    "The `ThreadPlan` for a trainer: `torch_threads` / `env_threads` (a flag) or OMP/MKL variables win."
+def thread_plan(num_envs=None, torch_threads=None, env_threads=None, threaded_envs=False, batched=False, busy=None):
+    "The `ThreadPlan` for a trainer (`batched`: its torch work is batched); a flag or OMP/MKL variables win."
     cpus = len(cpu_affinity())
     busy = busy_cores() if busy is None else busy
     free = max(1, cpus - busy)
     var_threads, var = _env_threads_setting()
     if torch_threads: t, why_t = torch_threads, 'given (--torch-threads)'
     elif var_threads: t, why_t = var_threads, f'given ({var})'
-    else: t, why_t = 1, 'one: the policy and value MLPs gain nothing from more, and idle ones spin'
+    elif batched: t, why_t = free, f'the {free} of {cpus} cores not busy (env steps and torch take turns)'
+    else: t, why_t = 1, 'one: one env at a time gives torch nothing to split, and idle threads spin'
     if not threaded_envs: e, why_e = None, 'no threaded env stepper'
     elif env_threads: e, why_e = env_threads, 'given (--env-threads)'
     else:
