@@ -104,7 +104,8 @@ def _add_train(p):
     p.add_argument('--env-threads', type=number(int, 1, 1024), default=None,
                    help='--fast on MuJoCo: EnvPool threads stepping the envs (default: one per core not busy)')
     p.add_argument('--torch-threads', type=number(int, 1, 1024), default=None,
-                   help='torch intra-op threads (default: $OMP_NUM_THREADS if set, else 1; see train.json thread_plan)')
+                   help='torch intra-op threads (default: $OMP_NUM_THREADS if set, else the thread plan: 1 for SB3, '
+                        'the cores not busy for --fast; train.json records it)')
     p.add_argument('--device', default=None, help='--fast: torch device (cpu, cuda, cuda:N; default: cpu)')
     p.add_argument('--num-envs', type=number(int, 1, MAX_BATCH), default=None,
                    help='--fast: batched envs (default: the env preset)')
