@@ -11,11 +11,10 @@ import numpy as np
 from .config import RunDir, PpoTrtError, BadInputError, BadArtifactError, MissingArtifactError
 from .runtime import cpu_model
 from .records import load_artifact
-from .export import load_onnx, policy_metadata
+from .export import check_finite_policy, policy_metadata
 
 # %% auto #0
-__all__ = ['check_obs', 'hot_path_shape', 'hot_path_dtype', 'BackendUnavailable', 'Runner', 'module_available',
-           'check_finite_policy', 'PolicySource']
+__all__ = ['check_obs', 'hot_path_shape', 'hot_path_dtype', 'BackendUnavailable', 'Runner', 'module_available', 'PolicySource']
 
 # %% ../nbs/30_runner.ipynb #918f7b6e
 _F32 = np.dtype(np.float32)
@@ -98,52 +97,6 @@ def module_available(mod, fix):
     try:
         __import__(mod); return True, ''
     except Exception as e: return False, f'{mod} does not import ({type(e).__name__}: {e}); {fix}'
-
-# %% ../nbs/30_runner.ipynb #165c54b7
-def _no_bound(graph):
-    "{value: the infinity that means 'no bound' there}: +inf for upper bounds (Min, Clip max), -inf for lower ones."
-    sign = {}
-    for n in graph.node:
-        for i, name in enumerate(n.input):
-            s = {'Min': 1, 'Max': -1}.get(n.op_type, {1: -1, 2: 1}.get(i, 0) if n.op_type == 'Clip' else 0)
-            sign[name] = s if sign.get(name, s) == s else 0  # any other use: no infinity is harmless
-    return sign
-
-# %% ../nbs/30_runner.ipynb #8e0a0c76
-def _tensors(graph):
-    "(description, the harmless infinity there (+1, -1 or 0), array) for every constant tensor and float attribute."
-    from onnx import AttributeProto as A, numpy_helper
-    sign = _no_bound(graph)
-    for t in graph.initializer: yield f'initializer {t.name!r}', sign.get(t.name, 0), numpy_helper.to_array(t)
-    for s in graph.sparse_initializer:
-        yield f'sparse initializer {s.values.name!r}', sign.get(s.values.name, 0), numpy_helper.to_array(s.values)
-    for n in graph.node:
-        node = f'{n.op_type} node {n.name or n.output[0]!r}'
-        for a in n.attribute:
-            what = node if n.op_type == 'Constant' else f'attribute {a.name} of {node}'
-            ok = sign.get(n.output[0], 0) if n.op_type == 'Constant' else \
-                dict(min=-1, max=1).get(a.name, 0) if n.op_type == 'Clip' else 0  # Clip before opset 11
-            if a.type == A.FLOAT: yield what, ok, np.float32(a.f)
-            elif a.type == A.FLOATS: yield what, ok, np.asarray(a.floats, np.float32)
-            elif a.type == A.TENSOR: yield what, ok, numpy_helper.to_array(a.t)
-            elif a.type == A.TENSORS: yield from ((what, 0, numpy_helper.to_array(t)) for t in a.tensors)
-            elif a.type == A.GRAPH: yield from _tensors(a.g)
-            elif a.type == A.GRAPHS: yield from (x for g in a.graphs for x in _tensors(g))
-
-# %% ../nbs/30_runner.ipynb #af5b5c2f
-def check_finite_policy(model, where=None):
-    "`model` (a path or ModelProto) if its numbers are finite (an inf may mean no bound), else `BadArtifactError`."
-    if not hasattr(model, 'graph'): where, model = where or model, load_onnx(model)
-    for what, harmless, arr in _tensors(model.graph):
-        arr = np.asarray(arr)
-        if arr.dtype.kind not in 'fc': continue
-        nan, inf = int(np.isnan(arr).sum()), int((np.isinf(arr) & (np.sign(arr) != harmless)).sum())
-        if nan or inf:
-            bad = ' and '.join(f'{k} {w}' for k, w in ((nan, 'NaN'), (inf, 'inf')) if k)
-            raise BadArtifactError(f'{where or "the ONNX model"}: {what} holds {bad} (of {arr.size} values): '
-                                   'a policy with non-finite numbers is unsound (training diverged, or the file was '
-                                   'altered); re-export it from a sound policy with `ppo-trt export`')
-    return model
 
 # %% ../nbs/30_runner.ipynb #3203083e
 class PolicySource:
