@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_config.ipynb #78b0116c
 from __future__ import annotations
-import hashlib, json, os, tempfile, time
+import hashlib, json, os, shutil, stat, tempfile, time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -12,7 +12,8 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['PARTIAL', 'DEFAULT_ENV_ID', 'ARTIFACTS', 'OPTIONAL_STAGES', 'PpoTrtError', 'MissingArtifactError', 'BadArtifactError',
            'BadInputError', 'error_line', 'atomic_paths', 'atomic_path', 'atomic_write_text', 'json_text', 'save_json',
-           'load_json', 'sha256_file', 'user_cache', 'default_run_dir', 'RunDir', 'RunConfig', 'check_timesteps']
+           'load_json', 'sha256_file', 'made_by', 'owned_destination', 'staging', 'install_folder', 'user_cache',
+           'default_run_dir', 'RunDir', 'RunConfig', 'check_timesteps']
 
 # %% ../nbs/00_config.ipynb #ba4f0b97
 class PpoTrtError(Exception):
@@ -128,6 +129,48 @@ def sha256_file(path, chunk=1 << 20):
     with open(path, 'rb') as f:
         while b := f.read(chunk): h.update(b)
     return h.hexdigest()
+
+# %% ../nbs/00_config.ipynb #f65728c4
+def made_by(folder, marker, command):
+    "Whether `folder` holds what `command` made: its `marker` is a regular file (not a link) that says so."
+    path = Path(folder)/marker
+    try:
+        st = path.lstat()
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 4096: return False
+        return json.loads(path.read_text(encoding='utf-8')).get('made_by') == command
+    except (OSError, ValueError, AttributeError, RecursionError): return False
+
+# %% ../nbs/00_config.ipynb #522bd0a5
+def owned_destination(out, marker, command):
+    "`out` made absolute if it is absent, empty or made by `command`; else one line refusing it (a link, a file...)."
+    dest = Path(out).absolute()
+    if dest.is_symlink():
+        raise BadInputError(f'{out} is a symbolic link; give a real folder ({command} never writes through a link)')
+    if dest.exists() and not dest.is_dir(): raise BadInputError(f'{out} is a file; choose an empty or new folder')
+    if dest.is_dir() and any(dest.iterdir()) and not made_by(dest, marker, command):
+        raise BadInputError(f'{out} is not empty and was not made by `{command}`; choose an empty or new folder')
+    return dest
+
+# %% ../nbs/00_config.ipynb #cc4b0827
+@contextmanager
+def staging(dest):
+    "A fresh folder beside `dest` (same filesystem, so what is built there moves in by a rename), removed after."
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f'.{dest.name}.building-', dir=dest.parent))
+    try: yield stage
+    finally: shutil.rmtree(stage, ignore_errors=True)
+
+# %% ../nbs/00_config.ipynb #31908175
+def install_folder(built, dest, marker, command, stage):
+    "Mark `built` as made by `command` and rename it to `dest`; an old folder it made there goes into `stage` first."
+    (Path(built)/marker).write_text(json.dumps(dict(made_by=command)) + '\n', encoding='utf-8')
+    owned_destination(dest, marker, command)  # the build took a while: still absent, empty or ours
+    if made_by(dest, marker, command): os.rename(dest, stage/'old')
+    try: os.rename(built, dest)  # replaces an empty folder, never one that is not
+    except OSError as e:
+        if (stage/'old').is_dir(): os.rename(stage/'old', dest)
+        raise PpoTrtError(f'could not move {Path(built).name} into {dest}: {e.strerror}') from None
+    return dest
 
 # %% ../nbs/00_config.ipynb #706bb815
 def user_cache(*parts):

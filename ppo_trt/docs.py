@@ -4,15 +4,14 @@
 
 # %% ../nbs/62_docs.ipynb #82e3d839
 from __future__ import annotations
-import json, os, re, shutil, stat, subprocess, sys, tempfile, time
-from contextlib import contextmanager
+import json, os, re, shutil, subprocess, sys, time
 from importlib.resources import files
 from pathlib import Path
-from .config import PpoTrtError, BadInputError
+from .config import (PpoTrtError, BadInputError, made_by, owned_destination, staging, install_folder)
 
 # %% auto #0
 __all__ = ['STAGES', 'SITE_MARKER', 'MADE_BY', 'split_directives', 'relink', 'plain_notebook', 'page_name', 'navigation',
-           'mkdocs_config', 'write_pages', 'made_by_docs', 'site_destination', 'staging', 'install_site', 'build_site']
+           'mkdocs_config', 'write_pages', 'made_by_docs', 'site_destination', 'install_site', 'build_site']
 
 # %% ../nbs/62_docs.ipynb #5d699034
 _DIRECTIVE = re.compile(r'^\s*#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$')
@@ -187,50 +186,23 @@ def _require(module, fix):
 SITE_MARKER, MADE_BY = '.ppo-trt-site.json', 'ppo-trt docs'
 
 def made_by_docs(folder):
-    "Whether `folder` holds a site this command made: its marker is a regular file (not a link) that says so."
-    marker = Path(folder)/SITE_MARKER
-    try:
-        st = marker.lstat()
-        if not stat.S_ISREG(st.st_mode) or st.st_size > 4096: return False
-        return json.loads(marker.read_text(encoding='utf-8')).get('made_by') == MADE_BY
-    except (OSError, ValueError, AttributeError, RecursionError): return False
+    "Whether `folder` holds a site this command made (`config.made_by` with the site's marker)."
+    return made_by(folder, SITE_MARKER, MADE_BY)
 
 # %% ../nbs/62_docs.ipynb #72776e50
 def site_destination(out):
     "The folder the site goes to; one line refusing a link, a file, or a folder with content this command did not make."
-    dest = Path(out).absolute()
-    if dest.is_symlink():
-        raise BadInputError(f'{out} is a symbolic link; give a real folder (ppo-trt docs never writes through a link)')
-    if dest.exists() and not dest.is_dir(): raise BadInputError(f'{out} is a file; choose an empty or new folder')
-    if dest.is_dir() and any(dest.iterdir()) and not made_by_docs(dest):
-        raise BadInputError(f'{out} is not empty and was not made by `ppo-trt docs`; choose an empty or new folder')
-    return dest
+    return owned_destination(out, SITE_MARKER, MADE_BY)
 
 # %% ../nbs/62_docs.ipynb #1594fbc0
 def _mark(folder):
     "Make `folder` a site this command made: write its marker."
     (Path(folder)/SITE_MARKER).write_text(json.dumps(dict(made_by=MADE_BY)) + '\n', encoding='utf-8')
 
-# %% ../nbs/62_docs.ipynb #8ce3f70c
-@contextmanager
-def staging(dest):
-    "A fresh folder beside `dest` (same filesystem, so the site moves in by a rename), removed with what it holds."
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f'.{dest.name}.building-', dir=dest.parent))
-    try: yield stage
-    finally: shutil.rmtree(stage, ignore_errors=True)
-
 # %% ../nbs/62_docs.ipynb #414cd38b
 def install_site(stage, dest):
     "Mark the site built in `stage/site` and rename it to `dest`; an old site there is moved into `stage` first."
-    _mark(stage/'site')
-    site_destination(dest)  # the build took a while: still absent, empty or ours
-    if made_by_docs(dest): os.rename(dest, stage/'old')
-    try: os.rename(stage/'site', dest)  # replaces an empty folder, never one that is not
-    except OSError as e:
-        if (stage/'old').is_dir(): os.rename(stage/'old', dest)
-        raise PpoTrtError(f'could not move the site into {dest}: {e.strerror}') from None
-    return dest
+    return install_folder(stage/'site', dest, SITE_MARKER, MADE_BY, stage)
 
 # %% ../nbs/62_docs.ipynb #95b0dfe0
 def _mkdocs_site(cfg, stage, report, say):
