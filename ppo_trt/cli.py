@@ -14,7 +14,7 @@ from .export import onnx_metadata
 
 # %% auto #0
 __all__ = ['MAX_BATCH', 'MAX_CALLS', 'MIN_EVAL_FREQ', 'FAST_ONLY', 'COMMANDS', 'READ_ONLY', 'number', 'number_list', 'parser',
-           'writable_run_dir', 'cmd_train', 'cmd_export', 'cmd_build', 'cmd_bench', 'cmd_evaluate',
+           'writable_run_dir', 'cmd_train', 'cmd_export', 'cmd_export_c', 'cmd_build', 'cmd_bench', 'cmd_evaluate',
            'cmd_residual_study', 'cmd_env_bench', 'cmd_report', 'cmd_advise', 'run_folder_rows', 'cmd_doctor',
            'cmd_enjoy', 'cmd_docs', 'cmd_sweep', 'cmd_run', 'main']
 
@@ -241,6 +241,9 @@ def parser():
     _add_train(_sub(sub, 'train', 'train a PPO policy'))
     p = _sub(sub, 'export', 'export policy.onnx and check parity'); _add_env(p); _add_export(p)
     _add_build(_sub(sub, 'build', 'build TensorRT / TensorRT-RTX engines from policy.onnx'))
+    p = _sub(sub, 'export-c', 'write policy.onnx as a dependency-free C99 library, then build and test it')
+    p.add_argument('--out', type=Path, default=None, help='the library folder (default: <run-dir>/c_policy)')
+    p.add_argument('--cc', default='cc', help='the C compiler that builds and tests it (none: write only)')
     p = _sub(sub, 'bench', 'benchmark every backend'); _add_env(p); _add_bench(p)
     _add_evaluate(_sub(sub, 'evaluate', 'control quality per scenario phase and backend, vs the PID baseline'))
     _add_residual_study(_sub(sub, 'residual-study',
@@ -366,6 +369,18 @@ def cmd_export(a):
     _say(f"exported policy.onnx (opset {r['opset']}); ORT vs model.predict max abs err "
          f"{r['parity_ort_cpu']['max_abs_err']:.2e} on {r['parity_ort_cpu']['n']} rollout observations")
     return r
+
+# %% ../nbs/90_cli.ipynb #b6d5c842
+def cmd_export_c(a):
+    from ppo_trt.c_library import write_c_library, build_and_test
+    lib = write_c_library(_run_dir(a), a.out)
+    _say(f"wrote the C library of policy.onnx (sha256 {lib['onnx_sha256'][:12]}…) into {lib['path']}")
+    if a.cc == 'none': return lib
+    r = build_and_test(lib['path'], a.cc)
+    _say(f"{r['cc']} {r['flags']}: {'no warnings' if not r['warnings'] else 'WARNINGS: ' + r['warnings'][:300]}; "
+         f"{r['output']}")
+    if not r['ok']: raise PpoTrtError(f"the C library's test failed: {r['output']}")
+    return lib
 
 # %% ../nbs/90_cli.ipynb #f6d7770f
 def cmd_build(a):
@@ -564,8 +579,8 @@ def cmd_run(a):
     _say(f'done in {time.perf_counter() - t0:.0f} s: open {RunDir(_run_dir(a)).path("report")}')
 
 # %% ../nbs/90_cli.ipynb #73e8b51b
-COMMANDS = {'run': cmd_run, 'train': cmd_train, 'export': cmd_export, 'build': cmd_build, 'bench': cmd_bench,
-            'evaluate': cmd_evaluate, 'residual-study': cmd_residual_study, 'env-bench': cmd_env_bench,
+COMMANDS = {'run': cmd_run, 'train': cmd_train, 'export': cmd_export, 'export-c': cmd_export_c, 'build': cmd_build,
+            'bench': cmd_bench, 'evaluate': cmd_evaluate, 'residual-study': cmd_residual_study, 'env-bench': cmd_env_bench,
             'report': cmd_report, 'advise': cmd_advise, 'doctor': cmd_doctor, 'enjoy': cmd_enjoy, 'docs': cmd_docs,
             'sweep': cmd_sweep}
 READ_ONLY = ('advise', 'doctor', 'docs', 'sweep')  # no run-folder lock: docs and sweep lock their --out themselves

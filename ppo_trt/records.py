@@ -472,7 +472,7 @@ def require_fresh(run, stage):
 DERIVED = ('config.json', 'policy.zip', 'obs_norm.json', 'train_log.csv', 'train.json', 'checkpoints', 'fast_agent.pt',
            'policy.onnx', 'policy.fp16.onnx', 'export_obs.npy', 'export.json', 'build.json', 'policy.*.engine',
            'build.*.log', 'timing.*.cache', 'bench.json', 'evaluate.json', 'report.ipynb', 'report.html',
-           'episode.gif', 'episode.mp4', 'native', 'ort_trt_cache')
+           'episode.gif', 'episode.mp4', 'native', 'ort_trt_cache', 'c_policy')
 
 def derived_paths(run):
     "Everything in the run folder that was made from its policy (or by training it)."
