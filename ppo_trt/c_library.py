@@ -123,8 +123,8 @@ def test_vectors(obs, act):
                       _c_rows('ppo_test_obs', obs), _c_rows('ppo_test_act', act), ''])
 
 # %% ../nbs/26_c_library.ipynb #20dd6729
-TEST_PROGRAM = r"""/* test_ppo_policy.c: the library against ONNX Runtime's actions, row by row, singly and batched, and the
- * refusal of a NaN observation. Exit status 0 when everything holds. */
+TEST_PROGRAM = r"""/* test_ppo_policy.c: the library against ONNX Runtime's actions, row by row, singly and batched,
+ * and the refusal of a NaN observation. Exit status 0 when everything holds. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -169,7 +169,8 @@ int main(void) {
 """
 
 MAKEFILE = """# ppo_policy: `make` builds libppo_policy.a and the test, `make test` runs it.
-# On x86-64: make CFLAGS="-O3 -march=native -std=c99 -Wall -Wextra -pedantic" (or -mavx2 -mfma for a portable AVX2 build)
+# On x86-64: make CFLAGS="-O3 -march=native -std=c99 -Wall -Wextra -pedantic"
+# (or -mavx2 -mfma instead of -march=native for a portable AVX2 build)
 CC ?= cc
 CFLAGS ?= -O3 -std=c99 -Wall -Wextra -pedantic
 

@@ -353,7 +353,8 @@ def _train_fast(a):
                    randomize=a.randomize, num_threads=a.env_threads, force=a.force, progress=sys.stderr.isatty(),
                    torch_threads=a.torch_threads)
     _say(f"{r['timesteps']:,} steps in {r['wall_s']:.1f} s ({r['steps_per_s']:,.0f} steps/s, env + inference + "
-         f"training; envs: {r['env_backend']}; {_threads_line(r['thread_plan'])}); return on {r['final_eval_episodes']} held-out episodes "
+         f"training; envs: {r['env_backend']}; {_threads_line(r['thread_plan'])}); "
+         f"return on {r['final_eval_episodes']} held-out episodes "
          f"{r['final_eval_mean']:.1f} ± {r['final_eval_std']:.1f}"
          + (f"; reached {r['target_return']:g} at step {r['solved_at_timesteps']:,} after {r['solved_at_wall_s']:.1f} s"
             if r['solved'] else ''))
@@ -580,7 +581,8 @@ def cmd_run(a):
 
 # %% ../nbs/90_cli.ipynb #73e8b51b
 COMMANDS = {'run': cmd_run, 'train': cmd_train, 'export': cmd_export, 'export-c': cmd_export_c, 'build': cmd_build,
-            'bench': cmd_bench, 'evaluate': cmd_evaluate, 'residual-study': cmd_residual_study, 'env-bench': cmd_env_bench,
+            'bench': cmd_bench, 'evaluate': cmd_evaluate, 'residual-study': cmd_residual_study,
+            'env-bench': cmd_env_bench,
             'report': cmd_report, 'advise': cmd_advise, 'doctor': cmd_doctor, 'enjoy': cmd_enjoy, 'docs': cmd_docs,
             'sweep': cmd_sweep}
 READ_ONLY = ('advise', 'doctor', 'docs', 'sweep')  # no run-folder lock: docs and sweep lock their --out themselves
