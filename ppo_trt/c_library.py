@@ -197,14 +197,14 @@ clean:
 # %% ../nbs/26_c_library.ipynb #c4763cc3
 LIBRARY_MARKER, MADE_BY = '.ppo-trt-c-library.json', 'ppo-trt export-c'
 
-def library_files(onnx_path, obs):
-    "{file name: text} of the C library for `onnx_path`, its test vectors from the observations `obs`."
+def library_files(onnx_path, obs, onnx_sha256):
+    "{file name: text} of the C library for `onnx_path` (of hash `onnx_sha256`), test vectors from observations `obs`."
     kernel, dims, meta = library_kernel(onnx_path)
     if obs.ndim != 2 or obs.shape[1] != dims[0]:
         raise BadInputError(f'test observations of shape {obs.shape} do not fit the policy\'s {dims[0]} inputs')
     act = ort_cpu_session(onnx_path).run(['action'], {'obs': obs})[0]
     env_id = str(meta.get('env_id', '?')).replace('"', "'").replace('*/', '* /')  # inside a C string and comment
-    return {'ppo_policy.h': library_header(env_id, dims, sha256_file(onnx_path),
+    return {'ppo_policy.h': library_header(env_id, dims, onnx_sha256,
                                            hashlib.sha256(kernel.encode()).hexdigest()),
             'ppo_policy.c': library_source(kernel), 'ppo_policy_vectors.h': test_vectors(obs, act),
             'test_ppo_policy.c': TEST_PROGRAM, 'Makefile': MAKEFILE}
@@ -215,8 +215,9 @@ def write_c_library(run_dir, out=None):
     run = RunDir(run_dir)
     onnx_path, obs_path = run.require('onnx'), run.require('export_obs')
     dest = owned_destination(out or run.root/'c_policy', LIBRARY_MARKER, MADE_BY)
-    files = library_files(onnx_path, np.load(obs_path))
-    manifest = dict(made_by=MADE_BY, ppo_trt=package_version('ppo_trt'), onnx_sha256=sha256_file(onnx_path),
+    onnx_sha256 = sha256_file(onnx_path)
+    files = library_files(onnx_path, np.load(obs_path), onnx_sha256)
+    manifest = dict(made_by=MADE_BY, ppo_trt=package_version('ppo_trt'), onnx_sha256=onnx_sha256,
                     files={n: hashlib.sha256(t.encode()).hexdigest() for n, t in files.items()})
     with staging(dest) as stage:
         (stage/'lib').mkdir()
@@ -231,6 +232,7 @@ STRICT = ('-std=c99', '-Wall', '-Wextra', '-pedantic')
 def build_and_test(folder, cc='cc', opt='-O3', extra=()):
     "Compile `folder`'s library and test with `cc` (strict C99 flags), run the test: dict(ok, warnings, output)."
     folder, exe = Path(folder), shutil.which(cc)
+    if not (folder/'ppo_policy.c').is_file(): raise BadInputError(f'{folder} holds no C library: run `ppo-trt export-c`')
     if exe is None: raise BadInputError(f'no C compiler {cc!r} on this machine: install one (apt-get install gcc)')
     flags = [opt, *STRICT, *extra]
     build = subprocess.run([exe, *flags, 'ppo_policy.c', 'test_ppo_policy.c', '-lm', '-o', 'test_ppo_policy'],

@@ -241,7 +241,7 @@ def parser():
     _add_train(_sub(sub, 'train', 'train a PPO policy'))
     p = _sub(sub, 'export', 'export policy.onnx and check parity'); _add_env(p); _add_export(p)
     _add_build(_sub(sub, 'build', 'build TensorRT / TensorRT-RTX engines from policy.onnx'))
-    p = _sub(sub, 'export-c', 'write policy.onnx as a dependency-free C99 library, then build and test it')
+    p = _sub(sub, 'export-c', 'write policy.onnx as a dependency-free C99 library, then build and test it'); _add_env(p)
     p.add_argument('--out', type=Path, default=None, help='the library folder (default: <run-dir>/c_policy)')
     p.add_argument('--cc', default='cc', help='the C compiler that builds and tests it (none: write only)')
     p = _sub(sub, 'bench', 'benchmark every backend'); _add_env(p); _add_bench(p)
@@ -374,7 +374,9 @@ def cmd_export(a):
 # %% ../nbs/90_cli.ipynb #b6d5c842
 def cmd_export_c(a):
     from ppo_trt.c_library import write_c_library, build_and_test
-    lib = write_c_library(_run_dir(a), a.out)
+    rd = _run_dir(a)
+    _check_env(a, rd)
+    lib = write_c_library(rd, a.out)
     _say(f"wrote the C library of policy.onnx (sha256 {lib['onnx_sha256'][:12]}…) into {lib['path']}")
     if a.cc == 'none': return lib
     r = build_and_test(lib['path'], a.cc)

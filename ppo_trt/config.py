@@ -12,8 +12,8 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['PARTIAL', 'DEFAULT_ENV_ID', 'ARTIFACTS', 'OPTIONAL_STAGES', 'PpoTrtError', 'MissingArtifactError', 'BadArtifactError',
            'BadInputError', 'error_line', 'atomic_paths', 'atomic_path', 'atomic_write_text', 'json_text', 'save_json',
-           'load_json', 'sha256_file', 'made_by', 'owned_destination', 'staging', 'install_folder', 'user_cache',
-           'default_run_dir', 'RunDir', 'RunConfig', 'check_timesteps']
+           'load_json', 'sha256_file', 'made_by', 'owned_destination', 'staging', 'mark_made_by', 'install_folder',
+           'user_cache', 'default_run_dir', 'RunDir', 'RunConfig', 'check_timesteps']
 
 # %% ../nbs/00_config.ipynb #ba4f0b97
 class PpoTrtError(Exception):
@@ -59,11 +59,11 @@ def _temp_beside(path, suffix=None):
 
 # %% ../nbs/00_config.ipynb #311eb018
 @contextmanager
-def atomic_paths(*paths):
+def atomic_paths(*paths, suffixes=None):
     "Yield a temp path beside each of `paths`; only if the block succeeds, rename them onto `paths`, in order."
     paths, tmps = [Path(p) for p in paths], []
     try:
-        for p in paths: tmps.append(_temp_beside(p, p.suffix))
+        for p, suffix in zip(paths, suffixes or [None] * len(paths)): tmps.append(_temp_beside(p, suffix))
         yield tmps
         for t in tmps:
             if t.exists(): os.chmod(t, 0o666 & ~_umask())  # mkstemp makes 0600 whatever the umask
@@ -79,17 +79,7 @@ def atomic_paths(*paths):
 @contextmanager
 def atomic_path(path, suffix=None):
     "Yield a temp path beside `path`; rename it onto `path`, with the umask's permissions, only if the block succeeds."
-    path = Path(path)
-    if suffix is None:
-        with atomic_paths(path) as (tmp,): yield tmp
-        return
-    tmp = _temp_beside(path, suffix)
-    try:
-        yield tmp
-        if tmp.exists(): os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists(): tmp.unlink()
+    with atomic_paths(path, suffixes=[suffix]) as (tmp,): yield tmp
 
 # %% ../nbs/00_config.ipynb #331b1952
 def atomic_write_text(path, text):
@@ -161,9 +151,13 @@ def staging(dest):
     finally: shutil.rmtree(stage, ignore_errors=True)
 
 # %% ../nbs/00_config.ipynb #31908175
+def mark_made_by(folder, marker, command):
+    "Write `folder`'s `marker`: `command` made it (what `made_by` reads)."
+    (Path(folder)/marker).write_text(json.dumps(dict(made_by=command)) + '\n', encoding='utf-8')
+
 def install_folder(built, dest, marker, command, stage):
     "Mark `built` as made by `command` and rename it to `dest`; an old folder it made there goes into `stage` first."
-    (Path(built)/marker).write_text(json.dumps(dict(made_by=command)) + '\n', encoding='utf-8')
+    mark_made_by(built, marker, command)
     owned_destination(dest, marker, command)  # the build took a while: still absent, empty or ours
     if made_by(dest, marker, command): os.rename(dest, stage/'old')
     try: os.rename(built, dest)  # replaces an empty folder, never one that is not

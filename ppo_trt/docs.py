@@ -7,7 +7,8 @@ from __future__ import annotations
 import json, os, re, shutil, subprocess, sys, time
 from importlib.resources import files
 from pathlib import Path
-from .config import (PpoTrtError, BadInputError, made_by, owned_destination, staging, install_folder)
+from .config import (PpoTrtError, BadInputError, made_by, mark_made_by, owned_destination, staging,
+                            install_folder)
 
 # %% auto #0
 __all__ = ['STAGES', 'SITE_MARKER', 'MADE_BY', 'split_directives', 'relink', 'plain_notebook', 'page_name', 'navigation',
@@ -197,7 +198,7 @@ def site_destination(out):
 # %% ../nbs/62_docs.ipynb #1594fbc0
 def _mark(folder):
     "Make `folder` a site this command made: write its marker."
-    (Path(folder)/SITE_MARKER).write_text(json.dumps(dict(made_by=MADE_BY)) + '\n', encoding='utf-8')
+    mark_made_by(folder, SITE_MARKER, MADE_BY)
 
 # %% ../nbs/62_docs.ipynb #414cd38b
 def install_site(stage, dest):

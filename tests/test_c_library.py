@@ -73,3 +73,11 @@ def test_rewritten_over_its_own_library(library, run_dir, tmp_path):
     r = ppo_trt('export-c', '--run-dir', run_dir, '--out', d, '--cc', 'none')
     assert r.returncode == 0, r.stderr
     assert (d/LIBRARY_MARKER).is_file() and (d/'ppo_policy.c').read_text() == (library/'ppo_policy.c').read_text()
+
+
+def test_default_run_folder(run_dir, tmp_path):
+    "Without --run-dir, export-c works on the default run folder (runs/Hopper-v4-ppo), as every stage does."
+    (tmp_path/'runs').mkdir(); shutil.copytree(run_dir, tmp_path/'runs'/'Hopper-v4-ppo')
+    r = ppo_trt('export-c', cwd=tmp_path)
+    assert r.returncode == 0 and '0 failed calls' in r.stdout, r.stderr[-1500:]
+    assert (tmp_path/'runs'/'Hopper-v4-ppo'/'c_policy'/'ppo_policy.h').is_file()
