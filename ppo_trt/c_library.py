@@ -12,7 +12,7 @@ from .config import (RunDir, PpoTrtError, BadInputError, owned_destination, stag
 from .runtime import package_version
 from .export import load_onnx, onnx_metadata, check_finite_policy, ort_cpu_session
 from .native import parse_chain, _stages
-from .native_c import ROWS, STACK_SCRATCH_MAX, _kernels, _scratch_width
+from .native_c import ROWS, STACK_SCRATCH_MAX, _cf, _kernels, _scratch_width
 
 # %% auto #0
 __all__ = ['STATUS', 'TEST_TOL', 'TEST_PROGRAM', 'MAKEFILE', 'LIBRARY_MARKER', 'MADE_BY', 'STRICT', 'library_kernel',
@@ -113,7 +113,7 @@ int ppo_policy_act_batch(const float *obs, float *act, size_t n) {{
 TEST_TOL = 1e-6  # max abs error against ONNX Runtime, on every row
 
 def _c_rows(name, a):
-    rows = ',\n'.join('    {' + ', '.join(f'{v:.9g}f' for v in row) + '}' for row in np.asarray(a, np.float32))
+    rows = ',\n'.join('    {' + ', '.join(_cf(v) for v in row) + '}' for row in np.asarray(a, np.float32))
     return f'static const float {name}[{a.shape[0]}][{a.shape[1]}] = {{\n{rows}\n}};'
 
 def test_vectors(obs, act):
