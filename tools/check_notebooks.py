@@ -12,8 +12,9 @@ def module_of(nb):
 def imports(nb):
     "Every ppo_trt module the notebook's cells import (at any depth)."
     text = '\n'.join(''.join(c['source']) for c in nb['cells'] if c['cell_type'] == 'code')
-    direct = set(re.findall(r'(?:from|import)\s+ppo_trt\.([a-z_]+)', text))
-    named = {part.split()[0] for names in re.findall(r'from\s+ppo_trt\s+import\s+([a-z_, ]+(?: as \w+)?)', text)
+    direct = set(re.findall(r'(?:from|import)\s+ppo_trt\.([a-z_.]+)', text))
+    named = {f'{pkg}.{part.split()[0]}'.lstrip('.')
+             for pkg, names in re.findall(r'from\s+ppo_trt((?:\.[a-z_]+)*)\s+import\s+([a-z_, ]+(?: as \w+)?)', text)
              for part in names.split(',') if part.strip()}
     return direct | named
 

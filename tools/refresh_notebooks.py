@@ -2,7 +2,7 @@
 skipped and their outputs cleared), one notebook per process, then `nbdev_clean`.
 
     python tools/refresh_notebooks.py            # every notebook in nbs/
-    python tools/refresh_notebooks.py nbs/40_bench.ipynb ...
+    python tools/refresh_notebooks.py nbs/50_bench.ipynb ...
 """
 import os, re, subprocess, sys, time
 from pathlib import Path

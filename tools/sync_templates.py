@@ -1,4 +1,4 @@
-"""Copy nbs/61_results.ipynb, without outputs, to ppo_trt/templates/report.ipynb
+"""Copy nbs/81_results.ipynb, without outputs, to ppo_trt/templates/report.ipynb
 (the template `ppo-trt report` executes).
 
 CI runs this and fails if it changes a file: the results page and every run's report are the same notebook."""
@@ -13,7 +13,7 @@ def strip(nb):
     return nb
 
 if __name__ == '__main__':
-    src, dst = Path('nbs/61_results.ipynb'), Path('ppo_trt/templates/report.ipynb')
+    src, dst = Path('nbs/81_results.ipynb'), Path('ppo_trt/templates/report.ipynb')
     dst.parent.mkdir(exist_ok=True)
     text = json.dumps(strip(json.loads(src.read_text())), indent=1, ensure_ascii=False) + '\n'
     if not dst.exists() or dst.read_text() != text: dst.write_text(text); print(f'wrote {dst}')
