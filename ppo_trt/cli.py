@@ -499,8 +499,8 @@ def cmd_doctor(a):
     rd = _run_dir(a)
     if Path(rd).exists() and not Path(rd).is_dir():
         raise BadInputError(f'{rd} is a file, not a run folder; pass the folder `ppo-trt run` made as --run-dir')
-    rows = print_doctor(console=console())
-    for n, (ok, why) in B.available().items(): print(f"backend {n:16s} {'available' if ok else 'missing: ' + why}")
+    rows = print_doctor(B.doctor_rows(), console=console())
+    for line in B.backend_lines(): print(line)
     if not Path(rd).exists(): print(f'run folder {rd} does not exist yet: ppo-trt run --run-dir {rd}'); return rows
     state = run_folder_rows(rd)
     for file, st, detail in state: print(f'run folder {file:16s} {st:8s} {detail}')

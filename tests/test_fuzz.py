@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from ppo_trt.backends import registry as B
 
-CPU = [n for n, (ok, _) in B.available().items() if ok and B.BACKENDS[n][0].device == 'cpu']
+CPU = [n for n, (ok, _) in B.available().items() if ok and not B.backends()[n].gpu]
 N_INPUTS = 3000
 
 

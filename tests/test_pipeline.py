@@ -54,8 +54,9 @@ def test_report_html(run_dir):
 def test_runner_matches_sb3(run_dir):
     obs = np.load(run_dir/'export_obs.npy')
     ref = B.load('sb3', run_dir)(obs)
-    for name in ('torch', 'ort', 'ort-iobind', 'native', 'native-c', 'torch-compile'):
-        assert np.abs(B.load(name, run_dir)(obs) - ref).max() < 1e-5, name
+    others = [n for n, (ok, _) in B.available().items() if ok and n != 'sb3' and not B.backends()[n].gpu]
+    assert len(others) >= 6
+    for name in others: assert np.abs(B.load(name, run_dir)(obs) - ref).max() < 1e-5, name
 
 def test_gpu_backends_skipped_with_reason(run_dir):
     """Without a GPU, every GPU backend is in bench.json as not run, with the missing piece named; none is replaced by
@@ -64,7 +65,9 @@ def test_gpu_backends_skipped_with_reason(run_dir):
     if torch.cuda.is_available(): pytest.skip('a GPU is present: the GPU backends run (see the gpu-flagged tests)')
     recs = {r['backend']: r for r in load_json(run_dir/'bench.json')['records']
             if r['mode'] == 'latency' or not r['ran']}
-    for name in ('torch-cuda', 'torch-cuda-graph', 'ort-cuda', 'ort-trt', 'trt', 'trt-rtx', 'triton', 'triton-tf32'):
+    gpu = [n for n, b in B.backends().items() if b.gpu]
+    assert len(gpu) >= 8
+    for name in gpu:
         assert not recs[name]['ran'], name
         assert any(k in recs[name]['reason']
                    for k in ('CUDA', 'cuda', 'tensorrt', 'ExecutionProvider')), recs[name]['reason']
@@ -100,4 +103,7 @@ def test_enjoy(run_dir, tmp_path):
 def test_doctor():
     r = ppo_trt('doctor')
     assert r.returncode == 0 and 'onnxruntime (CPU EP)' in r.stdout and 'TensorRT' in r.stdout
-    assert 'backend ort ' in r.stdout
+    lines = [l for l in r.stdout.splitlines() if l.startswith('backend ')]
+    assert [l.split()[1] for l in lines] == B.names()  # every registered backend, with its family and state
+    for l, (name, b) in zip(lines, B.backends().items()):
+        assert l.split()[2] == b.family and (' available' in l or ' missing: ' in l), l

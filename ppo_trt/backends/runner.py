@@ -5,6 +5,8 @@
 # %% ../../nbs/40_runner.ipynb #d12230d1
 from __future__ import annotations
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 import numpy as np
@@ -15,7 +17,8 @@ from ..core.records import load_artifact
 from ..export.onnx import check_finite_policy, policy_metadata
 
 # %% auto #0
-__all__ = ['check_obs', 'hot_path_shape', 'hot_path_dtype', 'BackendUnavailable', 'Runner', 'module_available', 'PolicySource']
+__all__ = ['check_obs', 'hot_path_shape', 'hot_path_dtype', 'BackendUnavailable', 'Runner', 'module_available', 'PolicySource',
+           'Backend', 'Family']
 
 # %% ../../nbs/40_runner.ipynb #918f7b6e
 _F32 = np.dtype(np.float32)
@@ -73,6 +76,7 @@ class Runner:
     reuses_output = False   # `run` returns a buffer that the next call overwrites
     concurrent_run = False  # `run` shares no state between calls, so `__call__` needs no lock
     needs_run = False       # needs the run folder (policy.zip), not just policy.onnx
+    residual_only = False   # runs a residual policy's network alone, even where the expert folds in
     def __init__(self, obs_dim, act_dim, **info):
         self.obs_dim, self.act_dim, self._lock = int(obs_dim), int(act_dim), threading.Lock()
         self.info = dict(backend=self.name, device=self.device, precision=self.precision, cpu=cpu_model(), **info)
@@ -89,7 +93,10 @@ class Runner:
     def predict(self, obs, state=None, episode_start=None, deterministic=True):
         "SB3-style `(action, None)` for one [obs_dim] observation (float64 ok) so evaluators treat runners as policies."
         return self(np.asarray(obs, np.float32).reshape(1, -1))[0], None
-    def close(self): pass
+    def close(self):
+        "Give back what the runner holds (device memory, streams); a no-op for most."
+    def __enter__(self): return self
+    def __exit__(self, *exc): self.close()
     def __repr__(self): return f'{type(self).__name__}({self.info})'
 
 # %% ../../nbs/40_runner.ipynb #c44142ca
@@ -137,3 +144,36 @@ class PolicySource:
 def _source(src):
     "`src` as a `PolicySource`."
     return src if isinstance(src, PolicySource) else PolicySource(src)
+
+# %% ../../nbs/40_runner.ipynb #f7f7f0f7
+@dataclass(frozen=True)
+class Backend:
+    "One backend as its family declares it: the runner class, whether it can run here, what to install if not."
+    runner: type                        # a `Runner` subclass; its `name` is the backend's name
+    probe: Callable                     # () -> (True, '') or (False, what is missing and how to fix it)
+    hint: str                           # how to install what the backend needs (doctor shows it)
+    gpu: bool = False                   # needs an NVIDIA GPU
+    evaluated_by_default: bool = True   # `ppo-trt evaluate` without --backends runs it
+    family: str = ''                    # filled in by the registry
+    origin: str = ''                    # filled in by the registry: 'built-in', or the plugin's distribution
+    def __post_init__(self):
+        if not (isinstance(self.runner, type) and issubclass(self.runner, Runner)):
+            raise TypeError(f'Backend.runner must be a ppo_trt Runner subclass, got {self.runner!r}')
+        if not isinstance(self.runner.name, str) or self.runner.name in ('', '?'):
+            raise TypeError(f'{self.runner.__name__}.name must name the backend (a non-empty string)')
+        if not callable(self.probe): raise TypeError(f'backend {self.name}: probe must be callable')
+    @property
+    def name(self): return self.runner.name
+
+# %% ../../nbs/40_runner.ipynb #1dbccf6b
+@dataclass(frozen=True)
+class Family:
+    "The backends one module provides (what a plugin registers), the packages they need, the family's doctor rows."
+    name: str
+    backends: tuple                     # `Backend`s, in the order a bench lists them
+    packages: tuple = ()                # distributions whose versions the machine record names
+    checks: Callable | None = None      # () -> doctor rows (`core.machine.doctor_row`) for what the family needs
+    def __post_init__(self):
+        object.__setattr__(self, 'backends', tuple(self.backends))
+        bad = [b for b in self.backends if not isinstance(b, Backend)]
+        if bad: raise TypeError(f'family {self.name}: {bad[0]!r} is not a ppo_trt.backends.runner.Backend')

@@ -12,7 +12,7 @@ from .files import error_line
 # %% auto #0
 __all__ = ['PACKAGES', 'FIXES', 'package_version', 'cpu_model', 'cpu_governor', 'cpu_affinity', 'busy_cores', 'ThreadPlan',
            'thread_plan', 'gpu_info', 'ort_status', 'trt_status', 'cuda_python_status', 'probe', 'machine_summary',
-           'doctor_rows', 'print_doctor']
+           'doctor_row', 'doctor_rows', 'print_doctor']
 
 # %% ../../nbs/02_machine.ipynb #1e0d841c
 def package_version(name):
@@ -155,15 +155,15 @@ def cuda_python_status():
     return _import_version('cuda.bindings.runtime')
 
 # %% ../../nbs/02_machine.ipynb #eb3f8cf3
-PACKAGES = ('torch', 'stable-baselines3', 'gymnasium', 'mujoco', 'onnx', 'onnxruntime', 'onnxruntime-gpu',
-            'numpy', 'tensorrt', 'tensorrt-rtx-cu13', 'cuda-python', 'numba')
+PACKAGES = ('torch', 'stable-baselines3', 'gymnasium', 'mujoco', 'onnx', 'onnxruntime', 'numpy')
 
-def probe(deep=True):
-    "A dict describing this machine; `deep=False` skips the GPU/TensorRT imports."
+def probe(deep=True, packages=()):
+    "A dict describing this machine; `deep=False` skips the GPU/TensorRT imports; `packages`: more to name."
     import numpy as np
+    names = dict.fromkeys(PACKAGES + tuple(packages))
     info = dict(python=sys.version.split()[0], platform=platform.platform(), machine=platform.machine(),
                 cpu=cpu_model(), logical_cpus=os.cpu_count(), affinity=cpu_affinity(), governor=cpu_governor(),
-                numpy=np.__version__, packages={p: package_version(p) for p in PACKAGES})
+                numpy=np.__version__, packages={p: package_version(p) for p in names})
     try:
         import torch
         info['torch_threads'] = torch.get_num_threads()
@@ -181,58 +181,34 @@ def machine_summary(info=None):
     g = f", GPU {gpu['name']} (cc {gpu['compute_capability']})" if gpu else ', no GPU'
     return f"{info['cpu']} ({info['logical_cpus']} logical CPUs){g}, Python {info['python']}"
 
+# %% ../../nbs/02_machine.ipynb #8177347d
+def doctor_row(component, ok, detail, fix=''):
+    "One row of the doctor table: `fix` is shown only when `ok` is false."
+    return dict(component=component, ok=bool(ok), detail=detail, fix='' if ok else fix)
+
 # %% ../../nbs/02_machine.ipynb #962a91fa
-FIXES = {  # one wording of each fix, used by doctor and by every backend's availability line
+FIXES = {  # one wording of each fix for the package's own requirements; each backend family holds its own
     'torch': 'pip install torch',
-    'torch-cuda': 'install a CUDA build of torch on a machine with an NVIDIA GPU (pip install torch --index-url '
-                  'https://download.pytorch.org/whl/cu130)',
     'stable-baselines3': 'pip install stable-baselines3', 'gymnasium': 'pip install "gymnasium[mujoco]"',
-    'mujoco': 'pip install mujoco',
-    'onnx': 'pip install onnx', 'onnxruntime': 'pip install onnxruntime', 'numba': 'pip install numba',
-    'onnxruntime-gpu': 'pip uninstall -y onnxruntime && pip install "ppo_trt[gpu]"  '
-                       '(onnxruntime-gpu; one onnxruntime wheel only)',
-    'cuda-python': 'pip install "ppo_trt[gpu]"  (cuda-python >= 12.6)',
-    'tensorrt': 'pip install "ppo_trt[trt]"  (TensorRT 10/11; its wheels fetch the libraries from NVIDIA\'s index, '
-                'pip install tensorrt --extra-index-url https://pypi.nvidia.com)',
-    'tensorrt_rtx': 'pip install "ppo_trt[trt-rtx]"  (tensorrt-rtx-cu13)',
-    'triton': 'pip install triton  (CUDA builds of torch bring it)',
+    'mujoco': 'pip install mujoco', 'onnx': 'pip install onnx', 'onnxruntime': 'pip install onnxruntime',
 }
 
 def doctor_rows(info=None):
-    "Rows of (component, ok, detail, fix) for `ppo-trt doctor`."
+    "The machine's rows of `ppo-trt doctor`: the package's requirements, the GPU, the cache for generated code."
     info = info or probe()
-    pk, rows = info['packages'], []
-    def row(name, ok, detail, fix=''):
-        rows.append(dict(component=name, ok=bool(ok), detail=detail, fix='' if ok else fix))
-    for p in ('torch', 'stable-baselines3', 'gymnasium', 'mujoco', 'onnx'):
-        row(p, pk.get(p), pk.get(p) or 'not installed', FIXES[p])
-    ort = info['ort']
-    row('onnxruntime (CPU EP)', 'CPUExecutionProvider' in ort['providers'], ort['version'] or ort['error'],
-        FIXES['onnxruntime'])
-    row('onnxruntime: one wheel only', not ort['both_wheels'],
-        'onnxruntime and onnxruntime-gpu are both installed' if ort['both_wheels'] else 'ok',
-        'pip uninstall -y onnxruntime onnxruntime-gpu && pip install onnxruntime-gpu  (or onnxruntime on CPU boxes)')
+    pk = info['packages']
+    rows = [doctor_row(p, pk.get(p), pk.get(p) or 'not installed', FIXES[p])
+            for p in ('torch', 'stable-baselines3', 'gymnasium', 'mujoco', 'onnx')]
     gpu = info['gpu']
-    row('NVIDIA GPU', gpu, f"{gpu['name']} cc {gpu['compute_capability']}" if gpu else 'none visible',
-        'GPU backends need an NVIDIA GPU and driver; CPU backends still run')
-    for prov, fix in [('CUDAExecutionProvider', FIXES['onnxruntime-gpu']),
-                      ('TensorrtExecutionProvider',
-                       FIXES['onnxruntime-gpu'] + ' plus TensorRT 10 libraries (libnvinfer.so.10) on LD_LIBRARY_PATH')]:
-        ok = prov in ort['providers'] and gpu
-        row(f'onnxruntime {prov}', ok,
-            'compiled in' + ('' if gpu else ', but no GPU') if prov in ort['providers'] else 'not in this build', fix)
-    ok, v = info['cuda_python']
-    row('cuda-python', ok, v, FIXES['cuda-python'])
-    ok, v = info['trt']['tensorrt']
-    row('TensorRT', ok, v, FIXES['tensorrt'])
-    ok, v = info['trt']['tensorrt_rtx']
-    row('TensorRT-RTX', ok, v, FIXES['tensorrt_rtx'])
+    found = f"{gpu['name']} cc {gpu['compute_capability']}" if gpu else 'none visible'
+    rows.append(doctor_row('NVIDIA GPU', gpu, found,
+                           'GPU backends need an NVIDIA GPU and driver; CPU backends still run'))
     from ppo_trt.core.files import user_cache, PpoTrtError
     try: cache, ok = user_cache(), True
     except PpoTrtError as e: cache, ok = str(e), False
     ok = ok and os.access(cache, os.W_OK)
-    row('cache for generated code', ok, str(cache),
-        'set PPO_TRT_CACHE to a writable folder (the native-c backend builds there)')
+    rows.append(doctor_row('cache for generated code', ok, str(cache),
+                           'set PPO_TRT_CACHE to a writable folder (the native-c backend builds there)'))
     return rows
 
 # %% ../../nbs/02_machine.ipynb #b97b3347

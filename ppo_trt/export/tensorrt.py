@@ -10,7 +10,7 @@ import numpy as np
 from ..core.run_folder import RunDir
 from ..core.files import (PpoTrtError, BadInputError, MissingArtifactError, atomic_path, atomic_write_text,
                                 save_json, sha256_file, error_line)
-from ..core.machine import gpu_info, FIXES
+from ..core.machine import gpu_info
 from ..core.records import locked, require_fresh, load_artifact
 from .onnx import load_onnx, onnx_metadata, ort_cpu_session, parity, ParityError
 
@@ -39,7 +39,10 @@ def fp16_onnx(run_dir, tol=FP16_TOL):
     return dst, {**par, 'tol': tol}
 
 # %% ../../nbs/32_tensorrt.ipynb #302f5182
-FLAVOURS = {'trt': ('tensorrt', FIXES['tensorrt']), 'trt-rtx': ('tensorrt_rtx', FIXES['tensorrt_rtx'])}
+FLAVOURS = {  # flavour: (module, how to install it), for the builder here and the `trt` / `trt-rtx` backends
+    'trt': ('tensorrt', 'pip install "ppo_trt[trt]"  (TensorRT 10/11; its wheels fetch the libraries from NVIDIA\'s '
+                        'index, pip install tensorrt --extra-index-url https://pypi.nvidia.com)'),
+    'trt-rtx': ('tensorrt_rtx', 'pip install "ppo_trt[trt-rtx]"  (tensorrt-rtx-cu13)')}
 
 class EngineError(PpoTrtError):
     "An engine could not be built, or an existing one no longer matches; the message says how to rebuild."

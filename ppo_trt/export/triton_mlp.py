@@ -8,15 +8,17 @@ import hashlib, os
 from dataclasses import dataclass, field
 import numpy as np
 from ..core.files import BadInputError
-from ..core.machine import FIXES
 from .numba_kernel import (Dense, Elementwise, NativeUnsupportedError, parse_chain, _stages,
                                          module_from_source)
 
 # %% auto #0
-__all__ = ['PRECISIONS', 'import_triton', 'triton_interpreted', 'padded', 'PackedParams', 'generate_triton', 'launch_shape',
-           'TritonPolicy', 'build_triton_policy', 'compile_triton_policy', 'steps_from_module', 'triton_module_policy']
+__all__ = ['TRITON_FIX', 'PRECISIONS', 'import_triton', 'triton_interpreted', 'padded', 'PackedParams', 'generate_triton',
+           'launch_shape', 'TritonPolicy', 'build_triton_policy', 'compile_triton_policy', 'steps_from_module',
+           'triton_module_policy']
 
 # %% ../../nbs/35_triton_mlp.ipynb #01762c5a
+TRITON_FIX = 'pip install triton  (CUDA builds of torch bring it)'
+
 def import_triton():
     "(triton module, '') or (None, why and the fix); switches Triton to its CPU interpreter if torch sees no CUDA GPU."
     try:
@@ -25,7 +27,7 @@ def import_triton():
         import triton, triton.language  # noqa: F401
         return triton, ''
     except Exception as e:
-        return None, f"triton does not import ({type(e).__name__}: {e}); {FIXES['triton']}"
+        return None, f"triton does not import ({type(e).__name__}: {e}); {TRITON_FIX}"
 
 # %% ../../nbs/35_triton_mlp.ipynb #eb8a2c39
 def triton_interpreted():

@@ -291,7 +291,7 @@ def bench(run_dir, backend_names=None, settings: BenchSettings | None = None, en
     reference = B.load('ort', run.root, network_only=True)(obs).astype(np.float64) if B.available()['ort'][0] else None
     sess, t_start = session(sha256_file(onnx_path)), time.perf_counter()
     sid = session_id(sess)
-    header = dict(schema_version=2, run_dir=str(run.root), env_id=env_id, machine=probe(),
+    header = dict(schema_version=2, run_dir=str(run.root), env_id=env_id, machine=probe(packages=B.packages()),
                   machine_summary=sess['machine'], settings=asdict(s), timer_overhead=timer_overhead_ns(),
                   gc_disabled_in_timed_loops=True, pinned_cpu=s.pin_cpu, created=sess['created'], session=sid)
     affinity = pin_process(s.pin_cpu)

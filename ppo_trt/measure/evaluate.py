@@ -237,7 +237,7 @@ def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, dead
     old = None if replace or not run.has('evaluate_record') else EvaluationReport.load(run.path('evaluate_record'))
     bench = load_artifact(run, 'bench_record') if run.has('bench_record') else None
     deadline_us = deadline_us or (bench['settings']['sla_us'] if bench else 1000.0)
-    names = [B.check_name(n) for n in (backend_names or [n for n in B.names() if n != 'sb3'])]
+    names = [B.check_name(n) for n in (backend_names or [n for n, b in B.backends().items() if b.evaluated_by_default])]
     runners, skipped = _load_runners(run, ['torch'] + [n for n in names if n != 'torch'])
     extra = {'residual': _residual_policy(residual_run, env_id)} if residual_run is not None else {}
     onnx_sha = sha256_file(run.path('onnx'))
