@@ -138,6 +138,11 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+static void print_double(double x) {  /* as Python's json reads it, NaN and infinities included */
+    if (isfinite(x)) printf("%.17g", x);
+    else printf("%s", isnan(x) ? "NaN" : x > 0 ? "Infinity" : "-Infinity");
+}
+
 static int by_value(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
@@ -295,15 +300,17 @@ int main(int argc, char **argv) {
     printf("{\"env_id\": \"%s\", \"mujoco\": \"%s\", \"policy_env_id\": \"%s\", \"steps\": %lld, \"wall_s\": %.6f, "
            "\"steps_per_s\": %.1f, \"timer_ns\": %lld, \"fallbacks\": %lld, \"nonfinite_obs\": %lld, "
            "\"nonfinite_action\": %lld, \"injected_nan_step\": %lld, ", ENV_ID, mj_versionString(), PPO_POLICY_ENV_ID,
-           step, (double)(t_end - t_first) * 1e-9, (double)step / ((double)(t_end - t_first) * 1e-9),
+           step, (double)(t_end - t_first) * 1e-9, step ? (double)step / ((double)(t_end - t_first) * 1e-9) : 0.0,
            (long long)timer_ns, fallbacks, bad_obs, bad_action, inject < step ? inject : -1);
     print_stats("policy", policy_ns, (size_t)step);
     printf(", ");
     print_stats("period", period_ns, n_period);
     printf(", \"episodes\": [");
-    for (i = 0; i < n_eps; i++)
-        printf("%s{\"seed\": %llu, \"return\": %.17g, \"steps\": %ld, \"terminated\": %s}", i ? ", " : "",
-               (unsigned long long)eps[i].seed, eps[i].ret, eps[i].steps, eps[i].terminated ? "true" : "false");
+    for (i = 0; i < n_eps; i++) {
+        printf("%s{\"seed\": %llu, \"return\": ", i ? ", " : "", (unsigned long long)eps[i].seed);
+        print_double(eps[i].ret);
+        printf(", \"steps\": %ld, \"terminated\": %s}", eps[i].steps, eps[i].terminated ? "true" : "false");
+    }
     printf("]}\n");
     free(policy_ns); free(period_ns); free(eps);
     mj_deleteData(d);
