@@ -15,9 +15,9 @@ from .export.onnx import onnx_metadata
 
 # %% auto #0
 __all__ = ['MAX_BATCH', 'MAX_CALLS', 'MIN_EVAL_FREQ', 'FAST_ONLY', 'COMMANDS', 'READ_ONLY', 'number', 'number_list', 'parser',
-           'writable_run_dir', 'cmd_train', 'cmd_export', 'cmd_export_c', 'cmd_build', 'cmd_bench', 'cmd_evaluate',
-           'cmd_residual_study', 'cmd_env_bench', 'cmd_report', 'cmd_advise', 'run_folder_rows', 'cmd_doctor',
-           'cmd_enjoy', 'cmd_docs', 'cmd_sweep', 'cmd_run', 'main']
+           'writable_run_dir', 'cmd_train', 'cmd_export', 'cmd_export_c', 'cmd_c_loop', 'cmd_build', 'cmd_bench',
+           'cmd_evaluate', 'cmd_residual_study', 'cmd_env_bench', 'cmd_report', 'cmd_advise', 'run_folder_rows',
+           'cmd_doctor', 'cmd_enjoy', 'cmd_docs', 'cmd_sweep', 'cmd_run', 'main']
 
 # %% ../nbs/90_cli.ipynb #5ac301a7
 MAX_BATCH = 1 << 24  # the largest batch policy.onnx's dynamic axis allows
@@ -221,6 +221,16 @@ def _add_enjoy(p):
     p.add_argument('--iters', type=number(int, 10, MAX_CALLS), default=2000, help='benchmark: timed steps')
     p.add_argument('--seed', type=number(int, 0), default=0, help='episode seed')
 
+# %% ../nbs/90_cli.ipynb #067e0869
+def _add_c_loop(p):
+    _add_env(p)
+    p.add_argument('--steps', type=number(int, 0, 100 * MAX_CALLS), default=1_000_000,
+                   help='control steps the loop is timed over (its jitter percentiles)')
+    p.add_argument('--episodes', type=number(int, 1, 10_000), default=5,
+                   help="episodes checked against gymnasium step by step and against the Python evaluate's returns")
+    p.add_argument('--seed', type=number(int, 0, 1 << 62), default=0, help='first episode seed')
+    p.add_argument('--cc', default='gcc', help='the C compiler')
+
 # %% ../nbs/90_cli.ipynb #21e90dc9
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
     "Shows each argument's default, except None and False (the help says what happens then)."
@@ -245,6 +255,8 @@ def parser():
     p = _sub(sub, 'export-c', 'write policy.onnx as a dependency-free C99 library, then build and test it'); _add_env(p)
     p.add_argument('--out', type=Path, default=None, help='the library folder (default: <run-dir>/c_policy)')
     p.add_argument('--cc', default='cc', help='the C compiler that builds and tests it (none: write only)')
+    _add_c_loop(_sub(sub, 'c-loop', 'Hopper in C: MuJoCo\'s C API and the C policy library, checked against '
+                          'gymnasium, timed'))
     p = _sub(sub, 'bench', 'benchmark every backend'); _add_env(p); _add_bench(p)
     _add_evaluate(_sub(sub, 'evaluate', 'control quality per scenario phase and backend, vs the PID baseline'))
     _add_residual_study(_sub(sub, 'residual-study',
@@ -385,6 +397,18 @@ def cmd_export_c(a):
          f"{r['output']}")
     if not r['ok']: raise PpoTrtError(f"the C library's test failed: {r['output']}")
     return lib
+
+# %% ../nbs/90_cli.ipynb #49824196
+def cmd_c_loop(a):
+    from ppo_trt.measure.c_loop import c_loop, print_c_loop
+    rd = _run_dir(a)
+    _check_env(a, rd)
+    rec = c_loop(rd, steps=a.steps, episodes=a.episodes, seed=a.seed, cc=a.cc)
+    print_c_loop(rec)
+    _say(f"wrote {Path(rd)/'c_loop.json'}; the program is {Path(rd)/'c_loop'/'c_loop'}")
+    if not (rec['check']['passed'] and rec['fallback']['passed']):
+        raise PpoTrtError('the C loop does not match gymnasium, or its fallback did not engage (see above)')
+    return rec
 
 # %% ../nbs/90_cli.ipynb #f6d7770f
 def cmd_build(a):
@@ -583,7 +607,8 @@ def cmd_run(a):
     _say(f'done in {time.perf_counter() - t0:.0f} s: open {RunDir(_run_dir(a)).path("report")}')
 
 # %% ../nbs/90_cli.ipynb #73e8b51b
-COMMANDS = {'run': cmd_run, 'train': cmd_train, 'export': cmd_export, 'export-c': cmd_export_c, 'build': cmd_build,
+COMMANDS = {'run': cmd_run, 'train': cmd_train, 'export': cmd_export, 'export-c': cmd_export_c, 'c-loop': cmd_c_loop,
+            'build': cmd_build,
             'bench': cmd_bench, 'evaluate': cmd_evaluate, 'residual-study': cmd_residual_study,
             'env-bench': cmd_env_bench,
             'report': cmd_report, 'advise': cmd_advise, 'doctor': cmd_doctor, 'enjoy': cmd_enjoy, 'docs': cmd_docs,

@@ -17,9 +17,9 @@ from .machine import probe, machine_summary, package_version
 __all__ = ['SCHEMAS', 'LOCK_NAME', 'HOLDER_NAME', 'REPORT_INPUTS', 'STAGE_PARENTS', 'DERIVED', 'ConfigRecord', 'ObsNormRecord',
            'TrainRecord', 'BestRecord', 'Parity', 'ExportRecord', 'EngineRecord', 'Stats', 'BenchRecord', 'Session',
            'BenchSettingsRecord', 'TimerOverhead', 'BenchFile', 'PhaseRecord', 'Gate', 'EvaluateFile',
-           'ResidualStudyRecord', 'EnvBenchRow', 'EnvBenchRecord', 'read_record', 'load_artifact', 'machine_id',
-           'session', 'session_id', 'RunFolderBusy', 'remove_partial', 'run_lock', 'locked', 'lineage_problems',
-           'require_fresh', 'derived_paths', 'remove_derived']
+           'ResidualStudyRecord', 'EnvBenchRow', 'EnvBenchRecord', 'LoopStats', 'GymCheck', 'CLoopRecord',
+           'read_record', 'load_artifact', 'machine_id', 'session', 'session_id', 'RunFolderBusy', 'remove_partial',
+           'run_lock', 'locked', 'lineage_problems', 'require_fresh', 'derived_paths', 'remove_derived']
 
 # %% ../../nbs/03_records.ipynb #53e13962
 class _Record(msgspec.Struct, kw_only=True):
@@ -232,10 +232,52 @@ SCHEMAS = {  # artifact name (config.ARTIFACTS, or a file name) -> (schema, curr
     'evaluate_record': (EvaluateFile, 2), 'checkpoints/best.json': (BestRecord, 1),
 }
 
+# %% ../../nbs/03_records.ipynb #575b9f9e
+class LoopStats(msgspec.Struct):
+    "Timing of a C loop in ns, as the C program measured it (clock_gettime; nearest-rank percentiles)."
+    n: int
+    mean_ns: float
+    std_ns: float
+    p50_ns: int
+    p99_ns: int
+    p999_ns: int
+    max_ns: int
+
+class GymCheck(msgspec.Struct):
+    "The C loop's episodes replayed in gymnasium with the same actions: the largest differences."
+    episodes: int
+    steps: int
+    reset_max_abs: float
+    obs_max_abs: float
+    reward_max_abs: float
+    termination_mismatches: int
+    passed: bool
+
+class CLoopRecord(_Record):
+    "c_loop.json: Hopper in C on MuJoCo's C API with the C policy library (`ppo-trt c-loop`)."
+    env_id: str
+    onnx_sha256: str
+    mujoco: str
+    cc: str
+    commands: list[str]
+    seed: int
+    returns: list[float]                    # episodes seed, seed + 1, ...
+    episode_steps: list[int]
+    python_returns: dict[str, list[float]]  # the Python evaluate's (nominal phase), same seeds
+    check: GymCheck
+    fallback: dict                          # one NaN observation injected: fallbacks counted, action held
+    steps: int                              # timed steps
+    steps_per_s: float
+    timer_ns: float                         # the cost of one clock_gettime, inside every timing
+    policy: LoopStats
+    period: LoopStats | None
+    session: Session | None = None
+
 # %% ../../nbs/03_records.ipynb #cb6700cd
 def _stage_of(name):
     "The `ppo-trt` command that writes artifact `name`."
     if name in ARTIFACTS: return ARTIFACTS[name][1]
+    if name == 'c_loop.json': return 'c-loop'
     return 'train' if name.startswith('checkpoints') else 'run'
 
 # %% ../../nbs/03_records.ipynb #ba8ce41e
@@ -243,6 +285,7 @@ def _schema_of(name, path):
     if name in SCHEMAS: return SCHEMAS[name]
     if path.name.startswith('residual_study_'): return ResidualStudyRecord, 1
     if path.name.startswith('env_bench_'): return EnvBenchRecord, 1
+    if path.name == 'c_loop.json': return CLoopRecord, 1
     return None, None
 
 # %% ../../nbs/03_records.ipynb #3ac95031
@@ -455,7 +498,8 @@ def _report_links(run):
 
 # %% ../../nbs/03_records.ipynb #7c9a7662
 STAGE_PARENTS = {'export': ('policy',), 'build': ('policy', 'onnx'), 'bench': ('policy', 'onnx'),
-                 'evaluate': ('policy', 'onnx'), 'report': ('policy', 'onnx'), 'enjoy': ('policy', 'onnx')}
+                 'evaluate': ('policy', 'onnx'), 'report': ('policy', 'onnx'), 'enjoy': ('policy', 'onnx'),
+                 'c-loop': ('policy', 'onnx')}
 
 def require_fresh(run, stage):
     "Raise `BadArtifactError` with the command to run if a parent of `stage` is stale or unreadable."
@@ -473,7 +517,8 @@ def require_fresh(run, stage):
 DERIVED = ('config.json', 'policy.zip', 'obs_norm.json', 'train_log.csv', 'train.json', 'checkpoints', 'fast_agent.pt',
            'policy.onnx', 'policy.fp16.onnx', 'export_obs.npy', 'export.json', 'build.json', 'policy.*.engine',
            'build.*.log', 'timing.*.cache', 'bench.json', 'evaluate.json', 'report.ipynb', 'report.html',
-           'episode.gif', 'episode.mp4', 'native', 'ort_trt_cache', 'c_policy')
+           'episode.gif', 'episode.mp4', 'native', 'ort_trt_cache', 'c_policy', 'c_loop',
+           'c_loop.json')
 
 def derived_paths(run):
     "Everything in the run folder that was made from its policy (or by training it)."
