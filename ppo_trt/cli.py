@@ -6,10 +6,11 @@
 from __future__ import annotations
 import argparse, errno, math, os, sys, time
 from pathlib import Path
-from .config import (PpoTrtError, BadInputError, DEFAULT_ENV_ID, ARTIFACTS, OPTIONAL_STAGES, default_run_dir,
-                            RunDir, check_timesteps)
-from .records import load_artifact, lineage_problems, run_lock, LOCK_NAME, HOLDER_NAME
-from .export import onnx_metadata
+from .core.files import PpoTrtError, BadInputError
+from .core.run_folder import (DEFAULT_ENV_ID, ARTIFACTS, OPTIONAL_STAGES, default_run_dir, RunDir,
+                                     check_timesteps)
+from .core.records import load_artifact, lineage_problems, run_lock, LOCK_NAME, HOLDER_NAME
+from .export.onnx import onnx_metadata
 
 
 # %% auto #0
@@ -99,7 +100,7 @@ def _add_train(p):
     p.add_argument('--randomize', default=None, metavar='SPEC',
                    help="randomize every training episode: phases (noise, delay, mass, friction, push) or 'all', "
                         "each with an optional range, e.g. 'noise,delay=0:2,mass=0.8:1.2'")
-    p.add_argument('--fast', action='store_true', help='batched PPO (ppo_trt.fast_ppo): torch envs (CartPole-v1, '
+    p.add_argument('--fast', action='store_true', help='batched PPO (ppo_trt.throughput.fast_ppo): torch envs (CartPole-v1, '
                    'Pendulum-v1, MountainCarContinuous-v0) or MuJoCo on EnvPool (Hopper-v4, Walker2d-v4, ...)')
     p.add_argument('--env-threads', type=number(int, 1, 1024), default=None,
                    help='--fast on MuJoCo: EnvPool threads stepping the envs (default: one per core not busy)')
@@ -289,7 +290,7 @@ def _check_env(a, rd):
 
 # %% ../nbs/90_cli.ipynb #62fe35ae
 def _bench_settings(a):
-    from ppo_trt.bench import BenchSettings, DEFAULT_BATCHES
+    from ppo_trt.measure.bench import BenchSettings, DEFAULT_BATCHES
     return BenchSettings(warmup=a.warmup, iters=a.iters, batches=a.batches or DEFAULT_BATCHES, sla_us=a.sla_ms * 1e3,
                          closed_loop_steps=a.closed_loop_steps, sweep_seconds=a.sweep_seconds, threads=a.threads,
                          pin_cpu=a.pin_cpu, soak_calls=a.soak_calls if a.soak else 0, soak_window=a.soak_window)
@@ -312,7 +313,7 @@ def _check_fast_flags(a):
 
 # %% ../nbs/90_cli.ipynb #0f98fb1b
 def cmd_train(a):
-    from ppo_trt.train import train
+    from ppo_trt.train.sb3 import train
     if a.fast: return _train_fast(a)
     rd = _run_dir(a)
     kw = dict(env_id=a.env_id or DEFAULT_ENV_ID, seed=a.seed, timesteps=a.timesteps, preset_name=a.preset,
@@ -320,7 +321,7 @@ def cmd_train(a):
               progress=True, randomize=a.randomize, torch_threads=a.torch_threads)
     _say(f'training {a.env_id or DEFAULT_ENV_ID} (preset {a.preset}) into {rd}')
     if a.expert:
-        from ppo_trt.residual import train_residual
+        from ppo_trt.studies.residual import train_residual
         _say(f'residual on expert {a.expert} (scale {a.residual_scale})')
         r = train_residual(rd, expert=a.expert, residual_scale=a.residual_scale, append_expert_obs=a.append_expert_obs,
                            zero_init=not a.no_zero_init, **kw)
@@ -339,7 +340,7 @@ def _threads_line(plan):
 # %% ../nbs/90_cli.ipynb #0b68941b
 def _train_fast(a):
     import dataclasses
-    from ppo_trt.fast_ppo import fast_train, fast_preset
+    from ppo_trt.throughput.fast_ppo import fast_train, fast_preset
     env_id = a.env_id = a.env_id or 'CartPole-v1'
     st = fast_preset(env_id)['settings']
     if a.num_envs: st = dataclasses.replace(st, num_envs=a.num_envs)
@@ -362,7 +363,7 @@ def _train_fast(a):
 
 # %% ../nbs/90_cli.ipynb #63f63569
 def cmd_export(a):
-    from ppo_trt.residual import export_run
+    from ppo_trt.export.deployment import export_run
     r = export_run(_run_dir(a), n_obs=a.parity_obs, env_id=a.env_id)
     res = r['metadata'].get('residual')
     if res: _say('expert folded into policy.onnx' if res['folded'] else f"policy.onnx holds the residual network only: "
@@ -373,7 +374,7 @@ def cmd_export(a):
 
 # %% ../nbs/90_cli.ipynb #b6d5c842
 def cmd_export_c(a):
-    from ppo_trt.c_library import write_c_library, build_and_test
+    from ppo_trt.export.c_library import write_c_library, build_and_test
     rd = _run_dir(a)
     _check_env(a, rd)
     lib = write_c_library(rd, a.out)
@@ -387,7 +388,7 @@ def cmd_export_c(a):
 
 # %% ../nbs/90_cli.ipynb #f6d7770f
 def cmd_build(a):
-    from ppo_trt.engine import build_engine, build_with_trtexec
+    from ppo_trt.export.tensorrt import build_engine, build_with_trtexec
     rd = _run_dir(a)
     _check_env(a, rd)
     if a.trtexec:
@@ -401,14 +402,14 @@ def cmd_build(a):
 
 # %% ../nbs/90_cli.ipynb #4e1b647d
 def cmd_bench(a):
-    from ppo_trt.bench import bench
+    from ppo_trt.measure.bench import bench
     rd = _run_dir(a)
     bench(rd, a.backends, _bench_settings(a), env_id=a.env_id, progress=sys.stderr.isatty(), replace=a.replace)
     _say(f"wrote {RunDir(rd).path('bench_record')}")
 
 # %% ../nbs/90_cli.ipynb #c277b7f0
 def cmd_evaluate(a):
-    from ppo_trt.evaluate import evaluate, print_evaluation
+    from ppo_trt.measure.evaluate import evaluate, print_evaluation
     rd = _run_dir(a)
     rep = evaluate(rd, a.backends, a.phases, a.episodes, a.seed, a.deadline_us, progress=sys.stderr.isatty(),
                    residual_run=a.residual_run, env_id=a.env_id, replace=a.replace)
@@ -418,7 +419,7 @@ def cmd_evaluate(a):
 
 # %% ../nbs/90_cli.ipynb #e1b73633
 def cmd_residual_study(a):
-    from ppo_trt.residual import residual_study, first_reaching
+    from ppo_trt.studies.residual import residual_study, first_reaching
     env_id = a.env_id or 'InvertedPendulum-v4'
     rd = a.run_dir or default_run_dir(env_id)
     out = a.out or Path(rd)/'residual_study'
@@ -437,11 +438,11 @@ def cmd_residual_study(a):
 
 # %% ../nbs/90_cli.ipynb #5e0e4275
 def cmd_env_bench(a):
-    from ppo_trt.gpu_envs import env_bench, train_level_sizes, print_throughput, resolve_device
-    from ppo_trt.fast_ppo import train_throughput
+    from ppo_trt.throughput.batched_envs import env_bench, train_level_sizes, print_throughput, resolve_device
+    from ppo_trt.throughput.fast_ppo import train_throughput
     dev, levels = resolve_device(a.device), []
     if a.env_id == 'CartPole-v1':  # the hand-written kernel's raw figure, on a GPU only
-        from ppo_trt.triton_cartpole import triton_throughput, TRITON_MISSING
+        from ppo_trt.throughput.triton_cartpole import triton_throughput, TRITON_MISSING
         if dev.type != 'cuda': _say('Triton CartPole kernel skipped: it is timed on a CUDA GPU only (--device cuda)')
         elif TRITON_MISSING: _say(f'Triton CartPole kernel skipped: {TRITON_MISSING}')
         else: levels.append(('Triton CartPole kernel', lambda ns: triton_throughput(ns, dev), list(a.num_envs)))
@@ -458,7 +459,7 @@ def cmd_env_bench(a):
 
 # %% ../nbs/90_cli.ipynb #391f8131
 def cmd_report(a):
-    from ppo_trt.report import render_report
+    from ppo_trt.results.report import render_report
     rd = _run_dir(a)
     _check_env(a, rd)
     p = render_report(rd)
@@ -467,7 +468,7 @@ def cmd_report(a):
 
 # %% ../nbs/90_cli.ipynb #77dea6a1
 def cmd_advise(a):
-    from ppo_trt.bench import print_advice
+    from ppo_trt.measure.bench import print_advice
     rd = _run_dir(a)
     _check_env(a, rd)
     r = load_artifact(RunDir(rd), 'bench_record')
@@ -492,9 +493,9 @@ def run_folder_rows(run_dir):
 
 # %% ../nbs/90_cli.ipynb #31d2a6b7
 def cmd_doctor(a):
-    from ppo_trt.runtime import print_doctor
-    from ppo_trt.bench import console
-    from ppo_trt import backends as B
+    from ppo_trt.core.machine import print_doctor
+    from ppo_trt.measure.bench import console
+    from ppo_trt.backends import registry as B
     rd = _run_dir(a)
     if Path(rd).exists() and not Path(rd).is_dir():
         raise BadInputError(f'{rd} is a file, not a run folder; pass the folder `ppo-trt run` made as --run-dir')
@@ -511,7 +512,7 @@ def cmd_doctor(a):
 
 # %% ../nbs/90_cli.ipynb #3f9f7c8b
 def cmd_enjoy(a):
-    from ppo_trt.enjoy import render_episode, benchmark_loop
+    from ppo_trt.measure.enjoy import render_episode, benchmark_loop
     rd = _run_dir(a)
     if a.mode == 'visual':
         r = render_episode(rd, a.out, backend=a.backend, env_id=a.env_id, seed=a.seed, max_steps=a.max_steps, fps=a.fps)
@@ -526,7 +527,7 @@ def cmd_enjoy(a):
 
 # %% ../nbs/90_cli.ipynb #1231859a
 def cmd_docs(a):
-    from ppo_trt.docs import build_site
+    from ppo_trt.results.site import build_site
     index = build_site(a.out, a.run_dir, say=print)
     _say(f'wrote {index}: open it in a browser (it needs no network)')
     return index
@@ -559,7 +560,7 @@ def _add_sweep(sub):
 
 # %% ../nbs/90_cli.ipynb #7d576e8b
 def cmd_sweep(a):
-    from ppo_trt.sweep import sweep, print_sweep
+    from ppo_trt.studies.sweep import sweep, print_sweep
     out = a.out or Path('sweeps')/a.env_id
     _say(f"sweep of {a.env_id}: seeds 0..{a.seeds - 1} x {a.variants} ({'fast PPO' if a.fast else 'SB3'}) into {out}")
     rec = sweep(out, env_id=a.env_id, seeds=a.seeds, variants=a.variants, fast=a.fast, timesteps=a.timesteps,
@@ -572,7 +573,7 @@ def cmd_sweep(a):
 # %% ../nbs/90_cli.ipynb #a3e19074
 def cmd_run(a):
     "train -> export -> bench -> report."
-    from ppo_trt import backends as B
+    from ppo_trt.backends import registry as B
     for n in a.backends or []: B.check_name(n)  # fail before training, not after
     if a.fast and (a.env_id or 'CartPole-v1') == 'CartPole-v1':
         raise BadInputError('run --fast exports the policy, which needs continuous actions: use --env-id Pendulum-v1 '

@@ -74,8 +74,8 @@ def valid(x, obs_dim):
 
 def fuzz(run_dir, name, n, seed):
     "Counts of what `runner(obs)` and `runner.run(obs)` did with `n` random inputs; mismatches and wrong errors listed."
-    from ppo_trt import backends as B
-    from ppo_trt.config import BadInputError
+    from ppo_trt.backends import registry as B
+    from ppo_trt.core.files import BadInputError
     runner, ref = B.load(name, run_dir), B.load('ort', run_dir)
     pool = np.load(f'{run_dir}/export_obs.npy')
     rng, d = np.random.default_rng(seed), runner.obs_dim

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 from conftest import ppo_trt
-from ppo_trt import backends as B
-from ppo_trt.config import BadInputError, BadArtifactError, sha256_file
+from ppo_trt.backends import registry as B
+from ppo_trt.core.files import BadInputError, BadArtifactError, sha256_file
 
 def _fails(r, *needles):
     assert r.returncode == 2, (r.returncode, r.stdout[-500:], r.stderr[-1500:])

@@ -5,7 +5,7 @@ import hashlib, shutil, subprocess
 from pathlib import Path
 import numpy as np, pytest
 from conftest import ppo_trt
-from ppo_trt.c_library import build_and_test, LIBRARY_MARKER
+from ppo_trt.export.c_library import build_and_test, LIBRARY_MARKER
 
 COMPILERS = [cc for cc in ('gcc', 'clang') if shutil.which(cc)]
 

@@ -1,8 +1,8 @@
 """`ppo-trt build`: a real TensorRT-RTX engine on a CPU-only machine, its record, and stale-engine errors."""
 import pytest
 from conftest import ppo_trt
-from ppo_trt.config import load_json, sha256_file
-from ppo_trt.engine import check_engine, EngineError, FP16_TOL
+from ppo_trt.core.files import load_json, sha256_file
+from ppo_trt.export.tensorrt import check_engine, EngineError, FP16_TOL
 
 pytest.importorskip('tensorrt_rtx', reason='TensorRT-RTX is not installed: pip install "ppo_trt[trt-rtx]"')
 

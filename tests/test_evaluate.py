@@ -1,6 +1,6 @@
 """`ppo-trt evaluate`: per-phase returns, gates, evaluate.json round trip, report section, bad input."""
 from conftest import ppo_trt
-from ppo_trt.evaluate import EvaluationReport
+from ppo_trt.measure.evaluate import EvaluationReport
 
 def test_evaluate_cli(run_copy):
     r = ppo_trt('evaluate', '--run-dir', run_copy, '--phases', 'nominal,delay,trip', '--episodes', 2,

@@ -1,8 +1,9 @@
 "Batched torch envs (gymnasium parity, compiled step, bad input) and on-device PPO through the CLI and the pipeline."
 import numpy as np, pytest, torch
 from conftest import ppo_trt
-from ppo_trt.config import BadInputError, load_json
-from ppo_trt.gpu_envs import make_batched, gym_trajectories, fused_step, count_sync_ops, device_rollout, BATCHED_ENVS
+from ppo_trt.core.files import BadInputError, load_json
+from ppo_trt.throughput.batched_envs import (make_batched, gym_trajectories, fused_step, count_sync_ops,
+                                             device_rollout, BATCHED_ENVS)
 
 
 @pytest.mark.parametrize('env_id', list(BATCHED_ENVS))
@@ -47,7 +48,7 @@ def test_fast_train_cli_solves_cartpole(tmp_path):
     r = ppo_trt('train', '--fast', '--env-id', 'CartPole-v1', '--run-dir', tmp_path/'cp')
     assert r.returncode == 0, r.stderr[-2000:]
     rec = load_json(tmp_path/'cp'/'train.json')
-    assert rec['solved'] and rec['final_eval_mean'] >= 475 and rec['trainer'] == 'ppo_trt.fast_ppo'
+    assert rec['solved'] and rec['final_eval_mean'] >= 475 and rec['trainer'] == 'ppo_trt.throughput.fast_ppo'
     r = ppo_trt('export', '--run-dir', tmp_path/'cp')
     assert r.returncode == 2 and 'discrete actions' in r.stderr
 

@@ -3,7 +3,7 @@ Runtime within 1e-5 or raises BadInputError; the hot path may refuse but never r
 import json, subprocess, sys
 from pathlib import Path
 import pytest
-from ppo_trt import backends as B
+from ppo_trt.backends import registry as B
 
 CPU = [n for n, (ok, _) in B.available().items() if ok and B.BACKENDS[n][0].device == 'cpu']
 N_INPUTS = 3000

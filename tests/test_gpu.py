@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import ppo_trt
-from ppo_trt import backends as B
-from ppo_trt.config import load_json
+from ppo_trt.backends import registry as B
+from ppo_trt.core.files import load_json
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA GPU')]
 GPU_BACKENDS = ('torch-cuda', 'torch-cuda-graph', 'torch-compile', 'ort-cuda', 'ort-trt', 'trt', 'trt-rtx', 'triton',
@@ -53,7 +53,7 @@ def test_bench_records_kernel_only(gpu_run):
 
 
 def test_triton_cartpole_compiled_matches_torch():
-    from ppo_trt.triton_cartpole import check_against_torch, triton_throughput
+    from ppo_trt.throughput.triton_cartpole import check_against_torch, triton_throughput
     r = check_against_torch(num_envs=4096, n_steps=30, seed=5, device='cuda')
     # the GPU's cos/sin and FMA contraction round differently from torch's kernels: allow the rare threshold crossing
     assert r['done_mismatches'] <= 4 and r['max_abs_state'] < 1e-4, r
@@ -62,7 +62,7 @@ def test_triton_cartpole_compiled_matches_torch():
 
 
 def test_device_rollout_never_synchronises():
-    from ppo_trt.gpu_envs import make_batched, device_rollout
+    from ppo_trt.throughput.batched_envs import make_batched, device_rollout
     env = make_batched('Pendulum-v1', 4096, 'cuda')
     mlp = torch.nn.Sequential(torch.nn.Linear(3, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1)).cuda()
     device_rollout(env, mlp, 5)  # allocations and lazy init outside the checked region

@@ -25,8 +25,8 @@ def kit(stage, out, **env):
 @pytest.fixture(scope='module')
 def small_run(tmp_path_factory):
     "A Hopper-v4 policy trained for a few hundred steps and exported."
-    from ppo_trt.train import train
-    from ppo_trt.export import export
+    from ppo_trt.train.sb3 import train
+    from ppo_trt.export.onnx import export
     d = tmp_path_factory.mktemp('kit')/'run'
     train(d, preset_name='smoke', timesteps=512, eval_freq=512, n_eval_episodes=1, final_eval_episodes=1,
           progress=False)

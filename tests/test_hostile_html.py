@@ -90,7 +90,7 @@ def _renamed(x, names):
 
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason='the reference run is in a clone (nbs/_reference)')
 def test_every_record_string_is_shown_as_text():
-    from ppo_trt.report import load_records, SECTIONS
+    from ppo_trt.results.report import load_records, SECTIONS
     recs = load_records(REFERENCE)
     for k in ('bench', 'train', 'export', 'env_benches', 'residual_studies'): recs[k] = _poisoned(recs[k])
     ev, sw = recs['evaluate'], recs['sweep']
@@ -108,9 +108,9 @@ def test_native_refusal_quoting_a_hostile_node_name(tmp_path):
     "The native backend refuses a graph and quotes the node's name; the report's skipped list shows it as text."
     import onnx
     from onnx import helper, TensorProto
-    from ppo_trt.bench import measure_backend, BenchSettings
-    from ppo_trt.config import RunDir
-    from ppo_trt.report import skipped_list, _md
+    from ppo_trt.measure.bench import measure_backend, BenchSettings
+    from ppo_trt.core.run_folder import RunDir
+    from ppo_trt.results.report import skipped_list, _md
     io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ['batch', 3]) for n in ('obs', 'action')]
     node = helper.make_node('Add', ['obs', 'obs'], ['action'], name=PAYLOAD)  # not a chain: refused by name
     onnx.save(helper.make_model(helper.make_graph([node], 'p', io[:1], io[1:]),

@@ -8,8 +8,8 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper, TensorProto
-from ppo_trt import backends as B
-from ppo_trt.config import BadArtifactError, sha256_file
+from ppo_trt.backends import registry as B
+from ppo_trt.core.files import BadArtifactError, sha256_file
 from conftest import ppo_trt, QUICK_BENCH
 
 ONNX_CPU = ['ort', 'ort-iobind', 'native', 'native-c']
@@ -77,13 +77,13 @@ def test_infinite_bounds_are_not_refused(tmp_path, name):
 def test_elu_alpha_inf_is_not_a_numba_typing_error(tmp_path):
     """native used to raise numba's TypingError (`inf` in the generated source); `backends.load` refuses the file with
     one line, and the kernel compiled directly writes np.inf and computes what ORT does."""
-    from ppo_trt.native import compile_policy
+    from ppo_trt.export.numba_kernel import compile_policy
     p = _mlp(tmp_path/'policy.onnx', elu_alpha=np.inf)
     with pytest.raises(BadArtifactError, match="attribute alpha of Elu node 'act1'"): B.load('native', p)
     pol = compile_policy(p)
     x = np.random.default_rng(2).normal(size=(13, 4)).astype(np.float32)
     out = np.empty((13, 3), np.float32); pol.forward_rows(x, out, np.empty((2, pol.scratch), np.float32))
-    from ppo_trt.export import ort_cpu_session
+    from ppo_trt.export.onnx import ort_cpu_session
     want = ort_cpu_session(p).run(['action'], {'obs': x})[0]
     np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
     assert np.abs(np.nan_to_num(out - want)).max() <= 1e-5
@@ -164,7 +164,7 @@ def test_wide_policy_native_c_batch_8_does_not_overflow_the_stack(tmp_path):
     np.save(tmp_path/'x.npy', x)
     code = f"""
         import numpy as np
-        from ppo_trt import backends as B
+        from ppo_trt.backends import registry as B
         x = np.load({str(tmp_path/'x.npy')!r})
         r = B.load('native-c', {str(p)!r})
         out = [r(x), np.concatenate([r(x[i:i + 1]) for i in range(8)]), r.run(x).copy()]
@@ -199,7 +199,7 @@ def _load_c(onnx_path, cache):
     "compile_c_policy in a fresh interpreter: (return code, its `cache` line or stderr's tail, actions on 7 rows)."
     code = f"""
         import json, numpy as np
-        from ppo_trt.native_c import compile_c_policy
+        from ppo_trt.export.c_kernel import compile_c_policy
         pol = compile_c_policy({str(onnx_path)!r}, None, {str(cache)!r})
         x = np.random.default_rng(0).normal(size=(7, 4)).astype(np.float32); out = np.empty((7, 3), np.float32)
         pol.forward(x, out)

@@ -3,8 +3,8 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper, TensorProto
-from ppo_trt import backends as B
-from ppo_trt.config import load_json
+from ppo_trt.backends import registry as B
+from ppo_trt.core.files import load_json
 
 @pytest.mark.parametrize('name', ['native', 'native-c'])
 def test_native_parity_and_compile_facts(run_dir, name):

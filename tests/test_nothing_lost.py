@@ -4,7 +4,7 @@ import hashlib, json, os, resource, shutil, subprocess, sys
 from pathlib import Path
 import pytest
 from conftest import ppo_trt, QUICK_BENCH
-from ppo_trt.records import HOLDER_NAME, LOCK_NAME
+from ppo_trt.core.records import HOLDER_NAME, LOCK_NAME
 
 
 def _tree(folder):

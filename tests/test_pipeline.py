@@ -1,9 +1,9 @@
 """End-to-end: `ppo-trt run` leaves a complete, consistent run folder."""
 import numpy as np, pytest
 from conftest import ppo_trt
-from ppo_trt import backends as B
-from ppo_trt.config import load_json
-from ppo_trt.records import LOCK_NAME
+from ppo_trt.backends import registry as B
+from ppo_trt.core.files import load_json
+from ppo_trt.core.records import LOCK_NAME
 
 ARTIFACTS = ['config.json', 'policy.zip', 'obs_norm.json', 'train_log.csv', 'train.json', 'policy.onnx',
              'export_obs.npy', 'export.json', 'bench.json', 'report.ipynb', 'report.html']

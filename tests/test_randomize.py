@@ -3,11 +3,12 @@ with other ranges is refused in one line; the reported return is measured on hel
 import shutil
 import pytest
 from conftest import ppo_trt
-from ppo_trt.config import BadInputError, RunConfig, load_json
-from ppo_trt.envs import parse_randomize, SELECTION_SEED_OFFSET, HELD_OUT_SEED_OFFSET
-from ppo_trt.export import onnx_metadata
-from ppo_trt.records import load_artifact, lineage_problems
-from ppo_trt.train import train
+from ppo_trt.core.files import BadInputError, load_json
+from ppo_trt.core.run_folder import RunConfig
+from ppo_trt.envs.gym import parse_randomize, SELECTION_SEED_OFFSET, HELD_OUT_SEED_OFFSET
+from ppo_trt.export.onnx import onnx_metadata
+from ppo_trt.core.records import load_artifact, lineage_problems
+from ppo_trt.train.sb3 import train
 
 SPEC = 'delay=0:2,noise=0:0.05,mass=0.8:1.2'
 RANGES = {'noise': [0.0, 0.05], 'delay': [0, 2], 'mass': [0.8, 1.2]}

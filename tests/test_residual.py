@@ -1,13 +1,14 @@
 """Expert + residual runs through export and every backend: folded (InvertedPendulum PID) and not foldable
 (Hopper PID gait)."""
 import numpy as np, pytest
-from ppo_trt import backends as B
+from ppo_trt.backends import registry as B
 from ppo_trt.cli import main
-from ppo_trt.config import BadInputError, load_json
-from ppo_trt.controllers import run_episode
-from ppo_trt.export import onnx_metadata
-from ppo_trt.residual import train_residual, export_run, make_expert, residual_env
-from ppo_trt.train import make_env
+from ppo_trt.core.files import BadInputError, load_json
+from ppo_trt.envs.controllers import run_episode
+from ppo_trt.export.onnx import onnx_metadata
+from ppo_trt.studies.residual import train_residual
+from ppo_trt.export.deployment import export_run, make_expert, residual_env
+from ppo_trt.envs.gym import make_env
 
 SMOKE = dict(preset_name='smoke', eval_freq=256, n_eval_episodes=1, final_eval_episodes=1, progress=False)
 
@@ -100,7 +101,7 @@ def test_bad_residual_arguments(argv, msg, tmp_path, capsys):
 @pytest.mark.slow
 def test_evaluate_with_residual_run(run_copy, unfolded, folded):
     from conftest import ppo_trt
-    from ppo_trt.evaluate import EvaluationReport
+    from ppo_trt.measure.evaluate import EvaluationReport
     r = ppo_trt('evaluate', '--run-dir', run_copy, '--phases', 'nominal,push', '--episodes', 2, '--backends', 'ort',
                 '--deadline-us', 1e6, '--residual-run', unfolded)
     assert r.returncode == 0, r.stderr[-2000:]

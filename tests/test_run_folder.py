@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ppo_trt, QUICK_BENCH
-from ppo_trt.config import PARTIAL
-from ppo_trt.records import lineage_problems, read_record, LOCK_NAME, HOLDER_NAME
+from ppo_trt.core.files import PARTIAL
+from ppo_trt.core.records import lineage_problems, read_record, LOCK_NAME, HOLDER_NAME
 
 
 def _state(folder):
@@ -219,6 +219,6 @@ def test_killed_then_resumed_training_keeps_one_timeline(tmp_path):
 
 def test_artifacts_follow_the_umask(run_dir):
     import stat
-    from ppo_trt.config import _umask
+    from ppo_trt.core.files import _umask
     for f in ('report.html', 'bench.json', 'policy.onnx'):  # not mkstemp's 0600: what the umask allows
         assert stat.S_IMODE((run_dir/f).stat().st_mode) == 0o666 & ~_umask(), f

@@ -6,11 +6,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import numpy as np
 import pytest
-from ppo_trt import backends as B
-from ppo_trt.config import BadInputError
-from ppo_trt.controllers import pid_baseline, run_episode
-from ppo_trt.evaluate import ControlLoop, BACKEND_FAULTS
-from ppo_trt.train import make_env
+from ppo_trt.backends import registry as B
+from ppo_trt.core.files import BadInputError
+from ppo_trt.envs.controllers import pid_baseline, run_episode
+from ppo_trt.measure.evaluate import ControlLoop, BACKEND_FAULTS
+from ppo_trt.envs.gym import make_env
 
 CPU = [n for n, (ok, _) in B.available().items() if ok and B.BACKENDS[n][0].device == 'cpu']
 ONNX_CPU = [n for n in CPU if not B.BACKENDS[n][0].needs_run]
@@ -74,14 +74,14 @@ def test_loop_falls_back_in_the_same_step(run_dir):
 
 
 def _load_in_subprocess(onnx, cache):
-    code = ("from ppo_trt.native_c import compile_c_policy; "
+    code = ("from ppo_trt.export.c_kernel import compile_c_policy; "
             f"print(compile_c_policy({str(onnx)!r}, None, {str(cache)!r}).cache)")
     return subprocess.run([sys.executable, '-c', code], capture_output=True, text=True)
 
 
 @pytest.mark.parametrize('damage', ['truncate', 'random', 'swap', 'record'])
 def test_damaged_c_cache_is_rebuilt_never_loaded(run_dir, tmp_path, damage):
-    from ppo_trt.native_c import compile_c_policy
+    from ppo_trt.export.c_kernel import compile_c_policy
     cache = tmp_path/'cache'
     assert _load_in_subprocess(run_dir/'policy.onnx', cache).stdout.strip() == 'built'
     so = next(cache.glob('ppo_trt_policy_*.so'))
@@ -117,7 +117,7 @@ def test_unwritable_cache_is_one_clear_error(run_dir, tmp_path):
     (tmp_path/'file').write_text('x')
     code = f"""
         import os; os.environ['PPO_TRT_CACHE'] = {str(tmp_path/'file')!r}
-        from ppo_trt import backends as B
+        from ppo_trt.backends import registry as B
         try: B.load('native-c', {str(run_dir)!r})
         except B.BackendUnavailable as e: print('refused:', e)
     """
@@ -131,7 +131,7 @@ def test_policy_onnx_alone_deploys_without_pickle(run_dir, tmp_path):
     code = f"""
         import json, sys
         import numpy as np
-        from ppo_trt import backends as B
+        from ppo_trt.backends import registry as B
         seen = []
         sys.addaudithook(lambda event, args: seen.append(args[:2]) if event == 'pickle.find_class' else None)
         obs = np.load({str(run_dir/'export_obs.npy')!r})

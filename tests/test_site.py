@@ -165,5 +165,5 @@ def test_run_report_page_shows_record_text_as_text(site, browser):
 
 
 def test_site_is_marked_and_nothing_is_left_beside_it(site):
-    from ppo_trt.docs import made_by_docs
+    from ppo_trt.results.site import made_by_docs
     assert made_by_docs(site) and not [p.name for p in site.parent.iterdir() if p.name.startswith(f'.{site.name}.')]

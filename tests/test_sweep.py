@@ -3,7 +3,7 @@ import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
 from conftest import ppo_trt
-from ppo_trt.sweep import load_sweep, run_name
+from ppo_trt.studies.sweep import load_sweep, run_name
 
 TINY = ['--env-id', 'Hopper-v4', '--seeds', 2, '--variants', 'nominal,randomized', '--preset', 'smoke',
         '--timesteps', 1024, '--phases', 'nominal,delay', '--episodes', 2, '--num-cpus', 2]
@@ -91,7 +91,7 @@ def test_sweep_bad_input(tmp_path, args, needle):
 
 def test_busy_sweep_folder_names_no_flag_it_lacks(tmp_path):
     "A sweep folder in use by another writer: one line, and no advice to drop a --no-wait that sweep does not take."
-    from ppo_trt.records import run_lock
+    from ppo_trt.core.records import run_lock
     out = tmp_path/'s'
     with run_lock(out, 'ppo-trt sweep'):
         r = ppo_trt('sweep', '--out', out, '--seeds', 1, '--variants', 'nominal')

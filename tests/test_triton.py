@@ -3,9 +3,9 @@ what the reference computes."""
 import numpy as np
 import pytest
 import torch
-from ppo_trt import backends as B
-from ppo_trt.config import BadInputError
-from ppo_trt.triton_mlp import compile_triton_policy, triton_interpreted
+from ppo_trt.backends import registry as B
+from ppo_trt.core.files import BadInputError
+from ppo_trt.export.triton_mlp import compile_triton_policy, triton_interpreted
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
                                 reason='a GPU is present: the compiled kernels are tested in test_gpu.py')
@@ -30,7 +30,7 @@ def test_triton_backends_refuse_without_gpu(run_dir):
 
 
 def test_triton_cartpole_follows_the_torch_env():
-    from ppo_trt.triton_cartpole import check_against_torch, TritonCartPole, triton_throughput
+    from ppo_trt.throughput.triton_cartpole import check_against_torch, TritonCartPole, triton_throughput
     r = check_against_torch(num_envs=2048, n_steps=30, seed=11)
     assert r['done_mismatches'] == 0 and r['envs_without_reset'] > 100 and r['max_abs_state'] < 1e-5, r
     with pytest.raises(BadInputError, match='CUDA GPU only'): triton_throughput(device='cpu')

@@ -1,4 +1,4 @@
-"""env-bench for the GPU kit (tools/gpu_session.sh envs): `ppo_trt.gpu_envs.env_bench` with the record rewritten
+"""env-bench for the GPU kit (tools/gpu_session.sh envs): `ppo_trt.throughput.batched_envs.env_bench` with the record rewritten
 after every (level, num_envs) point, the training level capped at `TRAIN_LEVEL_MAX_ENVS` and, on CUDA, the Triton
 CartPole kernel timed before the training level; so a time-out keeps every figure measured so far.
 Usage: python tools/gpu_env_bench.py --device cuda --compile --num-envs 1024,65536,1048576,16777216 --out FILE.json"""
@@ -7,7 +7,8 @@ import argparse, sys
 
 def main(argv=None):
     "Run the levels, print the table; exit 0 (failed points are findings, kept in the record's `errors`)."
-    from ppo_trt.gpu_envs import env_bench, train_level_sizes, print_throughput, resolve_device, TRAIN_LEVEL_MAX_ENVS
+    from ppo_trt.throughput.batched_envs import (env_bench, train_level_sizes, print_throughput, resolve_device,
+                                                 TRAIN_LEVEL_MAX_ENVS)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--env-id', default='CartPole-v1')
     p.add_argument('--device', default='cuda')
@@ -24,11 +25,11 @@ def main(argv=None):
     say = lambda msg: print(msg, flush=True)
     levels = []
     if a.env_id == 'CartPole-v1' and dev.type == 'cuda':  # the hand-written kernel's raw figure, on a GPU only
-        from ppo_trt.triton_cartpole import triton_throughput, TRITON_MISSING
+        from ppo_trt.throughput.triton_cartpole import triton_throughput, TRITON_MISSING
         if TRITON_MISSING: say(f'Triton CartPole kernel skipped: {TRITON_MISSING}')
         else: levels.append(('Triton CartPole kernel', lambda ns: triton_throughput(ns, dev), sizes))
     if not a.no_train:
-        from ppo_trt.fast_ppo import train_throughput
+        from ppo_trt.throughput.fast_ppo import train_throughput
         train_sizes = train_level_sizes(sizes, a.train_max_envs)
         if len(train_sizes) < len(sizes):
             say(f'training level capped at {a.train_max_envs:,} envs: not run at '

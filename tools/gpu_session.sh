@@ -62,7 +62,7 @@ print('GPU ' + torch.cuda.get_device_name())" 2>&1 | tail -n 1)
 
 imports_ok() {  # SB3 needs torch: checked where torch imports
   "$PY" -c "
-import importlib.util, ppo_trt.cli, ppo_trt.bench, msgspec, gymnasium, mujoco
+import importlib.util, ppo_trt.cli, ppo_trt.measure.bench, msgspec, gymnasium, mujoco
 if importlib.util.find_spec('torch'): import stable_baselines3" >> "$LOG" 2>&1
 }
 
@@ -152,7 +152,7 @@ import triton; print('triton', triton.__version__)"
   step cli-help 60 "$f" ppo-trt --help
   step mujoco 60 "$f" "$PY" -c "
 import os, mujoco, gymnasium as gym
-from ppo_trt.runtime import machine_summary
+from ppo_trt.core.machine import machine_summary
 print('MUJOCO_GL', os.environ.get('MUJOCO_GL'), '| mujoco', mujoco.__version__, '|', machine_summary())
 e = gym.make('Hopper-v4'); e.reset(seed=0); print('Hopper-v4 steps:', e.step(e.action_space.sample())[1])"
   if [ -d .gpu/run ]; then ls -l .gpu/run >> "$f"; fi
