@@ -784,7 +784,7 @@ SECTIONS = (section_header, section_claims, section_latency, section_throughput,
 PARAMETER = 'RUN_DIR = '
 
 def report_template():
-    "The report notebook that ships with the package: a copy of nbs/61_results.ipynb without outputs."
+    "The report notebook that ships with the package: a copy of nbs/81_results.ipynb without outputs."
     from importlib.resources import files
     return files('ppo_trt')/'templates'/'report.ipynb'
 

@@ -15,9 +15,10 @@ from ..core.machine import package_version, thread_plan
 from ..core.records import read_record, load_artifact, locked, remove_derived
 from ..envs.gym import (quiet_gym_warnings, check_env_id, make_env, env_spaces, Randomized, check_randomize,
                               format_randomize, SELECTION_SEED_OFFSET, HELD_OUT_SEED_OFFSET)
+from ..core.checkpoint import ObsNorm
 
 # %% auto #0
-__all__ = ['PRESETS', 'LOG_FIELDS', 'preset', 'ObsNorm', 'read_train_log', 'latest_checkpoint', 'train', 'load_policy']
+__all__ = ['PRESETS', 'LOG_FIELDS', 'preset', 'read_train_log', 'latest_checkpoint', 'train']
 
 # %% ../../nbs/20_train.ipynb #72d6fa60
 PRESETS = {
@@ -43,46 +44,6 @@ def _policy_kwargs(p):
     kw = dict(p['policy_kwargs'])
     kw['activation_fn'] = {'tanh': nn.Tanh, 'relu': nn.ReLU, 'elu': nn.ELU}[kw['activation_fn']]
     return kw
-
-# %% ../../nbs/20_train.ipynb #88e9a191
-@dataclass
-class ObsNorm:
-    "VecNormalize's observation statistics, enough to normalise at deployment."
-    mean: np.ndarray
-    var: np.ndarray
-    clip_obs: float
-    epsilon: float
-
-    def __call__(self, obs):
-        "Normalise `obs` exactly as VecNormalize does (float64 internally)."
-        return np.clip((obs - self.mean) / np.sqrt(self.var + self.epsilon), -self.clip_obs, self.clip_obs)
-
-    @classmethod
-    def from_vecnormalize(cls, venv):
-        return cls(np.asarray(venv.obs_rms.mean, dtype=np.float64), np.asarray(venv.obs_rms.var, dtype=np.float64),
-                   float(venv.clip_obs), float(venv.epsilon))
-
-    def save(self, path):
-        return save_json(path, dict(mean=self.mean, var=self.var, clip_obs=self.clip_obs, epsilon=self.epsilon))
-
-    @classmethod
-    def load(cls, path):
-        "The statistics in `path` (an obs_norm.json), checked against its schema."
-        d = read_record(path, 'obs_norm')
-        return cls(np.asarray(d['mean'], np.float64), np.asarray(d['var'], np.float64), float(d['clip_obs']),
-                   float(d['epsilon']))
-
-    def check(self, obs_dim, where='obs_norm.json'):
-        "Refuse statistics unfit for this env's observations (wrong length, NaN/inf, var < 0, eps or clip <= 0)."
-        fix = f'{where} cannot normalise this policy\'s observations'
-        for name, a in (('mean', self.mean), ('var', self.var)):
-            if a.shape != (obs_dim,): raise BadArtifactError(f'{fix}: {name} has {a.size} values, the env observes '
-                                                             f'{obs_dim}; re-run `ppo-trt train`')
-            if not np.isfinite(a).all():
-                raise BadArtifactError(f'{fix}: {name} holds NaN or inf; re-run `ppo-trt train`')
-        if (self.var < 0).any() or not self.epsilon > 0 or not self.clip_obs > 0:
-            raise BadArtifactError(f'{fix}: var must be >= 0 and epsilon, clip_obs > 0; re-run `ppo-trt train`')
-        return self
 
 # %% ../../nbs/20_train.ipynb #b3897ad8
 LOG_FIELDS = ['timesteps', 'mean_return', 'std_return', 'mean_ep_length', 'wall_s', 'steps_per_s']
@@ -341,16 +302,3 @@ def train(run_dir, env_id='Hopper-v4', seed=0, timesteps=None, preset_name='seed
     save_json(run.path('train_record'), record)
     venv.close(); eval_env.close()
     return record
-
-# %% ../../nbs/20_train.ipynb #24769a08
-def load_policy(run_dir):
-    "The trained SB3 PPO model of a run folder, on the CPU; one clear error when policy.zip is not a readable model."
-    from stable_baselines3 import PPO
-    run = RunDir(run_dir)
-    path = run.require('policy')
-    try: return PPO.load(str(path), device='cpu')
-    except Exception as e:
-        raise BadArtifactError(f'{path} is not a readable SB3 model '
-                               f'({error_line(e, 120)}); '
-                               f'it is damaged or truncated: '
-                               f'run `ppo-trt train --force --run-dir {run.root}` again') from None
