@@ -75,7 +75,7 @@ def _add_env(p, default=None, what='the env of the run folder\'s policy: a diffe
 
 # %% ../nbs/90_cli.ipynb #a0a6e1b1
 def _add_train(p):
-    _add_env(p, None, f'gymnasium env id with Box spaces (default: {DEFAULT_ENV_ID}; --fast: CartPole-v1)')
+    _add_env(p, None, f'env id with a spec in ppo_trt.envs.specs (default: {DEFAULT_ENV_ID}; --fast: CartPole-v1)')
     p.add_argument('--seed', type=number(int, 0), default=0, help='seed of the env, the policy and the evaluations')
     p.add_argument('--timesteps', type=_positive_timesteps, default=None,
                    help="total timesteps (default: the preset's)")
@@ -464,6 +464,8 @@ def cmd_residual_study(a):
 def cmd_env_bench(a):
     from ppo_trt.throughput.batched_envs import env_bench, train_level_sizes, print_throughput, resolve_device
     from ppo_trt.throughput.fast_ppo import train_throughput
+    from ppo_trt.envs.specs import env_spec
+    env_spec(a.env_id)  # an id without a spec: one line, before anything is made
     dev, levels = resolve_device(a.device), []
     if a.env_id == 'CartPole-v1':  # the hand-written kernel's raw figure, on a GPU only
         from ppo_trt.throughput.triton_cartpole import triton_throughput, TRITON_MISSING
@@ -566,13 +568,14 @@ def _add_sweep(sub):
     p.add_argument('--seeds', type=number(int, 1, 1000), default=5, help='training seeds 0 .. N-1')
     p.add_argument('--variants', default='nominal,randomized', help='nominal, randomized or both')
     p.add_argument('--randomize', default=None, metavar='SPEC',
-                   help='the randomized variant\'s ranges (default: every disturbance, see `train --randomize`)')
+                   help='the randomized variant\'s ranges (default: all, every disturbance the env can take)')
     p.add_argument('--fast', action='store_true', help='train with fast PPO (EnvPool on MuJoCo) instead of SB3')
     p.add_argument('--timesteps', type=_positive_timesteps, default=None,
                    help="timesteps per run (default: the trainer's preset)")
     p.add_argument('--preset', default='seed', help='SB3 training preset (without --fast)')
     p.add_argument('--phases', default=None,
-                   help='evaluation phases, comma-separated (default: nominal,noise,delay,push,mass,friction)')
+                   help='evaluation phases, comma-separated (default: those of nominal,noise,delay,push,mass,friction '
+                        'the env can take)')
     p.add_argument('--episodes', type=number(int, 1), default=10, help='held-out evaluation episodes per phase')
     p.add_argument('--out', type=Path, default=None, help='sweep folder (default: sweeps/<env-id>)')
     p.add_argument('--address', default=None,

@@ -2,11 +2,11 @@
 import numpy as np, pytest, torch
 from conftest import ppo_trt
 from ppo_trt.core.files import BadInputError, load_json
-from ppo_trt.throughput.batched_envs import (make_batched, gym_trajectories, fused_step, count_sync_ops,
-                                             device_rollout, BATCHED_ENVS)
+from ppo_trt.envs.specs import env_ids
+from ppo_trt.throughput.batched_envs import make_batched, gym_trajectories, fused_step, count_sync_ops, device_rollout
 
 
-@pytest.mark.parametrize('env_id', list(BATCHED_ENVS))
+@pytest.mark.parametrize('env_id', env_ids('batched'))
 def test_matches_gymnasium(env_id):
     r = gym_trajectories(env_id, num_envs=16, steps=400, seed=7, dtype='float64')
     assert r['termination_mismatches'] == 0 and r['max_abs_obs'] < 1e-6, r
@@ -33,7 +33,8 @@ def test_rollout_reads_nothing_back():
 
 @pytest.mark.parametrize('make, msg', [
     (lambda: make_batched('CartPole-v1', -3), 'positive integer'),
-    (lambda: make_batched('Acrobot-v1', 4), 'no batched version'),
+    (lambda: make_batched('Acrobot-v1', 4), "unknown environment id 'Acrobot-v1'"),
+    (lambda: make_batched('Hopper-v4', 4), 'no batched version of Hopper-v4'),
     (lambda: make_batched('Pendulum-v1', 4, device='cuda:9'), 'cuda'),
     (lambda: make_batched('Pendulum-v1', 4).step(torch.zeros(4, 2)), 'shape (4, 1)'),
     (lambda: make_batched('CartPole-v1', 4).step(torch.zeros(4, dtype=torch.float32)), 'integer action indices'),
@@ -71,7 +72,7 @@ def test_fast_bad_input(tmp_path):
     r = ppo_trt('run', '--fast', '--run-dir', tmp_path/'y')
     assert r.returncode == 2 and 'needs continuous actions' in r.stderr
     r = ppo_trt('train', '--fast', '--env-id', 'Acrobot-v1', '--run-dir', tmp_path/'z')
-    assert r.returncode == 2 and 'no batched Acrobot-v1' in r.stderr and 'Hopper-v4' in r.stderr
+    assert r.returncode == 2 and "unknown environment id 'Acrobot-v1'" in r.stderr and 'Hopper-v4' in r.stderr
     assert not (tmp_path/'z').exists()
 
 
@@ -96,7 +97,7 @@ def test_fast_hopper_run_through_evaluate(tmp_path):
 
 
 @pytest.mark.parametrize('args, needle', [
-    (['--env-id', 'Swimmer-v9'], 'no batched Swimmer-v9'),
+    (['--env-id', 'Swimmer-v9'], "unknown environment id 'Swimmer-v9'"),
     (['--env-id', 'CartPole-v1', '--randomize', 'friction'], 'not friction'),
     (['--env-id', 'Hopper-v4', '--randomize', 'delay=0:11'], 'out of bounds'),
     (['--env-id', 'Hopper-v4', '--device', 'cuda:0'], 'cuda')])

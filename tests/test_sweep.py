@@ -3,7 +3,9 @@ import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
 from conftest import ppo_trt
-from ppo_trt.studies.sweep import load_sweep, run_name
+from ppo_trt.envs.gym import parse_randomize
+from ppo_trt.envs.specs import env_spec
+from ppo_trt.studies.sweep import load_sweep, run_name, sweep_settings
 
 TINY = ['--env-id', 'Hopper-v4', '--seeds', 2, '--variants', 'nominal,randomized', '--preset', 'smoke',
         '--timesteps', 1024, '--phases', 'nominal,delay', '--episodes', 2, '--num-cpus', 2]
@@ -80,7 +82,11 @@ def test_killed_sweep_resumes(tiny_sweep, tmp_path):
     (['--randomize', 'weather'], "cannot randomize 'weather'"),
     (['--randomize', 'mass=1.4:0.7'], 'empty range'),
     (['--variants', 'nominal,robust'], "unknown variant 'robust'"),
-    (['--address', '127.0.0.1:1'], 'cannot reach the Ray cluster at 127.0.0.1:1')])
+    (['--address', '127.0.0.1:1'], 'cannot reach the Ray cluster at 127.0.0.1:1'),
+    (['--env-id', 'Walker2d-v5'], 'PID fallback, which exists for Hopper-v4, Hopper-v5, InvertedPendulum-v4 only'),
+    (['--env-id', 'InvertedPendulum-v4', '--randomize', 'push'], 'not push (no body to push)'),
+    (['--env-id', 'InvertedPendulum-v4', '--phases', 'nominal,push'], 'cannot take phase push'),
+    (['--env-id', 'Hopper-v7'], "unknown environment id 'Hopper-v7' (did you mean Hopper-v")])
 def test_sweep_bad_input(tmp_path, args, needle):
     t0 = time.perf_counter()
     r = ppo_trt('sweep', '--out', tmp_path/'s', *args)
@@ -98,3 +104,28 @@ def test_busy_sweep_folder_names_no_flag_it_lacks(tmp_path):
     err = r.stderr.strip()
     assert r.returncode == 2 and len(err.splitlines()) == 1 and 'is in use by `ppo-trt sweep`' in err, err
     assert '--no-wait' not in err and 'run again' in err
+
+
+@pytest.mark.parametrize('env_id, push', [('InvertedPendulum-v4', False), ('Hopper-v4', True), ('Hopper-v5', True)])
+def test_default_variants_fit_the_env(env_id, push):
+    "The defaults (both variants, randomize all, the default phases) resolve to what the env's spec can take."
+    s = sweep_settings(env_id, preset_name='smoke')
+    assert s['variants'] == ['nominal', 'randomized']
+    ranges = parse_randomize(s['randomize'])
+    assert ranges == env_spec(env_id).default_ranges and ('push' in ranges) == push, ranges
+    assert list(ranges) == ['noise', 'delay', 'mass', 'friction', *(['push'] if push else [])]
+    assert s['phases'] == ['nominal', 'noise', 'delay', *(['push'] if push else []), 'mass', 'friction']
+
+
+@pytest.mark.slow
+def test_tiny_inverted_pendulum_sweep_with_defaults(tmp_path):
+    "A real sweep on InvertedPendulum (no body to push) with the default variants, randomization and phases."
+    out = tmp_path/'ip'
+    r = ppo_trt('sweep', '--env-id', 'InvertedPendulum-v4', '--seeds', 1, '--preset', 'smoke', '--timesteps', 256,
+                '--episodes', 1, '--num-cpus', 2, '--out', out)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rec = load_sweep(out)
+    assert rec['status'] == 'complete' and sorted(rec['runs']) == ['nominal-s0', 'randomized-s0']
+    assert rec['settings']['phases'] == ['nominal', 'noise', 'delay', 'mass', 'friction']
+    train = json.loads((out/'runs'/'randomized-s0'/'train.json').read_text())
+    assert train['randomize'] == env_spec('InvertedPendulum-v4').default_ranges

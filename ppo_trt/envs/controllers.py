@@ -7,11 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import numpy as np
 from ..core.files import BadInputError
+from .specs import env_spec, env_ids
 from .gym import make_env
 
 # %% auto #0
-__all__ = ['HOPPER_TUNED', 'PRESETS', 'PIDController', 'Channel', 'PIDBaseline', 'hopper_channels', 'pid_baseline', 'run_episode',
-           'rollout_returns', 'tune_hopper']
+__all__ = ['PIDController', 'Channel', 'PIDBaseline', 'hopper_channels', 'pid_baseline', 'run_episode', 'rollout_returns',
+           'tune_hopper']
 
 # %% ../../nbs/12_controllers.ipynb #a9a7188d
 class PIDController:
@@ -93,9 +94,6 @@ class PIDBaseline:
         return self.act(obs), None
 
 # %% ../../nbs/12_controllers.ipynb #70798329
-HOPPER_TUNED = dict(amplitude=0.072, freq_hz=0.548, kp=9.244, kd=1.155, torso_kp=1.842, torso_kd=0.162,
-                    phase_leg=1.365, phase_foot=-0.097, lean=0.3)
-
 def hopper_channels(amplitude, freq_hz, kp, kd, torso_kp, torso_kd, phase_leg, phase_foot, lean):
     "Hopper joint PD channels (obs 2-4 angles, 8-10 rates -> actions 0-2) with oscillating setpoints."
     return [Channel(2, 0, kp, 0, kd, 8, lean, amplitude, freq_hz, 0.0, feedforward={1: -torso_kp, 7: -torso_kd}),
@@ -103,19 +101,14 @@ def hopper_channels(amplitude, freq_hz, kp, kd, torso_kp, torso_kd, phase_leg, p
             Channel(4, 2, kp, 0, kd, 10, 0.0, amplitude, freq_hz, phase_foot)]
 
 # %% ../../nbs/12_controllers.ipynb #0ba0e130
-PRESETS = {
-    'InvertedPendulum-v4': lambda: [Channel(1, 0, kp=-10.0, kd=-1.0, rate_index=3),
-                                    Channel(0, 0, kp=-1.0, kd=-1.0, rate_index=2)],
-    'Hopper-v4': lambda: hopper_channels(**HOPPER_TUNED),
-}
-
 def pid_baseline(env_id, channels=None):
-    "The PID baseline for `env_id` (a preset unless `channels` are given)."
+    "The PID baseline for `env_id`: its spec's preset, unless `channels` are given."
     if channels is None:
-        if env_id not in PRESETS:
-            raise BadInputError(f'no PID preset for {env_id}; presets exist for {", ".join(PRESETS)} '
+        preset = env_spec(env_id).pid
+        if preset is None:
+            raise BadInputError(f'no PID preset for {env_id}; presets exist for {", ".join(env_ids("pid"))} '
                                 '(or pass channels)')
-        channels = PRESETS[env_id]()
+        channels = [Channel(**c) for c in preset]
     env = make_env(env_id)
     b = PIDBaseline(channels, env.observation_space.shape[0], env.action_space.low, env.action_space.high,
                     env.unwrapped.dt, name=f'pid:{env_id}')
@@ -146,11 +139,11 @@ def rollout_returns(policy, env_id, episodes=10, seed=0, max_steps=None):
 def tune_hopper(n=60, episodes=2, seed=0):
     "Random search for Hopper gait parameters; (best params, held-out mean return over 10 episodes)."
     rng = np.random.default_rng(seed)
-    lo = np.array([0, .5, 1, .05, 0, 0, -np.pi, -np.pi, -.3]); hi = np.array([.5, 4, 20, 1.5, 3, .5, np.pi, np.pi, .3])
-    keys = list(HOPPER_TUNED)
-    best, best_r = None, -np.inf
+    space = dict(amplitude=(0, .5), freq_hz=(.5, 4), kp=(1, 20), kd=(.05, 1.5), torso_kp=(0, 3), torso_kd=(0, .5),
+                 phase_leg=(-np.pi, np.pi), phase_foot=(-np.pi, np.pi), lean=(-.3, .3))  # hopper_channels' arguments
+    (lo, hi), best, best_r = np.array(list(space.values())).T, None, -np.inf
     for _ in range(n):
-        params = dict(zip(keys, map(float, rng.uniform(lo, hi))))
+        params = dict(zip(space, map(float, rng.uniform(lo, hi))))
         r = rollout_returns(pid_baseline('Hopper-v4', hopper_channels(**params)), 'Hopper-v4', episodes,
                             seed=seed).mean()
         if r > best_r: best, best_r = params, r

@@ -5,17 +5,16 @@
 # %% ../../nbs/11_envs.ipynb #3e0c1a04
 from __future__ import annotations
 import difflib, re, warnings
-from typing import NamedTuple
 import numpy as np
 import gymnasium as gym
 from ..core.files import BadInputError
+from .specs import RANDOMIZABLE, env_spec
 
 # %% auto #0
-__all__ = ['PHASES', 'RANDOMIZABLE', 'DEFAULT_RANDOMIZE', 'EVENTS', 'PUSH_STEPS', 'PUSH_DURATION', 'PUSH_BODY',
-           'SELECTION_SEED_OFFSET', 'HELD_OUT_SEED_OFFSET', 'quiet_gym_warnings', 'check_env_id', 'make_env',
-           'env_spaces', 'SensorNoise', 'ActuationDelay', 'Push', 'ModelScale', 'ActuatorFailure', 'Trip',
-           'check_phases', 'make_phase_env', 'Knob', 'parse_randomize', 'format_randomize', 'Randomized',
-           'check_randomize', 'training_seeds']
+__all__ = ['PHASES', 'EVENTS', 'PUSH_STEPS', 'PUSH_DURATION', 'SELECTION_SEED_OFFSET', 'HELD_OUT_SEED_OFFSET',
+           'quiet_gym_warnings', 'make_env', 'env_spaces', 'SensorNoise', 'ActuationDelay', 'Push', 'ModelScale',
+           'ActuatorFailure', 'Trip', 'env_phases', 'check_phases', 'make_phase_env', 'parse_randomize',
+           'format_randomize', 'Randomized', 'check_randomize', 'training_seeds']
 
 # %% ../../nbs/11_envs.ipynb #e627ffd2
 def quiet_gym_warnings():
@@ -23,20 +22,11 @@ def quiet_gym_warnings():
     warnings.filterwarnings('ignore', category=DeprecationWarning, module=r'gymnasium.*')
     warnings.filterwarnings('ignore', message=r'.*is out of date.*')
 
-# %% ../../nbs/11_envs.ipynb #6b337b7b
-def check_env_id(env_id):
-    "Spec of `env_id`, or a clear error with the closest registered ids."
-    if env_id not in gym.registry:
-        close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.5)
-        hint = f"; did you mean {', '.join(close)}?" if close else '; see `gymnasium.pprint_registry()`'
-        raise BadInputError(f'unknown environment id {env_id!r}{hint}')
-    return gym.registry[env_id]
-
 # %% ../../nbs/11_envs.ipynb #fcc54021
 def make_env(env_id, seed=None, **kwargs):
     "A gymnasium env with Box spaces, seeded when `seed` is given."
     quiet_gym_warnings()
-    check_env_id(env_id)
+    env_spec(env_id)
     env = gym.make(env_id, **kwargs)
     for what, space in (('observation', env.observation_space), ('action', env.action_space)):
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
@@ -91,9 +81,12 @@ class _StepCounter(gym.Wrapper):
 
 # %% ../../nbs/11_envs.ipynb #25000bc2
 class Push(_StepCounter):
-    "An external force (N, world frame x/y/z) on `body` for `duration` steps from step `step`."
-    def __init__(self, env, step=200, force=(150.0, 0.0, 0.0), duration=5, body='torso'):
+    "An external force (N, world frame x/y/z) on `body` (default: the spec's push body) for `duration` steps."
+    def __init__(self, env, step=200, force=(150.0, 0.0, 0.0), duration=5, body=None):
         super().__init__(env); self.set_params(step, force, duration)
+        body = body or env_spec(env.spec.id).push_body
+        if body is None:
+            raise BadInputError(f'cannot push {env.spec.id}: its spec names no body to push; leave push out')
         self.body_id = env.unwrapped.model.body(body).id
     def set_params(self, step=None, force=None, duration=None):
         "Push from `step` with `force` for `duration` steps (None: unchanged)."
@@ -159,42 +152,38 @@ PHASES = {
     'trip':     (Trip, dict(step=300)),
 }
 
+# %% ../../nbs/11_envs.ipynb #f4bce129
+def env_phases(env_id, phases=None):
+    "The phases of `phases` (default: all of `PHASES`) that `env_id`'s spec can take, in their order."
+    s = env_spec(env_id)
+    return [p for p in (phases or PHASES) if s.why_not(p) is None]
+
 # %% ../../nbs/11_envs.ipynb #e49b016b
-def check_phases(phases):
-    "Scenario phases as a list without repeats, from a list or a comma-separated string; each a key of `PHASES`."
+def check_phases(phases, env_id=None):
+    "Scenario phases as a list without repeats, from a list or comma-separated text; each in `PHASES` (and `env_id`'s)."
     ps = [p.strip() for p in phases.split(',')] if isinstance(phases, str) else list(phases)
     for p in ps:
         if p not in PHASES: raise BadInputError(f'unknown phase {p!r}; phases: {", ".join(PHASES)}')
     if not ps: raise BadInputError(f'no phase given; phases: {", ".join(PHASES)}')
+    allowed = list(PHASES) if env_id is None else env_phases(env_id)
+    cannot = [p for p in ps if p not in allowed]
+    if cannot:
+        why = ', '.join(sorted({env_spec(env_id).why_not(p) for p in cannot}))
+        raise BadInputError(f'{env_id} cannot take phase {", ".join(cannot)} ({why}); '
+                            f'its phases: {", ".join(allowed)}')
     return list(dict.fromkeys(ps))
 
 # %% ../../nbs/11_envs.ipynb #3e0c1a06
 def make_phase_env(env_id, phase, **overrides):
     "The env for scenario `phase` (a key of `PHASES`), with parameter overrides."
-    check_phases([phase])
+    check_phases([phase], env_id)
     wrapper, params = PHASES[phase]
     env = make_env(env_id)
     return env if wrapper is None else wrapper(env, **{**params, **overrides})
 
-# %% ../../nbs/11_envs.ipynb #3e0c1a10
-class Knob(NamedTuple):
-    "A randomizable phase: its default range, its bounds, whether it is whole, what it means."
-    default: tuple
-    bounds: tuple
-    integer: bool
-    what: str
-
 # %% ../../nbs/11_envs.ipynb #3e0c1a11
-RANDOMIZABLE = {
-    'noise':    Knob((0.0, 0.1), (0.0, 1.0), False, 'sigma of the Gaussian noise on every observation'),
-    'delay':    Knob((0, 3), (0, 10), True, 'actuation delay in control steps'),
-    'mass':     Knob((0.7, 1.4), (0.1, 5.0), False, 'scale of every body mass'),
-    'friction': Knob((0.4, 1.2), (0.05, 5.0), False, 'scale of the sliding friction'),
-    'push':     Knob((0.0, 200.0), (0.0, 1000.0), False, 'N on the torso along ±x'),
-}
-DEFAULT_RANDOMIZE = 'noise,delay,mass,friction,push'
 EVENTS = ('actuator', 'trip')          # evaluation phases that are events, not randomizable
-PUSH_STEPS, PUSH_DURATION, PUSH_BODY = (1, 400), 5, 'torso'  # a randomized push starts at a step drawn in PUSH_STEPS
+PUSH_STEPS, PUSH_DURATION = (1, 400), 5  # a randomized push starts at a step drawn in PUSH_STEPS
 
 # %% ../../nbs/11_envs.ipynb #3e0c1a12
 def _example(phase):
@@ -244,9 +233,9 @@ def _checked_range(phase, value):
     return [lo, hi]
 
 # %% ../../nbs/11_envs.ipynb #3e0c1a16
-def _parse_text(text):
-    "{phase: None (default range) or [low, high] texts} of 'delay,noise=0:0.05' (`all`: every phase not named)."
-    out, every = {}, False
+def _parse_text(text, every):
+    "{phase: None (default range) or [low, high] texts} of 'delay,noise=0:0.05' (`all`: each of `every` not named)."
+    out, take_all = {}, False
     for item in (s.strip() for s in text.split(',')):
         if not item: continue
         name, eq, value = (s.strip() for s in item.partition('='))
@@ -255,22 +244,22 @@ def _parse_text(text):
                 or (name == 'all' and eq)):
             raise BadInputError(f'cannot read randomize item {item!r}: write a phase or phase=low:high, '
                                 "e.g. 'delay,noise=0:0.05,mass=0.8:1.2' or 'all'")
-        if name == 'all': every = True; continue
+        if name == 'all': take_all = True; continue
         if name in out: raise BadInputError(f'randomize names {name} twice ({text!r}); give each phase once')
         out[name] = None if not eq else parts[0].strip() if len(parts) == 1 else [p.strip() for p in parts]
-    return {**({p: None for p in RANDOMIZABLE} if every else {}), **out}
+    return {**({p: None for p in every} if take_all else {}), **out}
 
 # %% ../../nbs/11_envs.ipynb #3e0c1a17
-def parse_randomize(spec):
-    "The canonical `{phase: [low, high]}` of a randomize spec (text, 'all', list of phases, dict), or None."
+def parse_randomize(spec, every=None):
+    "The canonical `{phase: [low, high]}` of a randomize spec (text, 'all': each of `every`, default all; list, dict)."
     if spec is None or spec is False: return None
     if isinstance(spec, str):
         if spec.strip().lower() in ('', 'none'): return None
-        spec = _parse_text(spec.lower())
+        spec = _parse_text(spec.lower(), every or RANDOMIZABLE)
     elif isinstance(spec, (list, tuple)): spec = dict.fromkeys(spec)
     if not isinstance(spec, dict):
-        raise BadInputError(f'randomize takes text like {DEFAULT_RANDOMIZE!r}, a dict {{phase: [low, high]}} or None, '
-                            f'not a {type(spec).__name__}')
+        raise BadInputError("randomize takes text like 'noise,delay=0:2' or 'all', a dict {phase: [low, high]} "
+                            f'or None, not a {type(spec).__name__}')
     given = {str(k): _checked_range(str(k), v) for k, v in spec.items()}
     return {p: given[p] for p in RANDOMIZABLE if p in given} or None
 
@@ -280,31 +269,15 @@ def format_randomize(ranges):
     num = lambda x: str(int(x)) if float(x).is_integer() else repr(float(x))
     return ','.join(f'{p}={num(lo)}:{num(hi)}' for p, (lo, hi) in ranges.items()) if ranges else 'none'
 
-# %% ../../nbs/11_envs.ipynb #3e0c1a23
-def _check_model(env, ranges):
-    "Refuse randomizing mass, friction or a push of an env without a MuJoCo model (or, for a push, a torso)."
-    needs = [p for p in ('mass', 'friction', 'push') if p in (ranges or {})]
-    name = env.spec.id if env.spec else type(env.unwrapped).__name__
-    model = getattr(env.unwrapped, 'model', None)
-    if needs and not hasattr(model, 'body_mass'):
-        raise BadInputError(f'cannot randomize {", ".join(needs)} of {name}: it has no MuJoCo model; '
-                            'randomize only noise and delay there')
-    if 'push' in needs:
-        try: model.body(PUSH_BODY)
-        except KeyError:
-            raise BadInputError(f'cannot randomize push on {name}: it has no body named {PUSH_BODY!r}; '
-                                'leave push out') from None
-
 # %% ../../nbs/11_envs.ipynb #3e0c1a24
 class Randomized(gym.Wrapper):
     "Domain and latency randomization: every `reset` draws each phase's parameter from its range (seeded)."
     def __init__(self, env, ranges, seed=None):
-        ranges = parse_randomize(ranges) or {}
-        _check_model(env, ranges)
+        ranges = check_randomize(env.spec.id, ranges) or {}
         inner, wrappers = env, {}
         if 'mass' in ranges or 'friction' in ranges: inner = wrappers['model'] = ModelScale(inner)
         if 'push' in ranges:
-            inner = wrappers['push'] = Push(inner, PUSH_STEPS[0], (0.0, 0.0, 0.0), PUSH_DURATION, PUSH_BODY)
+            inner = wrappers['push'] = Push(inner, PUSH_STEPS[0], (0.0, 0.0, 0.0), PUSH_DURATION)
         if 'delay' in ranges: inner = wrappers['delay'] = ActuationDelay(inner, steps=0)
         if 'noise' in ranges:
             inner = wrappers['noise'] = SensorNoise(inner, 0.0, seed=None if seed is None else [seed, 1])
@@ -338,12 +311,14 @@ class Randomized(gym.Wrapper):
 
 # %% ../../nbs/11_envs.ipynb #3e0c1a25
 def check_randomize(env_id, spec):
-    "The canonical ranges of `spec` (`parse_randomize`), checked to fit `env_id` (a MuJoCo model, a torso to push)."
-    ranges = parse_randomize(spec)
-    if ranges:
-        env = make_env(env_id)
-        try: _check_model(env, ranges)
-        finally: env.close()
+    "The canonical ranges of `spec` for `env_id`: `all` is every knob its spec can take, and only those are let in."
+    s = env_spec(env_id)
+    ranges = parse_randomize(spec, every=s.randomizable)
+    cannot = [k for k in ranges or {} if k not in s.randomizable]
+    if cannot:
+        why = ', '.join(sorted({s.why_not(k) for k in cannot}))
+        raise BadInputError(f'{env_id} can randomize {", ".join(s.randomizable)} only, not {", ".join(cannot)} '
+                            f"({why}); drop {'them' if len(cannot) > 1 else 'it'} or use 'all'")
     return ranges
 
 # %% ../../nbs/11_envs.ipynb #3e0c1a35

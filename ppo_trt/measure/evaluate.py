@@ -10,12 +10,13 @@ import numpy as np
 from ..core.run_folder import RunDir
 from ..core.files import BadInputError, save_json, sha256_file
 from ..core.records import load_artifact, read_record, locked, require_fresh, session, session_id
+from ..envs.specs import env_spec, env_ids
 from ..envs.gym import (make_env, SensorNoise, ActuationDelay, Push, ModelScale, ActuatorFailure, Trip, PHASES,
-                              make_phase_env, check_phases)
+                              make_phase_env, check_phases, env_phases)
 from ..export.onnx import onnx_metadata
 from ..backends import registry as B
 from .bench import records_by
-from ..envs.controllers import pid_baseline, run_episode, PRESETS as PID_PRESETS
+from ..envs.controllers import pid_baseline, run_episode
 
 # %% auto #0
 __all__ = ['BACKEND_FAULTS', 'DELAY_STEPS', 'ControlLoop', 'PhaseResult', 'EvaluationReport', 'delay_curve', 'merge_evaluation',
@@ -230,10 +231,10 @@ def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, dead
                             "drop --env-id or use that run's folder")
     env_id = meta['env_id']
     require_fresh(run, 'evaluate')
-    phases = check_phases(phases or list(PHASES))
+    phases = check_phases(phases or env_phases(env_id), env_id)
     if episodes < 1: raise BadInputError(f'episodes must be >= 1, got {episodes}')
-    if env_id not in PID_PRESETS:
-        raise BadInputError(f'no PID fallback preset for {env_id}: evaluate supports {", ".join(PID_PRESETS)}')
+    if env_spec(env_id).pid is None:
+        raise BadInputError(f'no PID fallback preset for {env_id}: evaluate supports {", ".join(env_ids("pid"))}')
     old = None if replace or not run.has('evaluate_record') else EvaluationReport.load(run.path('evaluate_record'))
     bench = load_artifact(run, 'bench_record') if run.has('bench_record') else None
     deadline_us = deadline_us or (bench['settings']['sla_us'] if bench else 1000.0)

@@ -38,8 +38,8 @@ def train_residual(run_dir, env_id='Hopper-v4', expert='pid', residual_scale=0.5
 def residual_study(out_dir, env_id='InvertedPendulum-v4', expert='pid', residual_scale=0.5, timesteps=None, seed=0,
                    preset_name='seed', eval_freq=None, n_eval_episodes=5, progress=True, record_dir=None):
     "Train pure/expert+residual PPO alike in `out_dir`; return curves, expert return, saved in `record_dir`/`out_dir`."
+    ex = make_expert(expert, env_id)  # an env without the expert (no PID preset): refused before a folder is made
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    ex = make_expert(expert, env_id)
     kw = dict(env_id=env_id, seed=seed, timesteps=timesteps, preset_name=preset_name, eval_freq=eval_freq,
               n_eval_episodes=n_eval_episodes, progress=progress, force=True)
     t0 = time.perf_counter()

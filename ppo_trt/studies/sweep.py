@@ -13,12 +13,11 @@ from ..core.run_folder import DEFAULT_ENV_ID, RunDir, check_timesteps
 from ..core.records import (LOCK_NAME, HOLDER_NAME, load_artifact, lineage_problems, remove_partial,
                                   require_fresh, run_lock)
 from ..core.machine import package_version
-from ..envs.gym import check_randomize, format_randomize, check_phases, DEFAULT_RANDOMIZE, HELD_OUT_SEED_OFFSET
+from ..envs.specs import env_spec, env_ids
+from ..envs.gym import check_randomize, format_randomize, check_phases, env_phases, HELD_OUT_SEED_OFFSET
 from ..train.sb3 import train, preset
-from ..envs.gym import check_env_id
 from ..export.onnx import export
 from ..measure.evaluate import evaluate, EvaluationReport, DELAY_STEPS
-from ..envs.controllers import PRESETS as PID_PRESETS
 from ..backends import registry as B
 
 # %% auto #0
@@ -34,7 +33,7 @@ HELD_OUT_SEED = HELD_OUT_SEED_OFFSET  # the first evaluation episode seed of eve
 
 # %% ../../nbs/70_sweep.ipynb #e9eef140
 VARIANTS = ('nominal', 'randomized')
-DEFAULT_PHASES = ('nominal', 'noise', 'delay', 'push', 'mass', 'friction')
+DEFAULT_PHASES = ('nominal', 'noise', 'delay', 'push', 'mass', 'friction')  # those the env's spec can take
 MAX_SEED = 100_000  # training's own evaluation seeds (seed + 10 000) stay far from HELD_OUT_SEED
 
 # %% ../../nbs/70_sweep.ipynb #963a32bb
@@ -81,8 +80,8 @@ def check_address(address=None, timeout_s=3.0):
 
 # %% ../../nbs/70_sweep.ipynb #5a3a18ca
 def randomize_spec(randomize=None, env_id=DEFAULT_ENV_ID):
-    "The randomized variant's spec in canonical text: `randomize`, else `envs.DEFAULT_RANDOMIZE` (every disturbance)."
-    return format_randomize(check_randomize(env_id, DEFAULT_RANDOMIZE if randomize is None else randomize))
+    "The randomized variant's spec in canonical text: `randomize`, else `all` (every disturbance the env can take)."
+    return format_randomize(check_randomize(env_id, 'all' if randomize is None else randomize))
 
 # %% ../../nbs/70_sweep.ipynb #cef61e64
 def _trainer(fast):
@@ -93,14 +92,14 @@ def _trainer(fast):
 
 # %% ../../nbs/70_sweep.ipynb #b8cc9259
 def sweep_settings(env_id=DEFAULT_ENV_ID, seeds=5, variants=VARIANTS, fast=False, timesteps=None, randomize=None,
-                   phases=DEFAULT_PHASES, episodes=10, preset_name='seed', backend='ort', deadline_us=1e6,
+                   phases=None, episodes=10, preset_name='seed', backend='ort', deadline_us=1e6,
                    train_kwargs=None, delay_steps=DELAY_STEPS):
-    "The checked settings of a sweep, as recorded in sweep.json."
-    seeds, variants, phases = check_seeds(seeds), check_variants(variants), check_phases(phases)
-    check_env_id(env_id)
-    if env_id not in PID_PRESETS:
+    "The checked settings of a sweep, as recorded in sweep.json (default `phases`: those of `DEFAULT_PHASES` it takes)."
+    seeds, variants = check_seeds(seeds), check_variants(variants)
+    if env_spec(env_id).pid is None:
         raise BadInputError(f'sweep evaluates every policy beside the PID fallback, which exists for '
-                            f'{", ".join(PID_PRESETS)} only, not {env_id}; use --env-id Hopper-v4')
+                            f'{", ".join(env_ids("pid"))} only, not {env_id}; use --env-id Hopper-v4')
+    phases = check_phases(env_phases(env_id, DEFAULT_PHASES) if phases is None else phases, env_id)
     if isinstance(episodes, bool) or not isinstance(episodes, (int, np.integer)) or episodes < 1:
         raise BadInputError(f'episodes must be an integer >= 1, got {episodes!r}')
     if timesteps is not None: check_timesteps(timesteps)
@@ -397,7 +396,7 @@ def _result_line(name, result, settings):
 
 # %% ../../nbs/70_sweep.ipynb #9331b5cc
 def sweep(out_dir, env_id=DEFAULT_ENV_ID, seeds=5, variants=VARIANTS, fast=False, timesteps=None, randomize=None,
-          address=None, phases=DEFAULT_PHASES, episodes=10, preset_name='seed', backend='ort', deadline_us=1e6,
+          address=None, phases=None, episodes=10, preset_name='seed', backend='ort', deadline_us=1e6,
           num_cpus=None, reps=2000, train_kwargs=None, delay_steps=DELAY_STEPS, progress=True, con=None):
     "Train, export and evaluate every (seed, variant) on Ray into `out_dir/runs`; aggregate into `out_dir/sweep.json`."
     from ppo_trt.measure.bench import console

@@ -4,16 +4,16 @@
 
 # %% ../../nbs/60_batched_envs.ipynb #f8e6dc6a
 from __future__ import annotations
-import difflib, math, time
+import math, time
 import numpy as np
 from ..core.files import BadInputError, save_json, error_line
 from ..core.machine import cpu_model
+from ..envs.specs import env_spec, env_ids
 
 # %% auto #0
-__all__ = ['BATCHED_ENVS', 'SYNC_OPS', 'TRAIN_LEVEL_MAX_ENVS', 'resolve_device', 'BatchedEnv', 'CartPole', 'Pendulum',
-           'MountainCarContinuous', 'make_batched', 'gym_trajectories', 'to_dlpack', 'fused_step', 'device_rollout',
-           'count_sync_ops', 'gym_vector_throughput', 'env_throughput', 'print_throughput', 'train_level_sizes',
-           'env_bench']
+__all__ = ['SYNC_OPS', 'TRAIN_LEVEL_MAX_ENVS', 'resolve_device', 'BatchedEnv', 'CartPole', 'Pendulum', 'MountainCarContinuous',
+           'make_batched', 'gym_trajectories', 'to_dlpack', 'fused_step', 'device_rollout', 'count_sync_ops',
+           'gym_vector_throughput', 'env_throughput', 'print_throughput', 'train_level_sizes', 'env_bench']
 
 # %% ../../nbs/60_batched_envs.ipynb #819f1382
 def resolve_device(device):
@@ -185,15 +185,12 @@ class MountainCarContinuous(BatchedEnv):
         return t.stack([pos, vel], 1), reward.float(), terminated
 
 # %% ../../nbs/60_batched_envs.ipynb #cc2cfdf2
-BATCHED_ENVS = {c.env_id: c for c in (CartPole, Pendulum, MountainCarContinuous)}
-
 def make_batched(env_id, num_envs, device='cpu', seed=0, dtype='float32'):
-    "`num_envs` copies of `env_id` as tensors on `device`."
-    if env_id not in BATCHED_ENVS:
-        close = difflib.get_close_matches(env_id, list(BATCHED_ENVS), n=1)
-        raise BadInputError(f'no batched version of {env_id!r}' + (f' (did you mean {close[0]!r}?)' if close else '') +
-                            f'; batched envs: {", ".join(BATCHED_ENVS)}')
-    return BATCHED_ENVS[env_id](num_envs, device, seed, dtype)
+    "`num_envs` copies of `env_id` as tensors on `device`: the `BatchedEnv` class its spec names."
+    name = env_spec(env_id).batched
+    if name is None:
+        raise BadInputError(f'no batched version of {env_id}; batched envs: {", ".join(env_ids("batched"))}')
+    return {c.__name__: c for c in BatchedEnv.__subclasses__()}[name](num_envs, device, seed, dtype)
 
 # %% ../../nbs/60_batched_envs.ipynb #4d17ad02
 def _gym_state(env):

@@ -6,17 +6,16 @@
 from __future__ import annotations
 import numpy as np
 from ..core.files import BadInputError
-from ..envs.gym import make_env, parse_randomize, check_randomize, Randomized
+from ..envs.specs import env_spec, env_ids
+from ..envs.gym import make_env, check_randomize, Randomized
 
 
 # %% auto #0
-__all__ = ['MUJOCO_ENVS', 'SAME_STATE_ENVS', 'TENSOR_RANDOMIZABLE', 'import_envpool', 'envpool_env_ids', 'check_envpool_env',
-           'check_actions', 'EnvPoolBatched', 'envpool_trajectories', 'perturbed_gaps', 'check_tensor_randomize',
-           'BatchDisturbances', 'GymnasiumBatched', 'batched_mujoco', 'envpool_throughput']
+__all__ = ['TENSOR_RANDOMIZABLE', 'import_envpool', 'envpool_env_ids', 'check_envpool_env', 'check_actions', 'EnvPoolBatched',
+           'envpool_trajectories', 'perturbed_gaps', 'BatchDisturbances', 'GymnasiumBatched', 'batched_mujoco',
+           'envpool_throughput']
 
 # %% ../../nbs/62_envpool.ipynb #19dc9a59
-MUJOCO_ENVS = ('Hopper-v4', 'Walker2d-v4', 'HalfCheetah-v4', 'Ant-v4', 'InvertedPendulum-v4')
-
 def import_envpool():
     "The envpool module, or one line saying how to install it."
     try: import envpool
@@ -27,18 +26,17 @@ def import_envpool():
 
 # %% ../../nbs/62_envpool.ipynb #4f049eaf
 def envpool_env_ids():
-    "The MuJoCo `-v4` env ids this EnvPool build has and gymnasium registers (v2/v3 need mujoco-py; v5 is unchecked)."
-    import gymnasium as gym
-    return tuple(e for e in sorted(import_envpool().list_all_envs())
-                 if e.endswith('-v4') and e in gym.registry and 'mujoco' in str(gym.registry[e].entry_point))
+    "The ids of the env specs whose EnvPool task this EnvPool build has."
+    have = set(import_envpool().list_all_envs())
+    return tuple(e for e in env_ids('envpool_id') if env_spec(e).envpool_id in have)
 
 # %% ../../nbs/62_envpool.ipynb #0fb712a0
 def check_envpool_env(env_id):
-    "Refuse an env id EnvPool lacks, naming the MuJoCo ones it has."
-    have = envpool_env_ids()
+    "EnvPool's task id for `env_id` (its spec's), or one line naming the envs EnvPool has here."
+    task, have = env_spec(env_id).envpool_id, envpool_env_ids()
     if env_id not in have:
         raise BadInputError(f'EnvPool has no MuJoCo env {env_id!r}; it has {", ".join(have)}')
-    return env_id
+    return task
 
 # %% ../../nbs/62_envpool.ipynb #fd487a8c
 def check_actions(actions, num_envs, act_dim):
@@ -56,10 +54,10 @@ class EnvPoolBatched:
     discrete_actions, device = 0, None
     def __init__(self, env_id, num_envs, seed=0, num_threads=None):
         import os, torch
-        check_envpool_env(env_id)
+        task = check_envpool_env(env_id)
         if num_envs < 1: raise BadInputError(f'num_envs must be >= 1, got {num_envs}')
         threads = num_threads or min(num_envs, len(os.sched_getaffinity(0)))
-        self.pool = import_envpool().make_gymnasium(env_id, num_envs=num_envs, batch_size=num_envs,
+        self.pool = import_envpool().make_gymnasium(task, num_envs=num_envs, batch_size=num_envs,
                                                     num_threads=threads, seed=seed)
         space = self.pool.action_space
         self.env_id, self.num_envs, self.num_threads, self.device = env_id, num_envs, threads, torch.device('cpu')
@@ -92,13 +90,11 @@ class EnvPoolBatched:
         return t(next_obs), t(reward), t(terminated), t(truncated), dict(final_obs=t(obs), done=t(done))
 
 # %% ../../nbs/62_envpool.ipynb #c94eb585
-SAME_STATE_ENVS = ('Hopper-v4', 'Walker2d-v4', 'HalfCheetah-v4')  # observation = qpos[1:] + qvel: the start is copyable
-
 def _gym_copy_of(env_id, first_obs):
     "A gymnasium env put in the state EnvPool reset to (x position 0: it is not observed, rewards use its change)."
-    if env_id not in SAME_STATE_ENVS:
+    if not env_spec(env_id).obs_is_state:
         raise BadInputError(f"{env_id}'s observation is not its whole state, so gymnasium cannot be started where "
-                            f'EnvPool started; compare one of {", ".join(SAME_STATE_ENVS)}')
+                            f'EnvPool started; compare one of {", ".join(env_ids("obs_is_state"))}')
     env = make_env(env_id); env.reset(seed=0)
     model = env.unwrapped.model
     qpos = np.concatenate([[0.0], first_obs[:model.nq - 1]])
@@ -111,7 +107,8 @@ def envpool_trajectories(env_id, episodes=5, seed=0, max_steps=1000):
     "EnvPool vs gymnasium from the same start with the same random actions: per-step obs and reward gaps."
     rows = []
     for ep in range(episodes):
-        pool = import_envpool().make_gymnasium(env_id, num_envs=1, batch_size=1, num_threads=1, seed=seed + ep)
+        pool = import_envpool().make_gymnasium(check_envpool_env(env_id), num_envs=1, batch_size=1, num_threads=1,
+                                               seed=seed + ep)
         first, _ = pool.reset()
         gym_env, rng = _gym_copy_of(env_id, first[0]), np.random.default_rng(seed + ep)
         low, high = pool.action_space.low, pool.action_space.high
@@ -141,16 +138,7 @@ def perturbed_gaps(env_id, eps=1e-12, seed=0, max_steps=1000):
 
 
 # %% ../../nbs/62_envpool.ipynb #90dc8298
-TENSOR_RANDOMIZABLE = ('noise', 'delay')
-
-def check_tensor_randomize(spec):
-    "The canonical ranges of `spec` if every phase in it can be randomized on a batch, else one line."
-    ranges = parse_randomize(spec)
-    other = sorted(set(ranges or {}) - set(TENSOR_RANDOMIZABLE))
-    if other:
-        raise BadInputError(f'batched tensor envs randomize {" and ".join(TENSOR_RANDOMIZABLE)} only, '
-                            f'not {", ".join(other)} (no MuJoCo model to change there); drop them')
-    return ranges
+TENSOR_RANDOMIZABLE = ('noise', 'delay')  # what BatchDisturbances randomizes on a batch
 
 # %% ../../nbs/62_envpool.ipynb #e11532c8
 class BatchDisturbances:
@@ -234,13 +222,13 @@ class GymnasiumBatched:
 # %% ../../nbs/62_envpool.ipynb #d19b8a43
 def batched_mujoco(env_id, num_envs, seed=0, ranges=None, num_threads=None):
     "(batched env, what steps it): EnvPool (+ noise/delay in tensors) when it can serve, else `GymnasiumBatched`."
-    ranges = parse_randomize(ranges)
+    ranges = check_randomize(env_id, ranges)
     needs_model = sorted(set(ranges or {}) - set(TENSOR_RANDOMIZABLE))
     try: import_envpool()
     except BadInputError: why = 'EnvPool is not installed: pip install "ppo_trt[fast]"'
     else:
-        check_envpool_env(env_id)
-        why = needs_model and f"randomizing {', '.join(needs_model)} changes the MuJoCo model, out of EnvPool's reach"
+        why = (f'EnvPool has no {env_id}' if env_id not in envpool_env_ids() else needs_model
+               and f"randomizing {', '.join(needs_model)} changes the MuJoCo model, out of EnvPool's reach")
     if why: return GymnasiumBatched(env_id, num_envs, seed, ranges), f'gymnasium SyncVectorEnv ({why})'
     import envpool
     env = EnvPoolBatched(env_id, num_envs, seed, num_threads)

@@ -12,17 +12,18 @@ from ..core.run_folder import RunDir, RunConfig
 from ..core.files import BadInputError, PpoTrtError, atomic_path, save_json, sha256_file
 from ..core.records import locked, remove_derived
 from ..core.machine import thread_plan
-from ..envs.gym import make_env, env_spaces, training_seeds, check_env_id, check_randomize, parse_randomize
+from ..envs.specs import env_spec
+from ..envs.gym import make_env, env_spaces, training_seeds, check_randomize
 from ..train.sb3 import LOG_FIELDS, _versions
 from ..core.checkpoint import ObsNorm
 from ..envs.controllers import run_episode
-from .batched_envs import BATCHED_ENVS, make_batched, resolve_device
-from .envpool import BatchDisturbances, check_tensor_randomize, batched_mujoco
+from .batched_envs import make_batched, resolve_device
+from .envpool import BatchDisturbances, batched_mujoco
 
 # %% auto #0
-__all__ = ['FAST_PRESETS', 'FastSettings', 'fast_preset', 'RunningNorm', 'RewardScale', 'greedy_action', 'greedy_returns',
-           'gym_returns', 'eval_returns', 'Rollout', 'EpisodeStats', 'collect_rollout', 'ppo_update',
-           'check_fast_randomize', 'fast_train', 'sb3_vs_fast', 'train_throughput']
+__all__ = ['FastSettings', 'fast_preset', 'RunningNorm', 'RewardScale', 'greedy_action', 'greedy_returns', 'gym_returns',
+           'eval_returns', 'Rollout', 'EpisodeStats', 'collect_rollout', 'ppo_update', 'fast_train', 'sb3_vs_fast',
+           'train_throughput']
 
 # %% ../../nbs/63_fast_ppo.ipynb #a907294d
 @dataclass
@@ -45,27 +46,12 @@ class FastSettings:
     norm_reward: bool = False    # divide rewards by the running std of the discounted return, clip to ±10
     anneal_lr: bool = True       # anneal the learning rate linearly
 
-# %% ../../nbs/63_fast_ppo.ipynb #c44b7529
-_MUJOCO = FastSettings(num_envs=16, n_steps=128, epochs=10, minibatches=8, lr=3e-4, gamma=0.99, gae_lambda=0.95,
-                       norm_reward=True)
-
-FAST_PRESETS = {  # timesteps, early-stop target, settings, evaluation every k updates, episodes per evaluation
-    'CartPole-v1': dict(timesteps=300_000, target=475.0, settings=FastSettings(), eval_every=5, eval_episodes=32),
-    'Pendulum-v1': dict(timesteps=1_000_000, target=-200.0,
-                        settings=FastSettings(num_envs=64, n_steps=64, epochs=10, minibatches=8, lr=1e-3, gamma=0.95,
-                                              ent_coef=0.0, log_std_init=-0.5), eval_every=5, eval_episodes=32),
-    'MountainCarContinuous-v0': dict(timesteps=1_000_000, target=90.0,
-                                     settings=FastSettings(num_envs=64, n_steps=64, lr=3e-4, log_std_init=0.5),
-                                     eval_every=5, eval_episodes=32),
-    **{env_id: dict(timesteps=1_000_000, target=None, settings=_MUJOCO, eval_every=None, eval_episodes=5)
-       for env_id in ('Hopper-v4', 'Walker2d-v4', 'HalfCheetah-v4', 'Ant-v4', 'InvertedPendulum-v4')},
-}
-
 # %% ../../nbs/63_fast_ppo.ipynb #24c192ea
 def fast_preset(env_id):
-    "The fast-PPO preset of `env_id`; an env without one gets 1M steps of the default settings and no target."
-    return FAST_PRESETS.get(env_id, dict(timesteps=1_000_000, target=None, settings=FastSettings(), eval_every=None,
-                                         eval_episodes=5))
+    "The fast-PPO preset of `env_id`'s spec: timesteps, target, settings (`FastSettings`), eval_every, eval_episodes."
+    p = env_spec(env_id).fast
+    return dict(timesteps=p.timesteps, target=p.target, settings=FastSettings(**p.settings), eval_every=p.eval_every,
+                eval_episodes=p.eval_episodes)
 
 # %% ../../nbs/63_fast_ppo.ipynb #8a686661
 def _agent_class():
@@ -188,7 +174,7 @@ def gym_returns(agent, norm, env_id, episodes=5, seed=0):
 # %% ../../nbs/63_fast_ppo.ipynb #aec3fab1
 def eval_returns(agent, norm, env_id, episodes, seed, device='cpu'):
     "Deterministic returns: on the batched tensor env where there is one (tested equal to gymnasium's), else gymnasium."
-    if env_id in BATCHED_ENVS: return greedy_returns(agent, norm, env_id, episodes, device, seed)
+    if env_spec(env_id).batched: return greedy_returns(agent, norm, env_id, episodes, device, seed)
     return gym_returns(agent, norm, env_id, episodes, seed)
 
 # %% ../../nbs/63_fast_ppo.ipynb #5edf311f
@@ -316,25 +302,13 @@ def _make_agent(env, s, expert, residual_scale, device):
 
 # %% ../../nbs/63_fast_ppo.ipynb #71e8bed2
 def _train_env(env_id, s, device, seed, ranges, num_threads=None):
-    "(batched training env, what steps it): gpu_envs' tensors, else MuJoCo on the CPU (`envpool.batched_mujoco`)."
-    if env_id in BATCHED_ENVS:
+    "(batched training env, what steps it): the spec's batched tensors, else MuJoCo on the CPU (`batched_mujoco`)."
+    if env_spec(env_id).batched:
         env = make_batched(env_id, s.num_envs, device, seed)
         return (BatchDisturbances(env, ranges, seed) if ranges else env), f'ppo_trt.throughput.batched_envs on {env.device}'
     if device.type != 'cpu':
         raise BadInputError(f'{env_id} trains on MuJoCo envs stepped on the CPU; use --device cpu')
-    try: return batched_mujoco(env_id, s.num_envs, seed, ranges, num_threads)
-    except BadInputError as e:
-        raise BadInputError(f'--fast has no batched {env_id}: not a tensor env ({", ".join(BATCHED_ENVS)}); '
-                            f'{e}') from None
-
-
-# %% ../../nbs/63_fast_ppo.ipynb #190781b6
-def check_fast_randomize(env_id, randomize):
-    "The canonical ranges of `randomize` for fast PPO: noise and delay only on the tensor envs, all on MuJoCo."
-    if env_id in BATCHED_ENVS: return check_tensor_randomize(randomize)
-    try: check_env_id(env_id)
-    except BadInputError: return parse_randomize(randomize)  # the env's own refusal comes from _train_env
-    return check_randomize(env_id, randomize)
+    return batched_mujoco(env_id, s.num_envs, seed, ranges, num_threads)
 
 
 # %% ../../nbs/63_fast_ppo.ipynb #5c2a3d32
@@ -350,7 +324,7 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
     s = settings or preset['settings']
     timesteps = int(timesteps or preset['timesteps'])
     target_return = preset['target'] if target_return is None else target_return
-    ranges = check_fast_randomize(env_id, randomize)
+    ranges = check_randomize(env_id, randomize)
     device = resolve_device(device)
     if cudagraphs and device.type != 'cuda':
         raise BadInputError(f'--cudagraphs needs a CUDA device, but the device is {device}; '
@@ -362,7 +336,8 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
                               'pass --force to train again or choose another --run-dir')
         remove_derived(run)  # a new policy: nothing made from the old one may stay
     # threads, env, agent, optimizer, normalisers, storage
-    plan = thread_plan(s.num_envs, torch_threads, num_threads, threaded_envs=env_id not in BATCHED_ENVS, batched=True)
+    plan = thread_plan(s.num_envs, torch_threads, num_threads, threaded_envs=not env_spec(env_id).batched,
+                       batched=True)
     torch.manual_seed(seed)
     env, env_backend = _train_env(env_id, s, device, seed, ranges, plan.env_threads)
     if not env_backend.startswith('envpool'): plan.env_threads, plan.why['env'] = None, 'no threaded env stepper'

@@ -13,8 +13,9 @@ from ..core.files import (BadInputError, BadArtifactError, PpoTrtError, atomic_p
                                 error_line)
 from ..core.machine import package_version, thread_plan
 from ..core.records import read_record, load_artifact, locked, remove_derived
-from ..envs.gym import (quiet_gym_warnings, check_env_id, make_env, env_spaces, Randomized, check_randomize,
-                              format_randomize, SELECTION_SEED_OFFSET, HELD_OUT_SEED_OFFSET)
+from ..envs.specs import env_spec
+from ..envs.gym import (quiet_gym_warnings, make_env, env_spaces, Randomized, check_randomize, format_randomize,
+                              SELECTION_SEED_OFFSET, HELD_OUT_SEED_OFFSET)
 from ..core.checkpoint import ObsNorm
 
 # %% auto #0
@@ -268,7 +269,7 @@ def train(run_dir, env_id='Hopper-v4', seed=0, timesteps=None, preset_name='seed
     p = preset(preset_name)
     if keep not in ('best', 'last'): raise BadInputError(f"keep must be 'best' or 'last', got {keep!r}")
     timesteps = check_timesteps(timesteps if timesteps is not None else p['timesteps'])
-    check_env_id(env_id)
+    env_spec(env_id)
     randomize = check_randomize(env_id, randomize)
     run = RunDir(run_dir); run.root.mkdir(parents=True, exist_ok=True)
     _check_start(run, env_id, resume, force, residual, randomize)
