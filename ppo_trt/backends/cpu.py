@@ -21,7 +21,7 @@ __all__ = ['SB3Runner', 'TorchRunner', 'ort_session', 'OrtRunner', 'OrtIoBindRun
 def _trained(src, backend):
     "(run folder, obs_dim, act_dim) for a backend that runs the trained model."
     rec = src.train_record(backend)
-    return src.run, rec['obs_dim'], rec['act_dim']
+    return src.run, rec.obs_dim, rec.act_dim
 
 # %% ../../nbs/41_cpu_runners.ipynb #5763fb76
 class SB3Runner(Runner):
