@@ -16,7 +16,8 @@ from .c_kernel import ROWS, STACK_SCRATCH_MAX, _cf, _kernels, _scratch_width
 
 # %% auto #0
 __all__ = ['STATUS', 'TEST_TOL', 'TEST_PROGRAM', 'MAKEFILE', 'LIBRARY_MARKER', 'MADE_BY', 'STRICT', 'library_kernel',
-           'library_header', 'library_source', 'test_vectors', 'library_files', 'write_c_library', 'build_and_test']
+           'library_header', 'library_source', 'test_vectors', 'library_files', 'write_c_library', 'compiler_missing',
+           'build_and_test']
 
 # %% ../../nbs/36_c_library.ipynb #35ad0b3d
 def library_kernel(onnx_path):
@@ -226,6 +227,11 @@ def write_c_library(run_dir, out=None):
         install_folder(stage/'lib', dest, LIBRARY_MARKER, MADE_BY, stage)
     return dict(manifest, path=str(dest))
 
+# %% ../../nbs/36_c_library.ipynb #acb943b9
+def compiler_missing(cc):
+    "Why C compiler `cc` cannot be used here ('' when it can): the one line every C build step gives."
+    return '' if shutil.which(cc) else f'no C compiler {cc!r} on this machine: install one (apt-get install gcc)'
+
 # %% ../../nbs/36_c_library.ipynb #314e72e2
 STRICT = ('-std=c99', '-Wall', '-Wextra', '-pedantic')
 
@@ -233,7 +239,7 @@ def build_and_test(folder, cc='cc', opt='-O3', extra=()):
     "Compile `folder`'s library and test with `cc` (strict C99 flags), run the test: dict(ok, warnings, output)."
     folder, exe = Path(folder), shutil.which(cc)
     if not (folder/'ppo_policy.c').is_file(): raise BadInputError(f'{folder} holds no C library: run `ppo-trt export-c`')
-    if exe is None: raise BadInputError(f'no C compiler {cc!r} on this machine: install one (apt-get install gcc)')
+    if exe is None: raise BadInputError(compiler_missing(cc))
     flags = [opt, *STRICT, *extra]
     build = subprocess.run([exe, *flags, 'ppo_policy.c', 'test_ppo_policy.c', '-lm', '-o', 'test_ppo_policy'],
                            cwd=folder, capture_output=True, text=True)

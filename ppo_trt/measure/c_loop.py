@@ -17,7 +17,7 @@ from ..envs.gym import make_env, PHASES
 from ..envs.controllers import pid_baseline
 from ..export.onnx import onnx_metadata
 from ..export.c_kernel import CFLAGS
-from ..export.c_library import STRICT, library_kernel, library_header, library_source
+from ..export.c_library import STRICT, compiler_missing, library_kernel, library_header, library_source
 from ..backends import registry as B
 from .evaluate import evaluate_phase
 
@@ -85,7 +85,7 @@ def mujoco_c_api():
 # %% ../../nbs/53_c_loop.ipynb #4025b3b7
 def c_loop_missing(cc='gcc'):
     "Why the C loop cannot be built here with `cc` ('' when it can): the compiler or MuJoCo's C API missing."
-    if shutil.which(cc) is None: return f'no C compiler {cc!r} on this machine: install one (apt-get install gcc)'
+    if why := compiler_missing(cc): return why
     try: mujoco_c_api()
     except BadInputError as e: return str(e)
     return ''
