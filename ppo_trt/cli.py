@@ -405,7 +405,7 @@ def cmd_c_loop(a):
     rec = c_loop(rd, steps=a.steps, episodes=a.episodes, seed=a.seed, cc=a.cc)
     print_c_loop(rec)
     _say(f"wrote {Path(rd)/'c_loop.json'}; the program is {Path(rd)/'c_loop'/'c_loop'}")
-    if not (rec['check']['passed'] and rec['fallback']['passed']):
+    if not (rec.check.passed and rec.fallback['passed']):
         raise PpoTrtError('the C loop does not match gymnasium, or its fallback did not engage (see above)')
     return rec
 
