@@ -294,7 +294,7 @@ def _check_env(a, rd):
     "An explicit --env-id must be the env of the run folder's policy."
     if not a.env_id: return
     run = RunDir(rd)
-    have = (load_artifact(run, 'train_record')['env_id'] if run.has('train_record') else
+    have = (load_artifact(run, 'train_record').env_id if run.has('train_record') else
             onnx_metadata(run.path('onnx')).get('env_id') if run.has('onnx') else None)
     if have and have != a.env_id:
         raise BadInputError(f'{run.root} holds a policy for {have}, not {a.env_id}; '
@@ -338,16 +338,16 @@ def cmd_train(a):
         r = train_residual(rd, expert=a.expert, residual_scale=a.residual_scale, append_expert_obs=a.append_expert_obs,
                            zero_init=not a.no_zero_init, **kw)
     else: r = train(rd, **kw)
-    _say(f"trained {r['timesteps']:,} steps in {r['wall_s']:.0f} s ({r['steps_per_s']:,.0f} steps/s); "
-         f"kept the policy of step {r['kept_timesteps']:,} ({r['keep']}): return on {r['final_eval_episodes']} "
-         f"held-out episodes {r['final_eval_mean']:.1f} ± {r['final_eval_std']:.1f}")
+    _say(f"trained {r.timesteps:,} steps in {r.wall_s:.0f} s ({r.steps_per_s:,.0f} steps/s); "
+         f"kept the policy of step {r.kept_timesteps:,} ({r.keep}): return on {r.final_eval_episodes} "
+         f"held-out episodes {r.final_eval_mean:.1f} ± {r.final_eval_std:.1f}")
     return r
 
 # %% ../nbs/90_cli.ipynb #831aa53b
 def _threads_line(plan):
     "The thread plan in a few words, for the training summary."
-    env = f", {plan['env_threads']} env threads" if plan['env_threads'] else ''
-    return f"torch {plan['torch_threads']} thread(s){env}; {plan['busy']} of {plan['cpus']} cores busy at start"
+    env = f", {plan.env_threads} env threads" if plan.env_threads else ''
+    return f"torch {plan.torch_threads} thread(s){env}; {plan.busy} of {plan.cpus} cores busy at start"
 
 # %% ../nbs/90_cli.ipynb #0b68941b
 def _train_fast(a):
@@ -365,23 +365,22 @@ def _train_fast(a):
     r = fast_train(rd, env_id, a.timesteps, a.seed, a.device, st, a.expert, a.residual_scale, a.compile, a.cudagraphs,
                    randomize=a.randomize, num_threads=a.env_threads, force=a.force, progress=sys.stderr.isatty(),
                    torch_threads=a.torch_threads)
-    _say(f"{r['timesteps']:,} steps in {r['wall_s']:.1f} s ({r['steps_per_s']:,.0f} steps/s, env + inference + "
-         f"training; envs: {r['env_backend']}; {_threads_line(r['thread_plan'])}); "
-         f"return on {r['final_eval_episodes']} held-out episodes "
-         f"{r['final_eval_mean']:.1f} ± {r['final_eval_std']:.1f}"
-         + (f"; reached {r['target_return']:g} at step {r['solved_at_timesteps']:,} after {r['solved_at_wall_s']:.1f} s"
-            if r['solved'] else ''))
+    _say(f"{r.timesteps:,} steps in {r.wall_s:.1f} s ({r.steps_per_s:,.0f} steps/s, env + inference + "
+         f"training; envs: {r.env_backend}; {_threads_line(r.thread_plan)}); "
+         f"return on {r.final_eval_episodes} held-out episodes {r.final_eval_mean:.1f} ± {r.final_eval_std:.1f}"
+         + (f"; reached {r.target_return:g} at step {r.solved_at_timesteps:,} after {r.solved_at_wall_s:.1f} s"
+            if r.solved else ''))
     return r
 
 # %% ../nbs/90_cli.ipynb #63f63569
 def cmd_export(a):
     from ppo_trt.export.deployment import export_run
     r = export_run(_run_dir(a), n_obs=a.parity_obs, env_id=a.env_id)
-    res = r['metadata'].get('residual')
+    res = r.metadata.get('residual')  # as written into policy.onnx's metadata
     if res: _say('expert folded into policy.onnx' if res['folded'] else f"policy.onnx holds the residual network only: "
                  f"{res['fold_reason']}; the runners add the expert on the host")
-    _say(f"exported policy.onnx (opset {r['opset']}); ORT vs model.predict max abs err "
-         f"{r['parity_ort_cpu']['max_abs_err']:.2e} on {r['parity_ort_cpu']['n']} rollout observations")
+    _say(f"exported policy.onnx (opset {r.opset}); ORT vs model.predict max abs err "
+         f"{r.parity_ort_cpu.max_abs_err:.2e} on {r.parity_ort_cpu.n} rollout observations")
     return r
 
 # %% ../nbs/90_cli.ipynb #b6d5c842
@@ -406,7 +405,7 @@ def cmd_c_loop(a):
     rec = c_loop(rd, steps=a.steps, episodes=a.episodes, seed=a.seed, cc=a.cc)
     print_c_loop(rec)
     _say(f"wrote {Path(rd)/'c_loop.json'}; the program is {Path(rd)/'c_loop'/'c_loop'}")
-    if not (rec['check']['passed'] and rec['fallback']['passed']):
+    if not (rec.check.passed and rec.fallback['passed']):
         raise PpoTrtError('the C loop does not match gymnasium, or its fallback did not engage (see above)')
     return rec
 
@@ -419,9 +418,9 @@ def cmd_build(a):
         p = build_with_trtexec(rd, a.precision, a.min_batch, a.opt_batch, a.max_batch)
         _say(f'trtexec wrote {p}'); return p
     r = build_engine(rd, a.flavour, a.precision, a.min_batch, a.opt_batch, a.max_batch, a.compute_capability)
-    _say(f"built {r['engine']} with {r['module']} {r['version']} in {r['build_s']:.2f} s ({r['engine_bytes']:,} bytes)"
-         + (f", FP16 via {r['fp16_method']}" if r['fp16_method'] else '')
-         + (' on a machine without a GPU' if r['built_without_gpu'] else ''))
+    _say(f"built {r.engine} with {r.module} {r.version} in {r.build_s:.2f} s ({r.engine_bytes:,} bytes)"
+         + (f", FP16 via {r.fp16_method}" if r.fp16_method else '')
+         + (' on a machine without a GPU' if r.built_without_gpu else ''))
     return r
 
 # %% ../nbs/90_cli.ipynb #4e1b647d
@@ -451,13 +450,13 @@ def cmd_residual_study(a):
          f'into {out}')
     s = residual_study(out, env_id, a.expert, a.residual_scale, a.timesteps, a.seed, a.preset, a.eval_freq,
                        a.eval_episodes, progress=True, record_dir=rd)
-    e = s['expert_return']['mean']
-    for k, c in s['curves'].items():
-        f = s['final'][k]
-        _say(f"{k:9s} final {f['mean']:8.1f} ± {f['std']:6.1f}; first eval {c['mean_return'][0]:8.1f}; "
+    e = s.expert_return.mean
+    for k, c in s.curves.items():
+        f = s.final[k]
+        _say(f"{k:9s} final {f.mean:8.1f} ± {f.std:6.1f}; first eval {c.mean_return[0]:8.1f}; "
              f"reached the expert's {e:.1f} at step {first_reaching(c, e) or 'never'}")
-    _say(f"expert alone {e:.1f} ± {s['expert_return']['std']:.1f}; "
-         f"wrote {Path(rd)/f'residual_study_{env_id}.json'} ({s['wall_s']:.0f} s)")
+    _say(f"expert alone {e:.1f} ± {s.expert_return.std:.1f}; "
+         f"wrote {Path(rd)/f'residual_study_{env_id}.json'} ({s.wall_s:.0f} s)")
     return s
 
 # %% ../nbs/90_cli.ipynb #5e0e4275
@@ -546,9 +545,8 @@ def cmd_enjoy(a):
              f"return {r['episode_return']:.1f} ({a.backend})")
     else:
         r = benchmark_loop(rd, backend=a.backend, env_id=a.env_id, warmup=a.warmup, iters=a.iters, seed=a.seed)
-        _say(f"{a.backend}: loop {r['loop_rate_hz']:,.0f} Hz, inference p50 {r['inference']['p50_us']:.1f} µs / "
-             f"p99 {r['inference']['p99_us']:.1f} µs, loop p99 {r['loop']['p99_us']:.1f} µs, "
-             f"jitter {r['jitter_us']:.1f} µs")
+        _say(f"{a.backend}: loop {r.loop_rate_hz:,.0f} Hz, inference p50 {r.inference.p50_us:.1f} µs / "
+             f"p99 {r.inference.p99_us:.1f} µs, loop p99 {r.loop.p99_us:.1f} µs, jitter {r.jitter_us:.1f} µs")
     return r
 
 # %% ../nbs/90_cli.ipynb #1231859a

@@ -2,6 +2,7 @@
 import pytest
 from conftest import ppo_trt
 from ppo_trt.core.files import load_json, sha256_file
+from ppo_trt.core.records import load_artifact
 from ppo_trt.export.tensorrt import check_engine, EngineError, FP16_TOL
 
 pytest.importorskip('tensorrt_rtx', reason='TensorRT-RTX is not installed: pip install "ppo_trt[trt-rtx]"')
@@ -20,7 +21,7 @@ def test_build_trt_rtx(run_copy, precision):
     assert (run_copy/rec['log']).exists() and (run_copy/rec['timing_cache']).exists()
     if precision == 'fp16':
         assert rec['fp16_method'] == 'fp16-typed onnx' and 0 < rec['fp16_parity']['max_abs_err'] <= FP16_TOL
-    assert check_engine(run_copy, name) == rec
+    assert check_engine(run_copy, name) == load_artifact(run_copy, 'build_record')[name]
     assert ppo_trt('report', '--run-dir', run_copy).returncode == 0
     assert name in (run_copy/'report.html').read_text()
 

@@ -3,6 +3,7 @@ name) reaches report.html and the docs as text, never as markup; `ppo-trt docs -
 not make. The browser checks use Debian's Chromium through playwright, as tests/test_site.py does."""
 import json, os, re, shutil
 from pathlib import Path
+import msgspec
 import numpy as np
 import pytest
 from conftest import ppo_trt
@@ -88,16 +89,23 @@ def _renamed(x, names):
     return f(x)
 
 
+def _typed(rec, change):
+    "`rec` (a record's Struct, or a list of them) with `change` applied to its JSON form, read back as its schema."
+    if isinstance(rec, list): return [_typed(r, change) for r in rec]
+    return msgspec.convert(change(msgspec.to_builtins(rec)), type(rec))
+
+
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason='the reference run is in a clone (nbs/_reference)')
 def test_every_record_string_is_shown_as_text():
     from ppo_trt.results.report import load_records, SECTIONS
     recs = load_records(REFERENCE)
-    for k in ('bench', 'train', 'export', 'env_benches', 'residual_studies'): recs[k] = _poisoned(recs[k])
-    ev, sw = recs['evaluate'], recs['sweep']
-    recs['evaluate'] = _renamed(ev, {*ev['backends'], *(p['phase'] for p in ev['phases'])} - {'nominal'})
-    recs['sweep'] = _renamed(sw, {*sw['settings']['phases']} - {'nominal'})
-    recs['sweep']['settings']['randomize'] = f"{sw['settings']['randomize']}{PAYLOAD}"
-    recs['run_dir'] = f'/runs/{HOSTILE_NAME}'
+    for k in ('bench', 'train', 'export', 'env_benches', 'residual_studies'):
+        setattr(recs, k, _typed(getattr(recs, k), _poisoned))
+    ev, sw = recs.evaluate, recs.sweep
+    recs.evaluate = _typed(ev, lambda d: _renamed(d, {*ev.backends, *(p.phase for p in ev.phases)} - {'nominal'}))
+    recs.sweep = _renamed(sw, {*sw['settings']['phases']} - {'nominal'})
+    recs.sweep['settings']['randomize'] = f"{sw['settings']['randomize']}{PAYLOAD}"
+    recs.run_dir = f'/runs/{HOSTILE_NAME}'
     html = _markdown_html([x for section in SECTIONS for x in section(recs)])
     assert not [r for r in RAW if r in html], [html[max(0, html.find(r) - 200):html.find(r) + 80] for r in RAW]
     assert html.count(SHOWN) > 100  # the text is there, as text
@@ -117,8 +125,8 @@ def test_native_refusal_quoting_a_hostile_node_name(tmp_path):
                                 opset_imports=[helper.make_opsetid('', 17)]), tmp_path/'policy.onnx')
     recs = measure_backend('native', RunDir(tmp_path), np.zeros((1, 3), np.float32), None, 'Hopper-v4',
                            BenchSettings())
-    assert not recs[0]['ran'] and PAYLOAD in recs[0]['reason'], recs
-    html = _markdown_html([_md(skipped_list({'records': recs}))])
+    assert not recs[0].ran and PAYLOAD in recs[0].reason, recs
+    html = _markdown_html([_md(skipped_list(recs))])
     assert not [r for r in RAW if r in html] and SHOWN in html, html
 
 

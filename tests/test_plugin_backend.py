@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from conftest import QUICK_BENCH
 from ppo_trt.core.files import load_json
-from ppo_trt.measure.evaluate import EvaluationReport
+from ppo_trt.core.records import load_artifact
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = {
@@ -102,9 +102,9 @@ def test_bench_and_evaluate_the_plugin(plugin_site, run_copy):
     r = cli('evaluate', '--run-dir', run_copy, '--backends', 'toy-ort', '--phases', 'nominal', '--episodes', 2,
             '--deadline-us', 1e6, path=[plugin_site])
     assert r.returncode == 0, r.stderr[-2000:]
-    rep = EvaluationReport.load(run_copy/'evaluate.json')
+    rep = load_artifact(run_copy, 'evaluate_record')
     assert rep.backends == ['torch', 'toy-ort'] and len(rep.phases[0].returns['ppo:toy-ort']) == 2
-    assert rep.gates['toy-ort']['worst_return_gap'] <= 0.01  # an FP32 backend: the reference's returns
+    assert rep.gates['toy-ort'].worst_return_gap <= 0.01  # an FP32 backend: the reference's returns
 
 
 def test_a_plugin_is_found_only_through_the_entry_point_group(tmp_path, run_copy):

@@ -26,10 +26,10 @@ def randomized_run(tmp_path_factory):
 def test_ranges_recorded_everywhere(randomized_run):
     d = randomized_run
     assert parse_randomize(SPEC) == RANGES
-    assert RunConfig.load(d).randomize == RANGES and load_artifact(d, 'config')['randomize'] == RANGES
-    assert load_artifact(d, 'train_record')['randomize'] == RANGES
+    assert RunConfig.load(d).randomize == RANGES and load_artifact(d, 'config').randomize == RANGES
+    assert load_artifact(d, 'train_record').randomize == RANGES
     e = load_artifact(d, 'export_record')
-    assert e['randomize'] == e['metadata']['randomize'] == RANGES
+    assert e.randomize == e.metadata['randomize'] == RANGES
     meta = onnx_metadata(d/'policy.onnx')
     assert meta['randomize'] == RANGES and type(meta['randomize']['delay'][1]) is int
     assert lineage_problems(d) == []
@@ -61,7 +61,7 @@ def test_resume_with_same_ranges(randomized_run, tmp_path):
     d = tmp_path/'copy'
     shutil.copytree(randomized_run, d)
     rec = train(d, timesteps=1536, resume=True, randomize='mass=0.8:1.2,noise=0:0.05,delay=0:2', **SMOKE)
-    assert rec['resumed_from'] == 1024 and rec['timesteps'] == 1536 and rec['randomize'] == RANGES
+    assert rec.resumed_from == 1024 and rec.timesteps == 1536 and rec.randomize == RANGES
 
 @pytest.mark.parametrize('spec, needle', [('actuator', 'evaluation event'), ('mass=1.4:0.7', 'empty range'),
                                           ('noise=0:2', 'out of bounds'), ('delay=x', 'not a number'),

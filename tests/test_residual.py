@@ -101,11 +101,11 @@ def test_bad_residual_arguments(argv, msg, tmp_path, capsys):
 @pytest.mark.slow
 def test_evaluate_with_residual_run(run_copy, unfolded, folded):
     from conftest import ppo_trt
-    from ppo_trt.measure.evaluate import EvaluationReport
+    from ppo_trt.core.records import load_artifact
     r = ppo_trt('evaluate', '--run-dir', run_copy, '--phases', 'nominal,push', '--episodes', 2, '--backends', 'ort',
                 '--deadline-us', 1e6, '--residual-run', unfolded)
     assert r.returncode == 0, r.stderr[-2000:]
-    rep = EvaluationReport.load(run_copy/'evaluate.json')
+    rep = load_artifact(run_copy, 'evaluate_record')
     assert all(set(p.returns) == {'pid', 'residual', 'ppo:torch', 'ppo:ort'} for p in rep.phases)
     r = ppo_trt('evaluate', '--run-dir', run_copy, '--phases', 'nominal', '--episodes', 1, '--residual-run', folded)
     assert r.returncode == 2 and 'needs a residual policy for Hopper-v4' in r.stderr

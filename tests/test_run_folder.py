@@ -159,8 +159,8 @@ def test_writers_take_turns(run_copy):
     second = ppo_trt('bench', '--run-dir', run_copy, '--backends', 'native-c', *QUICK_BENCH)
     assert first.wait(timeout=300) == 0 and second.returncode == 0, second.stderr[-2000:]
     assert 'waiting for `ppo-trt bench`' in second.stderr
-    recs = read_record(run_copy/'bench.json')['records']
-    assert {'ort', 'native-c'} <= {r['backend'] for r in recs if r['ran']}
+    recs = read_record(run_copy/'bench.json').records
+    assert {'ort', 'native-c'} <= {r.backend for r in recs if r.ran}
 
 
 def test_subset_bench_keeps_the_rest(run_copy):
@@ -168,15 +168,15 @@ def test_subset_bench_keeps_the_rest(run_copy):
     r = ppo_trt('bench', '--run-dir', run_copy, '--backends', 'ort', *QUICK_BENCH)
     assert r.returncode == 0, r.stderr[-2000:]
     after = read_record(run_copy/'bench.json')
-    key = lambda x: (x['backend'], x['mode'], x['batch'])
-    assert {key(x) for x in after['records']} == {key(x) for x in before['records']}
-    old = {key(x): x for x in before['records']}
-    for x in after['records']:
-        assert (x['session'] == after['session']) == (x['backend'] == 'ort')
-        if x['backend'] != 'ort': assert x == old[key(x)]
+    key = lambda x: (x.backend, x.mode, x.batch)
+    assert {key(x) for x in after.records} == {key(x) for x in before.records}
+    old = {key(x): x for x in before.records}
+    for x in after.records:
+        assert (x.session == after.session) == (x.backend == 'ort')
+        if x.backend != 'ort': assert x == old[key(x)]
     assert 'also keeps' in r.stdout
     r = ppo_trt('bench', '--run-dir', run_copy, '--backends', 'ort', '--replace', *QUICK_BENCH)
-    assert {x['backend'] for x in read_record(run_copy/'bench.json')['records']} == {'ort'}
+    assert {x.backend for x in read_record(run_copy/'bench.json').records} == {'ort'}
 
 
 def test_force_removes_everything_made_from_the_old_policy(run_copy):
@@ -212,9 +212,8 @@ def test_killed_then_resumed_training_keeps_one_timeline(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     t = read_record(run/'train.json')
     steps = [int(l.split(',')[0]) for l in (run/'train_log.csv').read_text().splitlines()[1:]]
-    assert steps == sorted(set(steps)) and max(steps) <= t['timesteps'], (steps, t['timesteps'])
-    assert (t['kept_timesteps'] <= t['timesteps']
-            and (t['kept_timesteps'] in steps or t['kept_timesteps'] == t['timesteps'])), t
+    assert steps == sorted(set(steps)) and max(steps) <= t.timesteps, (steps, t.timesteps)
+    assert t.kept_timesteps <= t.timesteps and (t.kept_timesteps in steps or t.kept_timesteps == t.timesteps), t
 
 
 def test_artifacts_follow_the_umask(run_dir):

@@ -55,7 +55,7 @@ def test_nonfinite_observation_never_reaches_the_actuators(run_dir, name, bad):
     loop = ControlLoop(B.load(name, run_dir), pid_baseline('Hopper-v4'), deadline_us=1e6, warmup=2)
     env = _FaultySensor(make_env('Hopper-v4'), bad)
     _, steps = run_episode(env, loop, seed=0)
-    kinds = [e['kind'] for e in loop.events]
+    kinds = [e.kind for e in loop.events]
     assert env.nonfinite_actions == 0 and env.sent == steps
     assert (kinds.count('bad-obs') == sum(1 for t in range(1, steps) if t % 7 == 3)
             and not set(kinds) & set(BACKEND_FAULTS))
@@ -69,10 +69,10 @@ def test_loop_falls_back_in_the_same_step(run_dir):
     ref.predict(obs[0])
     bad = obs[1].copy(); bad[4] = np.nan
     np.testing.assert_array_equal(loop.step(bad), ref.predict(obs[0])[0])
-    assert [e['kind'] for e in loop.events] == ['bad-obs']
+    assert [e.kind for e in loop.events] == ['bad-obs']
     first = ControlLoop(runner, pid_baseline('Hopper-v4'), warmup=0)
     np.testing.assert_array_equal(first.step(bad), np.zeros(3, np.float32))  # nothing good seen yet: actuators off
-    assert [e['kind'] for e in first.events] == ['bad-obs', 'unsafe-fallback']
+    assert [e.kind for e in first.events] == ['bad-obs', 'unsafe-fallback']
 
 
 def _load_in_subprocess(onnx, cache):

@@ -149,7 +149,7 @@ def _residual_settings(cls, src):
     "The residual settings (with env id) of the policy a runner of `cls` runs, or None for plain PPO."
     if cls.needs_run:
         rec = src.train_record(cls.name)
-        return rec.get('residual') and dict(rec['residual'], env_id=rec['env_id'])
+        return rec.residual and dict(rec.residual, env_id=rec.env_id)
     res = src.meta.get('residual')
     return res and dict(res, env_id=src.meta['env_id'])
 

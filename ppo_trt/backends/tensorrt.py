@@ -53,22 +53,22 @@ class TrtRunner(Runner):
         src = _source(src)
         folder = RunDir(src.folder)  # engines and build.json sit beside policy.onnx
         recs = load_artifact(folder, 'build_record') if folder.has('build_record') else {}
-        mine = sorted((n for n, r in recs.items() if r['flavour'] == self.flavour),
-                      key=lambda n: recs[n]['precision'] != 'fp32')
+        mine = sorted((n for n, r in recs.items() if r.flavour == self.flavour),
+                      key=lambda n: recs[n].precision != 'fp32')
         if not mine: raise BackendUnavailable(f'no {self.flavour} engine beside {src.onnx_path}: '
                                               f'run `ppo-trt build --flavour {self.flavour} --run-dir {src.folder}`')
         rec = check_engine(src.folder, mine[0], onnx_path=src.onnx())
-        self.precision, trt = rec['precision'], importlib.import_module(rec['module'])
+        self.precision, trt = rec.precision, importlib.import_module(rec.module)
         self._rt, self._ct, self._cudart = trt.Runtime(trt.Logger(trt.Logger.ERROR)), ctypes, cudart
         self.engine = self._rt.deserialize_cuda_engine((src.folder/mine[0]).read_bytes())
         if self.engine is None:
-            raise BackendUnavailable(f'{rec["module"]} could not deserialize {mine[0]} on this GPU (see its log)')
+            raise BackendUnavailable(f'{rec.module} could not deserialize {mine[0]} on this GPU (see its log)')
         self.ctx = self.engine.create_execution_context()
         self.stream = _cuda_call(cudart.cudaStreamCreate(), 'cudaStreamCreate')
-        self._slots, self.max_batch = {}, rec['profile']['max_batch'] if 'profile' in rec else None
+        self._slots, self.max_batch = {}, rec.profile.max if rec.profile else None
         super().__init__(src.meta['obs_dim'], src.meta['act_dim'],
-                         provider=f"{rec['module']} {rec['version']} engine {mine[0]}", engine=mine[0],
-                         versions={rec['module']: rec['version'], 'cuda-python': package_version('cuda-python')})
+                         provider=f"{rec.module} {rec.version} engine {mine[0]}", engine=mine[0],
+                         versions={rec.module: rec.version, 'cuda-python': package_version('cuda-python')})
     def _host(self, shape):
         n = int(np.prod(shape)) * 4
         ptr = _cuda_call(self._cudart.cudaMallocHost(n), 'cudaMallocHost')

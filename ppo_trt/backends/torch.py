@@ -19,7 +19,7 @@ __all__ = ['TORCH_CUDA_FIX', 'FAMILY', 'SB3Runner', 'TorchRunner', 'TorchCompile
 def _trained(src, backend):
     "(run folder, obs_dim, act_dim) for a backend that runs the trained model."
     rec = src.train_record(backend)
-    return src.run, rec['obs_dim'], rec['act_dim']
+    return src.run, rec.obs_dim, rec.act_dim
 
 # %% ../../nbs/41_torch.ipynb #5763fb76
 class SB3Runner(Runner):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from .files import BadArtifactError, save_json, error_line
 from .run_folder import RunDir
-from .records import read_record
+from .records import ObsNormRecord, read_record, record
 
 # %% auto #0
 __all__ = ['ObsNorm', 'load_policy']
@@ -32,14 +32,14 @@ class ObsNorm:
                    float(venv.clip_obs), float(venv.epsilon))
 
     def save(self, path):
-        return save_json(path, dict(mean=self.mean, var=self.var, clip_obs=self.clip_obs, epsilon=self.epsilon))
+        return save_json(path, record(ObsNormRecord, mean=self.mean, var=self.var, clip_obs=self.clip_obs,
+                                      epsilon=self.epsilon))
 
     @classmethod
     def load(cls, path):
         "The statistics in `path` (an obs_norm.json), checked against its schema."
         d = read_record(path, 'obs_norm')
-        return cls(np.asarray(d['mean'], np.float64), np.asarray(d['var'], np.float64), float(d['clip_obs']),
-                   float(d['epsilon']))
+        return cls(np.asarray(d.mean, np.float64), np.asarray(d.var, np.float64), d.clip_obs, d.epsilon)
 
     def check(self, obs_dim, where='obs_norm.json'):
         "Refuse statistics unfit for this env's observations (wrong length, NaN/inf, var < 0, eps or clip <= 0)."

@@ -8,6 +8,7 @@ import hashlib, json, os, shutil, stat, tempfile, time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+import msgspec
 
 # %% auto #0
 __all__ = ['PARTIAL', 'PpoTrtError', 'MissingArtifactError', 'BadArtifactError', 'BadInputError', 'error_line', 'atomic_paths',
@@ -88,13 +89,14 @@ def atomic_write_text(path, text):
 
 # %% ../../nbs/00_files.ipynb #acf787c8
 def _json_default(o):
+    if isinstance(o, msgspec.Struct): return msgspec.to_builtins(o, enc_hook=_json_default)  # a typed record
     if hasattr(o, 'tolist'): return o.tolist()
     if isinstance(o, Path): return str(o)
     raise TypeError(f'{type(o).__name__} is not JSON serializable')
 
 # %% ../../nbs/00_files.ipynb #405d3619
 def json_text(obj):
-    "`obj` as indented JSON text, the form every record is saved in (numpy values become lists/numbers)."
+    "`obj` as indented JSON text, the form every record is saved in (numpy values as lists/numbers, Structs as dicts)."
     return json.dumps(obj, indent=2, default=_json_default) + '\n'
 
 def save_json(path, obj):

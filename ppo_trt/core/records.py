@@ -8,21 +8,27 @@ import hashlib, json, os, platform, shutil, sys, tempfile, time
 from contextlib import contextmanager
 from pathlib import Path
 import msgspec
+import numpy as np
 from .run_folder import ARTIFACTS, RunDir
 from .files import (PARTIAL, PpoTrtError, BadArtifactError, BadInputError, MissingArtifactError,
                                 atomic_write_text, sha256_file)
-from .machine import probe, machine_summary, package_version
+from .machine import ThreadPlan, probe, machine_summary, package_version
 
 # %% auto #0
 __all__ = ['SCHEMAS', 'LOCK_NAME', 'HOLDER_NAME', 'REPORT_INPUTS', 'STAGE_PARENTS', 'DERIVED', 'ConfigRecord', 'ObsNormRecord',
-           'TrainRecord', 'BestRecord', 'Parity', 'ExportRecord', 'EngineRecord', 'Stats', 'BenchRecord', 'Session',
-           'BenchSettingsRecord', 'TimerOverhead', 'BenchFile', 'PhaseRecord', 'Gate', 'EvaluateFile',
-           'ResidualStudyRecord', 'EnvBenchRow', 'EnvBenchRecord', 'LoopStats', 'GymCheck', 'CLoopRecord',
-           'read_record', 'load_artifact', 'machine_id', 'session', 'session_id', 'RunFolderBusy', 'remove_partial',
-           'run_lock', 'locked', 'lineage_problems', 'require_fresh', 'derived_paths', 'remove_derived']
+           'TrainRecord', 'BestRecord', 'Parity', 'TensorSpec', 'ExportRecord', 'EngineProfile', 'EngineRecord',
+           'Stats', 'HotPath', 'LatencyWindow', 'BenchRecord', 'Session', 'BenchSettingsRecord', 'TimerOverhead',
+           'BenchFile', 'Event', 'PhaseRecord', 'Gate', 'DelayCurve', 'EvaluateFile', 'Curve', 'Returns',
+           'ResidualStudyRecord', 'EnvBenchRow', 'EnvBenchError', 'EnvBenchRecord', 'LoopStats', 'GymCheck',
+           'CLoopRecord', 'read_record', 'load_artifact', 'record', 'machine_id', 'session', 'session_id',
+           'RunFolderBusy', 'remove_partial', 'run_lock', 'locked', 'lineage_problems', 'require_fresh',
+           'derived_paths', 'remove_derived']
 
 # %% ../../nbs/03_records.ipynb #53e13962
-class _Record(msgspec.Struct, kw_only=True):
+class _Part(msgspec.Struct, kw_only=True):
+    "Base of a record and of its nested parts: fields by keyword."
+
+class _Record(_Part, kw_only=True):
     "Base of the record schemas."
     schema_version: int = 1
 
@@ -34,7 +40,7 @@ class ConfigRecord(_Record):
     timesteps: int
     preset: str
     residual: dict | None = None
-    randomize: dict[str, list[float]] | None = None
+    randomize: dict[str, list[int | float]] | None = None  # {knob: [low, high]}; delay in whole steps (int)
     created: str = ''
     versions: dict = {}
 
@@ -64,15 +70,31 @@ class TrainRecord(_Record):
     act_dim: int
     action_low: list[float] = []
     action_high: list[float] = []
-    residual: dict | None = None
-    randomize: dict[str, list[float]] | None = None  # ranges drawn every training episode
+    residual: dict | None = None  # deployment.residual_record: the expert + residual settings, as given to train
+    randomize: dict[str, list[int | float]] | None = None  # ranges drawn every training episode
     selection_eval_seed: int | None = None  # env seed of the periodic evaluations that chose the kept policy
     final_eval_seed: int | None = None      # env seed of the held-out evaluation final_eval_* report
     deployable: bool = True
     not_deployable_reason: str = ''
     policy_sha256: str | None = None     # of policy.zip as written
     obs_norm_sha256: str | None = None   # of obs_norm.json as written
-    thread_plan: dict | None = None      # runtime.ThreadPlan: threads and why (absent in records before it)
+    thread_plan: ThreadPlan | None = None  # threads and why (absent in records before it)
+    trained_this_call: int | None = None
+    resumed_from: int | None = None      # the checkpoint's step a resumed training started from
+    torch_threads: int | None = None
+    hyperparameters: dict = {}           # the trainer's own settings (SB3's PPO or fast PPO's), as given
+    policy_kwargs: dict = {}
+    versions: dict = {}
+    trainer: str | None = None           # fast PPO: the module that trained; absent for SB3
+    env_backend: str | None = None       # fast PPO: what stepped the envs
+    device: str | None = None
+    compile: bool | None = None
+    cudagraphs: bool | None = None
+    target_return: float | None = None   # fast PPO stops at this evaluated return
+    solved: bool | None = None
+    solved_at_timesteps: int | None = None
+    solved_at_wall_s: float | None = None
+    discrete_actions: int | None = None  # a discrete-action policy (not deployable): its number of actions
 
 # %% ../../nbs/03_records.ipynb #00639896
 class BestRecord(_Record):
@@ -81,12 +103,20 @@ class BestRecord(_Record):
     mean_return: float
 
 # %% ../../nbs/03_records.ipynb #7ae8c3dd
-class Parity(msgspec.Struct):
-    "Max / mean / p99 absolute action error on `n` observations."
+class Parity(_Part, omit_defaults=True):
+    "Max / mean / p99 absolute action error on `n` observations (and the bound it was held to)."
     max_abs_err: float
     mean_abs_err: float
     n: int
     p99_abs_err: float | None = None
+    tol: float | None = None
+
+# %% ../../nbs/03_records.ipynb #fbeff14d
+class TensorSpec(_Part):
+    "An input or output of policy.onnx: name, shape ('B' the batch) and dtype."
+    name: str
+    shape: list[str | int]
+    dtype: str
 
 # %% ../../nbs/03_records.ipynb #ba22152e
 class ExportRecord(_Record):
@@ -99,12 +129,24 @@ class ExportRecord(_Record):
     parity_torch: Parity
     onnx_bytes: int
     onnx_sha256: str
-    metadata: dict
+    metadata: dict  # policy.onnx's metadata_props as onnx.onnx_metadata reads them: free-form by design
     export_obs_sha256: str | None = None
-    randomize: dict[str, list[float]] | None = None  # the policy's training ranges
+    randomize: dict[str, list[int | float]] | None = None  # the policy's training ranges
+    input: TensorSpec | None = None
+    output: TensorSpec | None = None
+    parity_seed: int | None = None
+    export_s: float | None = None
+    parity_reference_norm: str | None = None  # which normaliser the reference actions used
+    versions: dict = {}
 
 # %% ../../nbs/03_records.ipynb #06ffd43e
-class EngineRecord(_Record):
+class EngineProfile(_Part):
+    "The batch sizes a TensorRT engine's optimisation profile covers."
+    min: int
+    opt: int
+    max: int
+
+class EngineRecord(_Part):
     "One engine's entry in build.json."
     engine: str
     flavour: str
@@ -115,45 +157,116 @@ class EngineRecord(_Record):
     onnx_sha256: str
     build_s: float
     engine_bytes: int
+    fp16_method: str | None = None
+    fp16_parity: Parity | None = None  # of the FP16-typed ONNX against FP32, when that is how FP16 was made
+    source_onnx: str | None = None
+    profile: EngineProfile | None = None
+    input: dict = {}
+    compute_capabilities: list[str] = []
+    gpu: dict | None = None  # core.machine.gpu_info() of the building machine
+    built_without_gpu: bool = False
+    log: str | None = None
+    timing_cache: str | None = None
+    builder: str | None = None
+    created: str = ''
 
 # %% ../../nbs/03_records.ipynb #cd387818
-class Stats(msgspec.Struct):
-    "Latency statistics in µs."
+class Stats(_Part, omit_defaults=True):
+    "Latency statistics in µs; the CDF at `bench.CDF_POINTS` and the tail at `bench.TAIL_POINTS` when kept."
     n: int
     mean_us: float
     p50_us: float
     p99_us: float
     max_us: float
+    std_us: float | None = None
+    min_us: float | None = None
+    p95_us: float | None = None
+    p999_us: float | None = None
+    cdf_us: list[float] = []
+    tail_us: list[float] = []
+
+# %% ../../nbs/03_records.ipynb #7125ae2c
+class HotPath(_Part, omit_defaults=True):
+    "The hot path `runner.run(obs)` timed beside the checked call: what was called, and its latency."
+    call: str
+    note: str
+    stats: Stats
+    throughput_per_s: float | None = None
+
+# %% ../../nbs/03_records.ipynb #71ef3ade
+class LatencyWindow(_Part):
+    "One window of a soak: its latency percentiles in µs."
+    p50_us: float
+    p99_us: float
+    p999_us: float
+    max_us: float
 
 # %% ../../nbs/03_records.ipynb #af06d9aa
-class BenchRecord(msgspec.Struct, kw_only=True):
-    "One measurement (or one skipped backend) in bench.json."
+class BenchRecord(_Part, omit_defaults=True):
+    "One measurement (or one backend or mode that did not run, with the reason) in bench.json; fields by mode."
     backend: str
-    mode: str
+    mode: str  # latency, sweep, closed-loop, soak; 'all' for a backend that did not run at all
     batch: int | None
     ran: bool
     reason: str = ''
-    stats: Stats | None = None
+    failed: bool = False  # did not run because it raised (else: skipped, the machine lacks what it needs)
     session: str | None = None
+    device: str | None = None
+    precision: str | None = None
+    provider: str | None = None
+    info: dict = {}  # the runner's own description (provider, versions, build): free-form by backend
+    call: str | None = None  # what was timed: the checked call `runner(obs)`
+    stats: Stats | None = None
+    hot_path: HotPath | None = None
+    checked_over_hot_p50: float | None = None
+    sla_us: float | None = None
+    sla_pass: bool | None = None
+    throughput_per_s: float | None = None
+    warmup: int | None = None
+    iters: int | None = None
+    parity_vs_ort_fp32: Parity | None = None
+    kernel_only: Stats | None = None  # GPU runners: device time alone (CUDA events)
+    kernel_throughput_per_s: float | None = None
+    env_id: str | None = None  # closed loop: the env stepped
+    steps: int | None = None
+    inference: Stats | None = None
+    loop: Stats | None = None
+    loop_rate_hz: float | None = None
+    jitter_us: float | None = None
+    control_period_us: float | None = None
+    headroom: float | None = None
+    episode_returns: list[float] = []
+    calls: int | None = None  # soak
+    window: int | None = None
+    windows: list[LatencyWindow] = []
+    p50_drift: float | None = None
+    p99_drift: float | None = None
 
 # %% ../../nbs/03_records.ipynb #6cd9f8af
-class Session(msgspec.Struct, kw_only=True):
+class Session(_Part):
     "When, where and from which policy a group of records was measured."
     created: str
     machine: str
     machine_id: str
     policy_sha256: str | None
+    ppo_trt: str | None = None  # the version that measured
 
 # %% ../../nbs/03_records.ipynb #f4f5c2ed
-class BenchSettingsRecord(msgspec.Struct):
-    "The settings a bench ran with, as the report and `advise` read them."
+class BenchSettingsRecord(_Part):
+    "The settings a bench ran with (`bench.BenchSettings` as saved), as the report and `advise` read them."
     warmup: int
     iters: int
     sla_us: float
     threads: int
     batches: list[int] = []
+    sweep_seconds: float | None = None
+    closed_loop_steps: int | None = None
+    seed: int | None = None
+    pin_cpu: int | None = None
+    soak_calls: int = 0
+    soak_window: int | None = None
 
-class TimerOverhead(msgspec.Struct):
+class TimerOverhead(_Part):
     "The cost of reading the clock, which the latencies include."
     p50_ns: float
     mean_ns: float | None = None
@@ -166,21 +279,39 @@ class BenchFile(_Record):
     settings: BenchSettingsRecord
     timer_overhead: TimerOverhead
     machine_summary: str
-    machine: dict
+    machine: dict  # core.machine.probe(): free-form facts of the machine
     sessions: dict[str, Session] = {}
+    session: str | None = None  # the latest bench's session
+    created: str = ''
+    run_dir: str = ''
+    pinned_cpu: int | None = None
+    gc_disabled_in_timed_loops: bool | None = None
+    wall_s: float | None = None
 
 # %% ../../nbs/03_records.ipynb #abc6102b
-class PhaseRecord(msgspec.Struct, kw_only=True):
-    "One scenario phase in evaluate.json."
+class Event(_Part):
+    "Something the safe control loop did instead of using the policy's action, at control step `step`."
+    step: int
+    kind: str  # deadline, nonfinite, bad-input, bad-obs, trip, unsafe-fallback
+    latency_us: float | None  # of the call that missed or failed, where there was one
+    seed: int | None = None
+
+class PhaseRecord(_Part):
+    "One scenario phase in evaluate.json: every policy's returns on the same seeds, each backend's violations."
     phase: str
-    params: dict
-    returns: dict[str, list[float]]
-    violations: dict[str, int]
-    events: dict[str, list]
-    sessions: dict[str, str] = {}
+    params: dict  # the phase's disturbance settings, as envs.PHASES names them
+    returns: dict[str, list[float]]  # {policy: [episode returns]}: 'pid', 'ppo:<backend>', 'residual'
+    violations: dict[str, int]       # {backend: count}
+    events: dict[str, list[Event]]   # {backend: [first events]}
+    sessions: dict[str, str] = {}    # {policy: session id}: when, where and from which policy.onnx
+
+    @property
+    def means(self):
+        "{policy: mean return}."
+        return {k: float(np.mean(v)) for k, v in self.returns.items()}
 
 # %% ../../nbs/03_records.ipynb #0e8eecc1
-class Gate(msgspec.Struct):
+class Gate(_Part):
     "A backend's pass/fail in evaluate.json, as the report shows it."
     sla_pass: bool | None  # None: no latency record of this backend and policy in bench.json
     violations: int
@@ -188,8 +319,18 @@ class Gate(msgspec.Struct):
     passed: bool
     phases_missing: list[str] = []
 
+class DelayCurve(_Part, omit_defaults=True):
+    "Mean return against injected actuation delay, PPO (the reference backend) and PID; empty when not measured."
+    delay_steps: list[int] = []
+    delay_ms: list[float] = []
+    control_period_ms: float | None = None
+    episodes: int | None = None
+    ppo: list[float] = []
+    pid: list[float] = []
+    latency_p99_ms: dict[str, float] = {}  # {backend: p99 inference latency in ms}, from bench.json
+
 class EvaluateFile(_Record):
-    "evaluate.json: returns per (phase, policy), merged across evaluate runs."
+    "evaluate.json: returns per (phase, policy), merged across evaluate runs; gates per backend."
     env_id: str
     episodes: int
     seed: int
@@ -197,22 +338,42 @@ class EvaluateFile(_Record):
     reference: str
     backends: list[str]
     phases: list[PhaseRecord]
-    gates: dict[str, Gate]
+    gates: dict[str, Gate] = {}
+    skipped: dict[str, str] = {}  # {backend: why it did not run}
+    delay_curve: DelayCurve = msgspec.field(default_factory=DelayCurve)
+    created: str = ''
     sessions: dict[str, Session] = {}
 
 # %% ../../nbs/03_records.ipynb #bb14fc4f
+class Curve(_Part):
+    "A learning curve: deterministic evaluation return against timesteps."
+    timesteps: list[float]
+    mean_return: list[float]
+    std_return: list[float]
+
+class Returns(_Part, omit_defaults=True):
+    "Mean and std return of a policy's evaluation (and which policy was kept)."
+    mean: float
+    std: float
+    episodes: int | None = None
+    kept_timesteps: int | None = None
+
 class ResidualStudyRecord(_Record):
-    "residual_study_<env>.json."
+    "residual_study_<env>.json: pure PPO against expert + residual, same env, seed and budget."
     env_id: str
     timesteps: int
     seed: int
     expert_kind: str
-    expert_return: dict
-    curves: dict
-    final: dict
+    expert_return: Returns
+    curves: dict[str, Curve]   # {'ppo' | 'residual': curve}
+    final: dict[str, Returns]  # {'ppo' | 'residual': the kept policy's held-out return}
+    expert: str = ''
+    residual_scale: float | None = None
+    preset: str = ''
+    wall_s: float | None = None
 
 # %% ../../nbs/03_records.ipynb #f54bcf95
-class EnvBenchRow(msgspec.Struct):
+class EnvBenchRow(_Part):
     "One (implementation, num_envs, level) point of an env-bench."
     env_id: str
     num_envs: int
@@ -221,10 +382,23 @@ class EnvBenchRow(msgspec.Struct):
     impl: str
     steps_per_s: float
 
+class EnvBenchError(_Part):
+    "One env-bench point that failed, and why."
+    level: str
+    num_envs: int
+    error: str
+
 class EnvBenchRecord(_Record):
     "env_bench_<env>.json."
     rows: list[EnvBenchRow]
     cpu: str
+    errors: list[EnvBenchError] = []
+    complete: bool | None = None
+    env_id: str = ''
+    device: str = ''
+    torch_threads: int | None = None
+    gpu: str | None = None
+    created: str = ''
 
 SCHEMAS = {  # artifact name (config.ARTIFACTS, or a file name) -> (schema, current version)
     'config': (ConfigRecord, 1), 'obs_norm': (ObsNormRecord, 1), 'train_record': (TrainRecord, 2),
@@ -290,9 +464,9 @@ def _schema_of(name, path):
 
 # %% ../../nbs/03_records.ipynb #3ac95031
 def read_record(path, name=None, root=None):
-    "The JSON record at `path` (artifact `name`), checked against its schema, else `BadArtifactError` with the fix."
+    "The record at `path` (artifact `name`) as its schema's Struct, else one line (`BadArtifactError`) with the fix."
     path = Path(path)
-    name = name or path.name
+    name = name or next((n for n, (file, _) in ARTIFACTS.items() if file == path.name), path.name)
     redo = f'`ppo-trt {_stage_of(name)} --run-dir {root or path.parent}`'
     if not path.exists(): raise MissingArtifactError(f'{path} does not exist: it is written by {redo}')
     try: data = json.loads(path.read_bytes())
@@ -301,14 +475,13 @@ def read_record(path, name=None, root=None):
                                f'run {redo} again') from None
     schema, version = _schema_of(name, path)
     if schema is None: return data
-    try: msgspec.convert(data, type=schema)
-    except (msgspec.ValidationError, RecursionError) as e:
-        raise BadArtifactError(f'{path} does not hold a valid {name} record ({e}); run {redo} again') from None
     got = data.get('schema_version', 1) if isinstance(data, dict) else 1
     if isinstance(got, int) and got > version:
         raise BadArtifactError(f'{path} was written by a newer ppo_trt (schema {got}, this one reads up to {version}); '
                                f'upgrade ppo_trt or run {redo} again')
-    return data
+    try: return msgspec.convert(data, type=schema)
+    except (msgspec.ValidationError, RecursionError) as e:
+        raise BadArtifactError(f'{path} does not hold a valid {name} record ({e}); run {redo} again') from None
 
 # %% ../../nbs/03_records.ipynb #d3b668c5
 def _run(run): return run if isinstance(run, RunDir) else RunDir(run)
@@ -318,6 +491,19 @@ def load_artifact(run, name):
     "`read_record` for artifact `name` of a run folder."
     run = _run(run)
     return read_record(run.root/name if '/' in name else run.path(name), name, run.root)
+
+# %% ../../nbs/03_records.ipynb #46a5c288
+def _plain(o):
+    "numpy values and paths as what JSON holds; anything else unknown is a bug in the writer."
+    if hasattr(o, 'tolist'): return o.tolist()
+    if isinstance(o, Path): return str(o)
+    raise NotImplementedError(f'{type(o).__name__} has no place in a record')
+
+def record(schema, **fields):
+    "A `schema` Struct made from `fields` as a writer has them (numpy values, nested Structs, dataclasses), checked."
+    if isinstance(schema, type) and issubclass(schema, _Record) and 'schema_version' not in fields:
+        fields['schema_version'] = next((v for s, v in SCHEMAS.values() if s is schema), 1)
+    return msgspec.convert(msgspec.to_builtins(fields, enc_hook=_plain), type=schema)
 
 # %% ../../nbs/03_records.ipynb #660153c1
 def machine_id(info=None):
@@ -333,13 +519,13 @@ def machine_id(info=None):
 def session(policy_sha256):
     "A new session record: now, this machine, the policy measured."
     info = probe(deep=False)
-    return dict(created=time.strftime('%Y-%m-%dT%H:%M:%S%z'), machine=machine_summary(info),
-                machine_id=machine_id(info), policy_sha256=policy_sha256, ppo_trt=package_version('ppo_trt'))
+    return Session(created=time.strftime('%Y-%m-%dT%H:%M:%S%z'), machine=machine_summary(info),
+                   machine_id=machine_id(info), policy_sha256=policy_sha256, ppo_trt=package_version('ppo_trt'))
 
 # %% ../../nbs/03_records.ipynb #f2e2581c
 def session_id(s):
     "A stable id for a session record."
-    return hashlib.sha256(json.dumps(s, sort_keys=True).encode()).hexdigest()[:10]
+    return hashlib.sha256(json.dumps(msgspec.to_builtins(s), sort_keys=True).encode()).hexdigest()[:10]
 
 # %% ../../nbs/03_records.ipynb #673e193c
 LOCK_NAME, HOLDER_NAME = '.ppo-trt.lock', '.ppo-trt.holder.json'
@@ -418,8 +604,8 @@ def _sha(path):
 def _policy_links(run, train):
     "policy.zip and obs_norm.json against train.json."
     out = []
-    for name, key in (('policy', 'policy_sha256'), ('obs_norm', 'obs_norm_sha256')):
-        want, path = train.get(key), run.path(name)
+    for name, want in (('policy', train.policy_sha256), ('obs_norm', train.obs_norm_sha256)):
+        path = run.path(name)
         if want and path.exists() and _sha(path) != want:
             out.append((path.name, f'{path.name} is not the file training wrote (its hash differs from train.json): '
                         'it was replaced or damaged', f'ppo-trt train --force --run-dir {run.root}'))
@@ -429,11 +615,11 @@ def _policy_links(run, train):
 def _onnx_links(run, export):
     "policy.onnx, export_obs.npy and their policy.zip against export.json."
     out, redo = [], f'ppo-trt export --run-dir {run.root}'
-    for name, key in (('onnx', 'onnx_sha256'), ('export_obs', 'export_obs_sha256')):
-        want, path = export.get(key), run.path(name)
+    for name, want in (('onnx', export.onnx_sha256), ('export_obs', export.export_obs_sha256)):
+        path = run.path(name)
         if want and path.exists() and _sha(path) != want:
             out.append((path.name, f'{path.name} does not match export.json (an interrupted or foreign export)', redo))
-    parent = export.get('metadata', {}).get('policy_sha256')
+    parent = export.metadata.get('policy_sha256')
     if parent and run.has('policy') and _sha(run.path('policy')) != parent:
         out.append(('policy.onnx', 'policy.onnx was exported from another policy.zip '
                     '(the policy was trained again)', redo))
@@ -446,7 +632,7 @@ def _engine_links(run, build, onnx_sha):
         p = run.root/name
         if not p.exists():
             out.append((name, f'{name} is listed in build.json but missing', f'ppo-trt build --run-dir {run.root}'))
-        elif _sha(p) != rec.get('engine_sha256') or rec.get('onnx_sha256') != onnx_sha:
+        elif _sha(p) != rec.engine_sha256 or rec.onnx_sha256 != onnx_sha:
             out.append((name, f'{name} was built from another policy.onnx or changed since',
                         f'ppo-trt build --run-dir {run.root}'))
     return out
@@ -454,7 +640,7 @@ def _engine_links(run, build, onnx_sha):
 # %% ../../nbs/03_records.ipynb #8d82e4e5
 def _session_links(run, rec, file, onnx_sha, stage):
     "Sessions of bench.json / evaluate.json that measured another policy.onnx."
-    stale = sorted({s['created'] for s in rec.get('sessions', {}).values() if s.get('policy_sha256') != onnx_sha})
+    stale = sorted({s.created for s in rec.sessions.values() if s.policy_sha256 != onnx_sha})
     if not stale: return []
     return [(file, f'{file} holds records of another policy.onnx (measured {", ".join(stale)}); '
              'they are kept and marked', f'ppo-trt {stage} --replace --run-dir {run.root}')]

@@ -109,11 +109,11 @@ class RunExpert(Expert):
         import torch
         run = RunDir(run_dir)
         rec = load_artifact(run, 'train_record')
-        if rec['env_id'] != env_id or rec['obs_dim'] != self.obs_dim or rec['act_dim'] != self.act_dim:
-            raise BadInputError(f'expert policy {run.root} was trained for {rec["env_id"]} '
-                                f'(obs {rec["obs_dim"]}, act {rec["act_dim"]}), not {env_id} '
+        if rec.env_id != env_id or rec.obs_dim != self.obs_dim or rec.act_dim != self.act_dim:
+            raise BadInputError(f'expert policy {run.root} was trained for {rec.env_id} '
+                                f'(obs {rec.obs_dim}, act {rec.act_dim}), not {env_id} '
                                 f'(obs {self.obs_dim}, act {self.act_dim}); pass an expert trained on {env_id}')
-        inner = rec.get('residual')
+        inner = rec.residual
         if inner and not inner.get('foldable'):
             raise BadInputError(f'expert {run.root} is itself a residual policy whose expert does not fold '
                                 f'({inner["fold_reason"]}); use a plain PPO run or one whose expert folds')
@@ -221,14 +221,14 @@ def _fold_class():
 # %% ../../nbs/31_deployment.ipynb #021a98a1
 def run_residual(run_dir):
     "The residual settings of a run folder, or None for a plain PPO run."
-    return load_artifact(RunDir(run_dir), 'train_record').get('residual')
+    return load_artifact(RunDir(run_dir), 'train_record').residual
 
 # %% ../../nbs/31_deployment.ipynb #6a2edba2
 def residual_deployment(run_dir):
     "Export `Deployment` of a residual run: expert folded in when it can be, else the residual network alone."
     run = RunDir(run_dir)
     rec = load_artifact(run, 'train_record')
-    res, env_id = rec['residual'], rec['env_id']
+    res, env_id = rec.residual, rec.env_id
     ex = make_expert(res['expert'], env_id)
     model, norm = load_policy(run.root), ObsNorm.load(run.require('obs_norm'))
     ref_norm, ref_what = reference_normalizer(run.root)

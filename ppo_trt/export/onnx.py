@@ -14,7 +14,7 @@ from ..core.run_folder import RunDir
 from ..core.files import (PpoTrtError, BadArtifactError, BadInputError, atomic_path, atomic_paths, json_text,
                                 save_json, sha256_file)
 from ..core.machine import package_version
-from ..core.records import load_artifact, locked, require_fresh
+from ..core.records import ExportRecord, Parity, load_artifact, locked, record, require_fresh
 from ..envs.gym import make_env
 from ..core.checkpoint import ObsNorm, load_policy
 
@@ -65,7 +65,7 @@ def build_deployable(model, norm: ObsNorm):
 def load_deployable(run_dir):
     "The deployable torch module of a trained (plain PPO) run folder."
     run = RunDir(run_dir)
-    if load_artifact(run, 'train_record').get('residual'):
+    if load_artifact(run, 'train_record').residual:
         raise PpoTrtError(f'{run.root} holds a residual policy; use ppo_trt.export.deployment.deployable_module, '
                           'which adds the expert')
     return build_deployable(load_policy(run.root), ObsNorm.load(run.require('obs_norm')))
@@ -222,8 +222,8 @@ def ort_cpu_session(path_or_bytes, threads=1):
 def parity(reference, candidate):
     "Max / mean / p99 absolute error between two action arrays."
     err = np.abs(np.asarray(candidate, np.float64) - np.asarray(reference, np.float64))
-    return dict(max_abs_err=float(err.max()), mean_abs_err=float(err.mean()), p99_abs_err=float(np.quantile(err, 0.99)),
-                n=int(len(err)))
+    return Parity(max_abs_err=float(err.max()), mean_abs_err=float(err.mean()),
+                  p99_abs_err=float(np.quantile(err, 0.99)), n=int(len(err)))
 
 # %% ../../nbs/30_onnx.ipynb #0620d873
 class ParityError(PpoTrtError):
@@ -262,8 +262,8 @@ def plain_deployment(run_dir):
 # %% ../../nbs/30_onnx.ipynb #c523af0f
 def _check_norm(run, rec_train):
     "obs_norm.json must fit what the policy observes: the env's observation (plus the expert's action when appended)."
-    res = rec_train.get('residual') or {}
-    width = rec_train['obs_dim'] + (rec_train['act_dim'] if res.get('append_expert_obs') else 0)
+    res = rec_train.residual or {}
+    width = rec_train.obs_dim + (rec_train.act_dim if res.get('append_expert_obs') else 0)
     ObsNorm.load(run.require('obs_norm')).check(width, str(run.path('obs_norm')))
 
 # %% ../../nbs/30_onnx.ipynb #91df30c5
@@ -281,14 +281,14 @@ def export(run_dir, n_obs=1000, seed=123, tol=PARITY_TOL, opset=OPSET, deploymen
     if n_obs < 1000: raise BadInputError(f'parity needs at least 1000 observations, got n_obs={n_obs}')
     run = RunDir(run_dir)
     rec_train = load_artifact(run, 'train_record')
-    if env_id is not None and env_id != rec_train['env_id']:
-        raise BadInputError(f"{run.root} holds a policy for {rec_train['env_id']}, not {env_id}; "
+    if env_id is not None and env_id != rec_train.env_id:
+        raise BadInputError(f"{run.root} holds a policy for {rec_train.env_id}, not {env_id}; "
                             "drop --env-id or use that run's folder")
-    env_id = rec_train['env_id']
-    if rec_train.get('deployable') is False:
-        raise BadInputError(f"{run.root} cannot be exported: {rec_train['not_deployable_reason']}")
-    if deployment is None and rec_train.get('residual'):
-        raise PpoTrtError(f'{run.root} holds a residual policy on expert {rec_train["residual"]["expert"]!r}: '
+    env_id = rec_train.env_id
+    if not rec_train.deployable:
+        raise BadInputError(f"{run.root} cannot be exported: {rec_train.not_deployable_reason}")
+    if deployment is None and rec_train.residual:
+        raise PpoTrtError(f'{run.root} holds a residual policy on expert {rec_train.residual["expert"]!r}: '
                           'export it with `ppo-trt export` or `ppo_trt.export.deployment.export_run`, which fold the expert in')
     require_fresh(run, 'export')
     _check_norm(run, rec_train)
@@ -300,35 +300,35 @@ def export(run_dir, n_obs=1000, seed=123, tol=PARITY_TOL, opset=OPSET, deploymen
     with torch.inference_mode(): torch_act = module(torch.from_numpy(obs)).numpy()
     proto = to_onnx_proto(module, obs.shape[1], opset)
     meta = dict(env_id=env_id, obs_dim=int(obs.shape[1]), act_dim=int(ref.shape[1]),
-                action_low=rec_train['action_low'], action_high=rec_train['action_high'],
+                action_low=rec_train.action_low, action_high=rec_train.action_high,
                 clip_obs=norm.clip_obs, producer='ppo_trt', ppo_trt_version=package_version('ppo_trt') or '?',
                 policy_sha256=sha256_file(run.path('policy')), obs_norm_sha256=sha256_file(run.path('obs_norm')),
-                randomize=rec_train.get('randomize'), **dep.meta)
+                randomize=rec_train.randomize, **dep.meta)
     set_metadata(proto, **meta)
     onnx.checker.check_model(proto)
     blob = proto.SerializeToString()
     ort_act = ort_cpu_session(blob).run(['action'], {'obs': obs})[0]
     p_ort, p_torch = parity(ref, ort_act), parity(ref, torch_act)
-    if not p_ort['max_abs_err'] < tol:
-        raise ParityError(f"ONNX Runtime differs from the trained agent's actions by {p_ort['max_abs_err']:.3g} "
-                          f"(> {tol:g}) on {n_obs} rollout observations (torch module: {p_torch['max_abs_err']:.3g}); "
+    if not p_ort.max_abs_err < tol:
+        raise ParityError(f"ONNX Runtime differs from the trained agent's actions by {p_ort.max_abs_err:.3g} "
+                          f"(> {tol:g}) on {n_obs} rollout observations (torch module: {p_torch.max_abs_err:.3g}); "
                           "policy.onnx was not written")
-    record = dict(schema_version=2, env_id=env_id, opset=opset,
-                  input=dict(name='obs', shape=['B', int(obs.shape[1])], dtype='float32'),
-                  output=dict(name='action', shape=['B', int(ref.shape[1])], dtype='float32'),
-                  ops=dict(Counter(n.op_type for n in proto.graph.node)), parity_tol=tol, parity_seed=seed,
-                  parity_ort_cpu=p_ort, parity_torch=p_torch, onnx_bytes=len(blob),
-                  onnx_sha256=hashlib.sha256(blob).hexdigest(),
-                  metadata=meta, export_s=round(time.perf_counter() - t0, 2), parity_reference_norm=dep.reference_norm,
-                  randomize=rec_train.get('randomize'),
-                  versions={p: package_version(p) for p in ('torch', 'onnx', 'onnxruntime', 'onnxscript')})
+    rec = record(ExportRecord, env_id=env_id, opset=opset,
+                 input=dict(name='obs', shape=['B', int(obs.shape[1])], dtype='float32'),
+                 output=dict(name='action', shape=['B', int(ref.shape[1])], dtype='float32'),
+                 ops=dict(Counter(n.op_type for n in proto.graph.node)), parity_tol=tol, parity_seed=seed,
+                 parity_ort_cpu=p_ort, parity_torch=p_torch, onnx_bytes=len(blob),
+                 onnx_sha256=hashlib.sha256(blob).hexdigest(),
+                 metadata=meta, export_s=round(time.perf_counter() - t0, 2), parity_reference_norm=dep.reference_norm,
+                 randomize=rec_train.randomize,
+                 versions={p: package_version(p) for p in ('torch', 'onnx', 'onnxruntime', 'onnxscript')})
     # the three files are replaced together or not at all: a failure (a full disk) leaves the previous set
     with atomic_paths(*(run.path(n) for n in ('onnx', 'export_obs', 'export_record'))) as (t_onnx, t_obs, t_rec):
         t_onnx.write_bytes(blob)
         t_obs.write_bytes(_npy_bytes(obs))  # one write: a full disk raises ENOSPC, not numpy's short-write error
-        record['export_obs_sha256'] = sha256_file(t_obs)
-        t_rec.write_text(json_text(record), encoding='utf-8')
-    return record
+        rec.export_obs_sha256 = sha256_file(t_obs)
+        t_rec.write_text(json_text(rec), encoding='utf-8')
+    return rec
 
 # %% ../../nbs/30_onnx.ipynb #603bfedd
 DEPLOY_KEYS = ('env_id', 'obs_dim', 'act_dim')

@@ -11,7 +11,7 @@ from ..core.run_folder import RunDir
 from ..core.files import (PpoTrtError, BadInputError, MissingArtifactError, atomic_path, atomic_write_text,
                                 save_json, sha256_file, error_line)
 from ..core.machine import gpu_info
-from ..core.records import locked, require_fresh, load_artifact
+from ..core.records import EngineRecord, locked, record, require_fresh, load_artifact
 from .onnx import load_onnx, onnx_metadata, ort_cpu_session, parity, ParityError
 
 # %% auto #0
@@ -31,12 +31,13 @@ def fp16_onnx(run_dir, tol=FP16_TOL):
     obs = np.load(run.require('export_obs'))
     ref = ort_cpu_session(src).run(['action'], {'obs': obs})[0]
     par = parity(ref, ort_cpu_session(blob).run(['action'], {'obs': obs})[0])
-    if par['max_abs_err'] > tol:
-        raise ParityError(f"FP16 ONNX differs from FP32 by {par['max_abs_err']:.3g} (> {tol:g}); "
+    if par.max_abs_err > tol:
+        raise ParityError(f"FP16 ONNX differs from FP32 by {par.max_abs_err:.3g} (> {tol:g}); "
                           "policy.fp16.onnx was not written")
     dst = run.root/'policy.fp16.onnx'
     with atomic_path(dst) as tmp: tmp.write_bytes(blob)
-    return dst, {**par, 'tol': tol}
+    par.tol = tol
+    return dst, par
 
 # %% ../../nbs/32_tensorrt.ipynb #302f5182
 FLAVOURS = {  # flavour: (module, how to install it), for the builder here and the `trt` / `trt-rtx` backends
@@ -126,19 +127,19 @@ def build_engine(run_dir, flavour='auto', precision='fp32', min_batch=1, opt_bat
     with atomic_path(engine_path) as tmp: tmp.write_bytes(bytes(serialized))
     with atomic_path(cache_path) as tmp: tmp.write_bytes(bytes(config.get_timing_cache().serialize()))
     gpu = gpu_info()
-    record = dict(engine=engine_path.name, flavour=flavour, module=FLAVOURS[flavour][0],
-                  version=trt.__version__, precision=precision,
-                  fp16_method=None if precision == 'fp32' else ('builder flag' if via_flag else 'fp16-typed onnx'),
-                  source_onnx=src.name, fp16_parity=fp16_parity,
-                  profile=dict(min=min_batch, opt=opt_batch, max=max_batch), input=dict(name='obs', dim=d),
-                  compute_capabilities=list(compute_capabilities or []), gpu=gpu, built_without_gpu=gpu is None,
-                  build_s=round(build_s, 3), engine_bytes=len(bytes(serialized)),
-                  engine_sha256=sha256_file(engine_path), onnx_sha256=sha256_file(onnx_path), log=log_path.name,
-                  timing_cache=cache_path.name, builder='python api', created=time.strftime('%Y-%m-%dT%H:%M:%S%z'))
+    rec = record(EngineRecord, engine=engine_path.name, flavour=flavour, module=FLAVOURS[flavour][0],
+                 version=trt.__version__, precision=precision,
+                 fp16_method=None if precision == 'fp32' else ('builder flag' if via_flag else 'fp16-typed onnx'),
+                 source_onnx=src.name, fp16_parity=fp16_parity,
+                 profile=dict(min=min_batch, opt=opt_batch, max=max_batch), input=dict(name='obs', dim=d),
+                 compute_capabilities=list(compute_capabilities or []), gpu=gpu, built_without_gpu=gpu is None,
+                 build_s=round(build_s, 3), engine_bytes=len(bytes(serialized)),
+                 engine_sha256=sha256_file(engine_path), onnx_sha256=sha256_file(onnx_path), log=log_path.name,
+                 timing_cache=cache_path.name, builder='python api', created=time.strftime('%Y-%m-%dT%H:%M:%S%z'))
     records = load_artifact(run, 'build_record') if run.has('build_record') else {}
-    records[engine_path.name] = record
+    records[engine_path.name] = rec
     save_json(run.path('build_record'), records)
-    return record
+    return rec
 
 # %% ../../nbs/32_tensorrt.ipynb #625a71f1
 def find_trtexec():
@@ -185,21 +186,20 @@ def check_engine(run_dir, name, onnx_path=None):
     path = run.root/name
     if not path.exists():
         raise MissingArtifactError(f'{path} not found: run `ppo-trt build --run-dir {run.root}` first')
-    rec = (load_artifact(run, 'build_record') if run.has('build_record') else {}).get(name)
+    rec = (load_artifact(run, 'build_record') if run.has('build_record') else {}).get(name)  # {engine: record}
     rebuild = f"rebuild with `ppo-trt build --run-dir {run.root}`"
     if rec is None: raise EngineError(f'{name} has no record in build.json, so its origin is unknown: {rebuild}')
-    if sha256_file(path) != rec['engine_sha256']:
+    if sha256_file(path) != rec.engine_sha256:
         raise EngineError(f'{name} is not the file that was built (changed or truncated): {rebuild}')
-    if sha256_file(onnx_path or run.require('onnx')) != rec['onnx_sha256']:
+    if sha256_file(onnx_path or run.require('onnx')) != rec.onnx_sha256:
         raise EngineError(f'policy.onnx changed since {name} was built (re-exported?): {rebuild}')
-    try: installed = importlib.import_module(rec['module']).__version__
+    try: installed = importlib.import_module(rec.module).__version__
     except Exception: installed = None
-    if installed != rec['version']:
-        raise EngineError(f"{name} was built with {rec['module']} {rec['version']} "
+    if installed != rec.version:
+        raise EngineError(f"{name} was built with {rec.module} {rec.version} "
                           f"but {installed or 'none'} is installed: {rebuild}")
     gpu = gpu_info()
-    if (gpu and rec.get('gpu') and rec['flavour'] == 'trt'
-            and gpu['compute_capability'] != rec['gpu']['compute_capability']):
-        raise EngineError(f"{name} was built for compute capability {rec['gpu']['compute_capability']} "
-                          f"({rec['gpu']['name']}), this GPU is {gpu['compute_capability']} ({gpu['name']}): {rebuild}")
+    if gpu and rec.gpu and rec.flavour == 'trt' and gpu['compute_capability'] != rec.gpu['compute_capability']:
+        raise EngineError(f"{name} was built for compute capability {rec.gpu['compute_capability']} "
+                          f"({rec.gpu['name']}), this GPU is {gpu['compute_capability']} ({gpu['name']}): {rebuild}")
     return rec

@@ -6,11 +6,13 @@
 from __future__ import annotations
 import gc, os, time
 from dataclasses import dataclass, asdict
+import msgspec
 import numpy as np
 from ..core.run_folder import RunDir
 from ..core.files import BadInputError, save_json, sha256_file, error_line
 from ..core.machine import probe
-from ..core.records import load_artifact, locked, require_fresh, session, session_id, machine_id
+from ..core.records import (BenchFile, BenchRecord, HotPath, LatencyWindow, Parity, Session, Stats, TimerOverhead,
+                             record, load_artifact, locked, require_fresh, session, session_id, machine_id)
 from ..envs.gym import make_env
 from ..backends import registry as B
 from ..export.onnx import check_policy_env, onnx_metadata
@@ -19,8 +21,8 @@ from ..export.onnx import check_policy_env, onnx_metadata
 __all__ = ['CDF_POINTS', 'TAIL_POINTS', 'DEFAULT_BATCHES', 'CHECKED_CALL', 'HOT_PATH', 'HOT_PATH_NOTE', 'MODE_ORDER', 'TIE_RATIO',
            'timer_overhead_ns', 'time_calls', 'time_pair', 'latency_stats', 'BenchSettings', 'bench_latency',
            'bench_sweep', 'bench_closed_loop', 'bench_soak', 'backend_parity', 'pin_process', 'skipped', 'failed',
-           'measure_backend', 'merge_bench', 'env_check', 'bench', 'records_by', 'best_kernel_sweep', 'advise',
-           'print_advice', 'fmt_us', 'console', 'print_bench']
+           'measure_backend', 'merge_bench', 'env_check', 'bench', 'records_by', 'best_kernel_sweep', 'Advice',
+           'advise', 'print_advice', 'fmt_us', 'console', 'print_bench']
 
 # %% ../../nbs/50_bench.ipynb #f7704e3e
 def timer_overhead_ns(n=20_000):
@@ -29,7 +31,7 @@ def timer_overhead_ns(n=20_000):
     ts = np.empty(n, np.int64)
     for i in range(n):
         t0 = pc(); ts[i] = pc() - t0
-    return dict(p50_ns=float(np.median(ts)), mean_ns=float(ts.mean()), min_ns=float(ts.min()))
+    return TimerOverhead(p50_ns=float(np.median(ts)), mean_ns=float(ts.mean()), min_ns=float(ts.min()))
 
 # %% ../../nbs/50_bench.ipynb #c3cc1538
 def time_calls(fn, inputs, warmup, iters):
@@ -63,10 +65,10 @@ def latency_stats(ns):
     "Summary stats of per-call times (given in ns, reported in µs), with a 101-point CDF and the tail's percentiles."
     us = np.asarray(ns, np.float64) / 1e3
     q = lambda p: float(np.percentile(us, p))
-    return dict(n=int(len(us)), mean_us=float(us.mean()), std_us=float(us.std()), min_us=float(us.min()),
-                p50_us=q(50), p95_us=q(95), p99_us=q(99), p999_us=q(99.9), max_us=float(us.max()),
-                cdf_us=np.percentile(us, CDF_POINTS).round(4).tolist(),
-                tail_us=np.percentile(us, TAIL_POINTS).round(4).tolist())
+    return Stats(n=int(len(us)), mean_us=float(us.mean()), std_us=float(us.std()), min_us=float(us.min()),
+                 p50_us=q(50), p95_us=q(95), p99_us=q(99), p999_us=q(99.9), max_us=float(us.max()),
+                 cdf_us=np.percentile(us, CDF_POINTS).round(4).tolist(),
+                 tail_us=np.percentile(us, TAIL_POINTS).round(4).tolist())
 
 # %% ../../nbs/50_bench.ipynb #b4a567f2
 DEFAULT_BATCHES = (1, 4, 16, 64, 256, 1024, 4096)
@@ -103,7 +105,8 @@ class BenchSettings:
 
 # %% ../../nbs/50_bench.ipynb #31c1f86a
 def _base_record(runner, mode, batch):
-    return dict(backend=runner.name, mode=mode, batch=int(batch), ran=True, reason='', device=runner.device,
+    "The fields every record of a backend that ran has: which backend, how it ran, what was measured."
+    return dict(backend=runner.name, mode=mode, batch=int(batch), ran=True, device=runner.device,
                 precision=runner.precision, provider=runner.info.get('provider'), info=runner.info)
 
 # %% ../../nbs/50_bench.ipynb #2d8f86de
@@ -118,17 +121,17 @@ CHECKED_CALL, HOT_PATH = 'runner(obs)', 'runner.run(obs)'
 HOT_PATH_NOTE = 'hot path, caller guarantees the input (no conversion, no finiteness check, reused output, one thread)'
 
 def _hot_path(ns):
-    return dict(call=HOT_PATH, note=HOT_PATH_NOTE, stats=latency_stats(ns))
+    return HotPath(call=HOT_PATH, note=HOT_PATH_NOTE, stats=latency_stats(ns))
 
 # %% ../../nbs/50_bench.ipynb #92a59f73
 def bench_latency(runner, obs, s: BenchSettings):
     "Batch-1 latency of the checked call (the headline, with SLA verdict) and of the hot path, in alternating blocks."
     checked, hot = time_pair(runner, runner.run, [obs[i:i + 1] for i in range(len(obs))], s.warmup, s.iters)
     st = latency_stats(checked)
-    return {**_base_record(runner, 'latency', 1), 'call': CHECKED_CALL, 'stats': st, 'hot_path': _hot_path(hot),
-            'checked_over_hot_p50': st['p50_us'] / max(float(np.median(hot)) / 1e3, 1e-9), 'sla_us': s.sla_us,
-            'sla_pass': st['p99_us'] < s.sla_us, 'throughput_per_s': 1e6 / st['mean_us'], 'warmup': s.warmup,
-            'iters': s.iters}
+    return BenchRecord(**_base_record(runner, 'latency', 1), call=CHECKED_CALL, stats=st, hot_path=_hot_path(hot),
+                       checked_over_hot_p50=st.p50_us / max(float(np.median(hot)) / 1e3, 1e-9), sla_us=s.sla_us,
+                       sla_pass=st.p99_us < s.sla_us, throughput_per_s=1e6 / st.mean_us, warmup=s.warmup,
+                       iters=s.iters)
 
 # %% ../../nbs/50_bench.ipynb #2a5f18b6
 def bench_sweep(runner, obs, s: BenchSettings):
@@ -140,13 +143,13 @@ def bench_sweep(runner, obs, s: BenchSettings):
         iters = int(np.clip(s.sweep_seconds * 1e9 / max(np.median(est), 1), 10, s.iters))
         checked, hot = time_pair(runner, runner.run, rows, min(s.warmup, iters), iters)
         st, hp = latency_stats(checked), _hot_path(hot)
-        hp['throughput_per_s'] = b * 1e6 / hp['stats']['mean_us']
-        rec = {**_base_record(runner, 'sweep', b), 'call': CHECKED_CALL, 'stats': st, 'hot_path': hp,
-               'sla_us': s.sla_us, 'sla_pass': st['p99_us'] < s.sla_us, 'throughput_per_s': b * 1e6 / st['mean_us'],
-               'iters': iters}
+        hp.throughput_per_s = b * 1e6 / hp.stats.mean_us
+        rec = BenchRecord(**_base_record(runner, 'sweep', b), call=CHECKED_CALL, stats=st, hot_path=hp,
+                          sla_us=s.sla_us, sla_pass=st.p99_us < s.sla_us, throughput_per_s=b * 1e6 / st.mean_us,
+                          iters=iters)
         if hasattr(runner, 'kernel_us'):  # GPU runners: the device's own throughput, data already on the device
-            k = latency_stats(np.asarray(runner.kernel_us(b, max(10, min(iters, 500)))) * 1e3)
-            rec.update(kernel_only=k, kernel_throughput_per_s=b * 1e6 / k['mean_us'])
+            rec.kernel_only = latency_stats(np.asarray(runner.kernel_us(b, max(10, min(iters, 500)))) * 1e3)
+            rec.kernel_throughput_per_s = b * 1e6 / rec.kernel_only.mean_us
         out.append(rec)
     return out
 
@@ -172,28 +175,29 @@ def bench_closed_loop(runner, env_id, s: BenchSettings, warmup_steps=200):
         if enabled: gc.enable()
     dt = float(env.unwrapped.dt); env.close()
     li, ll = latency_stats(infer[warmup_steps:]), latency_stats(loop[warmup_steps:])
-    return {**_base_record(runner, 'closed-loop', 1), 'call': CHECKED_CALL, 'env_id': env_id,
-            'steps': s.closed_loop_steps, 'inference': li, 'loop': ll, 'loop_rate_hz': 1e6 / ll['mean_us'],
-            'jitter_us': ll['std_us'], 'control_period_us': dt * 1e6, 'headroom': dt * 1e6 / ll['p99_us'],
-            'sla_us': s.sla_us, 'sla_pass': li['p99_us'] < s.sla_us, 'episode_returns': [float(x) for x in returns]}
+    return BenchRecord(**_base_record(runner, 'closed-loop', 1), call=CHECKED_CALL, env_id=env_id,
+                       steps=s.closed_loop_steps, inference=li, loop=ll, loop_rate_hz=1e6 / ll.mean_us,
+                       jitter_us=ll.std_us, control_period_us=dt * 1e6, headroom=dt * 1e6 / ll.p99_us,
+                       sla_us=s.sla_us, sla_pass=li.p99_us < s.sla_us, episode_returns=[float(x) for x in returns])
 
 # %% ../../nbs/50_bench.ipynb #50fb28d0
 def bench_soak(runner, obs, s: BenchSettings):
     "Batch-1 soak of the checked call: stats per `soak_window` calls over `soak_calls` calls."
     ns = time_calls(runner, [obs[i:i + 1] for i in range(len(obs))], s.warmup, s.soak_calls)
     wins = [latency_stats(ns[i:i + s.soak_window]) for i in range(0, len(ns) - s.soak_window + 1, s.soak_window)]
-    keep = ('p50_us', 'p99_us', 'p999_us', 'max_us')
-    p50s, p99s = [w['p50_us'] for w in wins], [w['p99_us'] for w in wins]
-    return {**_base_record(runner, 'soak', 1), 'call': CHECKED_CALL, 'calls': int(s.soak_calls),
-            'window': s.soak_window, 'windows': [{k: w[k] for k in keep} for w in wins],
-            'stats': {k: v for k, v in latency_stats(ns).items() if k != 'cdf_us'},
-            'p50_drift': max(p50s) / min(p50s), 'p99_drift': max(p99s) / min(p99s)}
+    p50s, p99s = [w.p50_us for w in wins], [w.p99_us for w in wins]
+    return BenchRecord(**_base_record(runner, 'soak', 1), call=CHECKED_CALL, calls=int(s.soak_calls),
+                       window=s.soak_window,
+                       windows=[LatencyWindow(p50_us=w.p50_us, p99_us=w.p99_us, p999_us=w.p999_us, max_us=w.max_us)
+                                for w in wins],
+                       stats=msgspec.structs.replace(latency_stats(ns), cdf_us=[]),
+                       p50_drift=max(p50s) / min(p50s), p99_drift=max(p99s) / min(p99s))
 
 # %% ../../nbs/50_bench.ipynb #9f2fc15f
 def backend_parity(runner, obs, reference):
     "Max/mean abs error of `runner` vs reference actions on `obs`, batched."
     err = np.abs(runner(obs).astype(np.float64) - reference)
-    return dict(max_abs_err=float(err.max()), mean_abs_err=float(err.mean()), n=int(len(obs)))
+    return Parity(max_abs_err=float(err.max()), mean_abs_err=float(err.mean()), n=int(len(obs)))
 
 # %% ../../nbs/50_bench.ipynb #38affd0c
 def pin_process(cpu):
@@ -206,12 +210,12 @@ def pin_process(cpu):
 # %% ../../nbs/50_bench.ipynb #f3a0b3bf
 def skipped(name, reason):
     "The record of a backend that did not run, with the reason."
-    return dict(backend=name, mode='all', batch=None, ran=False, reason=reason)
+    return BenchRecord(backend=name, mode='all', batch=None, ran=False, reason=reason)
 
 # %% ../../nbs/50_bench.ipynb #31196e77
 def failed(name, what, e, mode='all'):
     "The record of a backend (or of one `mode` of it) that raised: `what` went wrong, with the exception's first line."
-    return dict(backend=name, mode=mode, batch=None, ran=False, reason=f'{what}: {error_line(e)}', failed=True)
+    return BenchRecord(backend=name, mode=mode, batch=None, ran=False, reason=f'{what}: {error_line(e)}', failed=True)
 
 # %% ../../nbs/50_bench.ipynb #4bad7df3
 def measure_backend(name, run, obs, reference, env_id, s: BenchSettings):
@@ -222,9 +226,9 @@ def measure_backend(name, run, obs, reference, env_id, s: BenchSettings):
     try:
         try:
             lat = bench_latency(runner, obs, s)
-            if reference is not None: lat['parity_vs_ort_fp32'] = backend_parity(runner, obs, reference)
+            if reference is not None: lat.parity_vs_ort_fp32 = backend_parity(runner, obs, reference)
             if hasattr(runner, 'kernel_us'):  # GPU runners: device time of the execution alone, CUDA events
-                lat['kernel_only'] = latency_stats(np.asarray(runner.kernel_us(1, s.iters)) * 1e3)
+                lat.kernel_only = latency_stats(np.asarray(runner.kernel_us(1, s.iters)) * 1e3)
             recs = [lat, *bench_sweep(runner, obs, s)]
         except Exception as e: return [failed(name, 'failed while measured', e)]  # a finding, not the end of bench
         for mode, todo in (('closed-loop', s.closed_loop_steps and (lambda: bench_closed_loop(runner, env_id, s))),
@@ -242,24 +246,26 @@ MODE_ORDER = ('latency', 'sweep', 'closed-loop', 'soak', 'all')
 
 def _legacy(old):
     "A bench.json written before sessions existed, its records given one session from its header (policy unknown)."
-    if old.get('sessions') or not old.get('records'): return old
-    s = dict(created=old.get('created', '?'), machine=old.get('machine_summary', '?'),
-             machine_id=machine_id(old['machine']) if 'cpu' in old.get('machine', {}) else '?', policy_sha256=None)
-    return {**old, 'sessions': {'legacy': s},
-            'records': [{**r, 'session': r.get('session') or 'legacy'} for r in old['records']]}
+    if old.sessions or not old.records: return old
+    s = Session(created=old.created or '?', machine=old.machine_summary,
+                machine_id=machine_id(old.machine) if 'cpu' in old.machine else '?', policy_sha256=None)
+    return msgspec.structs.replace(old, sessions={'legacy': s},
+                                   records=[msgspec.structs.replace(r, session=r.session or 'legacy')
+                                            for r in old.records])
 
 # %% ../../nbs/50_bench.ipynb #dbb92b91
 def merge_bench(old, new):
     "`new` over `old`: same (backend, mode, batch) replaced, rest kept; backends measured now drop old 'not run' lines."
-    key = lambda r: (r['backend'], r['mode'], r['batch'])
-    old = _legacy(old or {})
-    fresh, measured = {key(r) for r in new['records']}, {r['backend'] for r in new['records'] if r['ran']}
-    kept = [r for r in old.get('records', []) if key(r) not in fresh and (r['ran'] or r['backend'] not in measured)]
+    key = lambda r: (r.backend, r.mode, r.batch)
+    old = _legacy(old) if old is not None else msgspec.structs.replace(new, records=[], sessions={})
+    fresh, measured = {key(r) for r in new.records}, {r.backend for r in new.records if r.ran}
+    kept = [r for r in old.records if key(r) not in fresh and (r.ran or r.backend not in measured)]
     order = {n: i for i, n in enumerate(B.names())}
-    records = sorted(kept + new['records'], key=lambda r: (order.get(r['backend'], len(order)),
-                                                           MODE_ORDER.index(r['mode']), r['batch'] or 0))
-    used, sessions = {r.get('session') for r in records}, {**old.get('sessions', {}), **new['sessions']}
-    return {**new, 'records': records, 'sessions': {k: v for k, v in sessions.items() if k in used}}
+    records = sorted(kept + new.records, key=lambda r: (order.get(r.backend, len(order)),
+                                                        MODE_ORDER.index(r.mode), r.batch or 0))
+    used, sessions = {r.session for r in records}, {**old.sessions, **new.sessions}
+    return msgspec.structs.replace(new, records=records,
+                                   sessions={k: v for k, v in sessions.items() if k in used})
 
 # %% ../../nbs/50_bench.ipynb #4aa18377
 def env_check(meta, env_id):
@@ -291,9 +297,9 @@ def bench(run_dir, backend_names=None, settings: BenchSettings | None = None, en
     reference = B.load('ort', run.root, network_only=True)(obs).astype(np.float64) if B.available()['ort'][0] else None
     sess, t_start = session(sha256_file(onnx_path)), time.perf_counter()
     sid = session_id(sess)
-    header = dict(schema_version=2, run_dir=str(run.root), env_id=env_id, machine=probe(packages=B.packages()),
-                  machine_summary=sess['machine'], settings=asdict(s), timer_overhead=timer_overhead_ns(),
-                  gc_disabled_in_timed_loops=True, pinned_cpu=s.pin_cpu, created=sess['created'], session=sid)
+    header = dict(run_dir=str(run.root), env_id=env_id, machine=probe(packages=B.packages()),
+                  machine_summary=sess.machine, settings=asdict(s), timer_overhead=timer_overhead_ns(),
+                  gc_disabled_in_timed_loops=True, pinned_cpu=s.pin_cpu, created=sess.created, session=sid)
     affinity = pin_process(s.pin_cpu)
     from rich.progress import Progress
     try:
@@ -301,9 +307,10 @@ def bench(run_dir, backend_names=None, settings: BenchSettings | None = None, en
             task = bar.add_task('benchmarking', total=len(names))
             for name in names:
                 bar.update(task, description=f'bench {name}')
-                recs = [dict(r, session=sid) for r in measure_backend(name, run, obs, reference, env_id, s)]
-                result = merge_bench(result, dict(header, records=recs, sessions={sid: sess},
-                                                  wall_s=round(time.perf_counter() - t_start, 2)))
+                recs = [msgspec.structs.replace(r, session=sid)
+                        for r in measure_backend(name, run, obs, reference, env_id, s)]
+                result = merge_bench(result, record(BenchFile, **header, records=recs, sessions={sid: sess},
+                                                    wall_s=round(time.perf_counter() - t_start, 2)))
                 save_json(run.path('bench_record'), result)
                 bar.advance(task)
     finally:
@@ -314,13 +321,23 @@ def bench(run_dir, backend_names=None, settings: BenchSettings | None = None, en
 # %% ../../nbs/50_bench.ipynb #57e59587
 def records_by(result, mode):
     "The ran records of one mode, in order."
-    return [r for r in result['records'] if r['ran'] and r['mode'] == mode]
+    return [r for r in result.records if r.ran and r.mode == mode]
 
 # %% ../../nbs/50_bench.ipynb #920b22c8
 def best_kernel_sweep(result, backend):
     "The sweep record of `backend` with the highest kernel-only (on-device) throughput, or None."
-    ks = [x for x in records_by(result, 'sweep') if x['backend'] == backend and 'kernel_throughput_per_s' in x]
-    return max(ks, key=lambda x: x['kernel_throughput_per_s'], default=None)
+    ks = [x for x in records_by(result, 'sweep') if x.backend == backend and x.kernel_throughput_per_s is not None]
+    return max(ks, key=lambda x: x.kernel_throughput_per_s, default=None)
+
+# %% ../../nbs/50_bench.ipynb #288fc5cf
+class Advice(msgspec.Struct, kw_only=True):
+    "The fastest backend at one batch size, its throughput, the runner-up and the lead (a `tie` under `TIE_RATIO`)."
+    batch: int
+    best: str
+    throughput_per_s: float
+    runner_up: str | None
+    ratio: float | None
+    tie: bool
 
 # %% ../../nbs/50_bench.ipynb #5835ec77
 TIE_RATIO = 1.05
@@ -329,24 +346,24 @@ def advise(result, tie=TIE_RATIO):
     "Per batch size: fastest backend, its throughput, the runner-up and the ratio; `tie` below `tie`."
     out = []
     sweep = records_by(result, 'sweep')
-    for b in sorted({r['batch'] for r in sweep}):
-        rs = sorted((r for r in sweep if r['batch'] == b), key=lambda r: -r['throughput_per_s'])
+    for b in sorted({r.batch for r in sweep}):
+        rs = sorted((r for r in sweep if r.batch == b), key=lambda r: -r.throughput_per_s)
         nxt = rs[1] if len(rs) > 1 else None
-        ratio = rs[0]['throughput_per_s'] / nxt['throughput_per_s'] if nxt else None
-        out.append(dict(batch=b, best=rs[0]['backend'], throughput_per_s=rs[0]['throughput_per_s'],
-                        runner_up=nxt and nxt['backend'], ratio=ratio, tie=ratio is not None and ratio < tie))
+        ratio = rs[0].throughput_per_s / nxt.throughput_per_s if nxt else None
+        out.append(Advice(batch=b, best=rs[0].backend, throughput_per_s=rs[0].throughput_per_s,
+                          runner_up=nxt and nxt.backend, ratio=ratio, tie=ratio is not None and ratio < tie))
     return out
 
 # %% ../../nbs/50_bench.ipynb #acf93243
 def print_advice(result, con=None):
     "Rich table of `advise`, with the caveat that it holds for this machine only."
     from rich.table import Table
-    t = Table(title=f"ppo-trt advise: fastest backend per batch size on {result['machine_summary']}")
+    t = Table(title=f"ppo-trt advise: fastest backend per batch size on {result.machine_summary}")
     for c in ('batch', 'fastest', 'actions/s', 'runner-up', 'lead'):
         t.add_column(c, justify='right' if c != 'fastest' else 'left')
     for a in advise(result):
-        lead = '' if a['ratio'] is None else (f"{a['ratio']:.2f}× (tie)" if a['tie'] else f"{a['ratio']:.2f}×")
-        t.add_row(str(a['batch']), a['best'], f"{a['throughput_per_s']:.3g}", a['runner_up'] or '', lead)
+        lead = '' if a.ratio is None else (f"{a.ratio:.2f}× (tie)" if a.tie else f"{a.ratio:.2f}×")
+        t.add_row(str(a.batch), a.best, f"{a.throughput_per_s:.3g}", a.runner_up or '', lead)
     con = con or console()
     con.print(t)
     con.print('These rankings come from this machine\'s measurements only; '
@@ -369,50 +386,49 @@ def print_bench(result, session=None, con=None):
     "Rich table of `session`'s records (all if None): call latency, hot path, SLA, parity, actions/s, loop Hz; skipped."
     from rich.table import Table
     from rich.markup import escape
-    earlier = [r for r in result['records'] if session and r.get('session') != session]
-    result = {**result, 'records': [r for r in result['records'] if not session or r.get('session') == session]}
-    t = Table(title=f"ppo-trt bench: {result['env_id']} on {result['machine_summary']}")
+    earlier = [r for r in result.records if session and r.session != session]
+    result = msgspec.structs.replace(result, records=[r for r in result.records if not session or r.session == session])
+    t = Table(title=f"ppo-trt bench: {result.env_id} on {result.machine_summary}")
     for c in ('backend', 'device: provider', 'p50 µs', 'p95 µs', 'p99 µs', 'p99.9 µs', 'max µs', 'run() p50 µs', 'SLA',
               'max|Δa|', 'best actions/s (batch)', 'loop Hz'):
         t.add_column(c, justify='left' if c in ('backend', 'device: provider') else 'right')
-    sweeps, loops = records_by(result, 'sweep'), {r['backend']: r for r in records_by(result, 'closed-loop')}
+    sweeps, loops = records_by(result, 'sweep'), {r.backend: r for r in records_by(result, 'closed-loop')}
     for r in records_by(result, 'latency'):
-        st, name = r['stats'], r['backend']
-        best = max((x for x in sweeps if x['backend'] == name), key=lambda x: x['throughput_per_s'], default=None)
-        par = r.get('parity_vs_ort_fp32', {}).get('max_abs_err')
-        hot = r.get('hot_path', {}).get('stats')
-        t.add_row(name, f"{r['device']}: {r['provider']}",
-                  *(fmt_us(st[k]) for k in ('p50_us', 'p95_us', 'p99_us', 'p999_us', 'max_us')),
-                  fmt_us(hot['p50_us']) if hot else '', '[green]pass[/]' if r['sla_pass'] else '[red]FAIL[/]',
+        st, name = r.stats, r.backend
+        best = max((x for x in sweeps if x.backend == name), key=lambda x: x.throughput_per_s, default=None)
+        par = r.parity_vs_ort_fp32.max_abs_err if r.parity_vs_ort_fp32 else None
+        hot = r.hot_path.stats if r.hot_path else None
+        t.add_row(name, f"{r.device}: {r.provider}",
+                  *(fmt_us(x) for x in (st.p50_us, st.p95_us, st.p99_us, st.p999_us, st.max_us)),
+                  fmt_us(hot.p50_us) if hot else '', '[green]pass[/]' if r.sla_pass else '[red]FAIL[/]',
                   '' if par is None else f'{par:.1e}',
-                  f"{best['throughput_per_s']:.3g} ({best['batch']})" if best else '',
-                  f"{loops[name]['loop_rate_hz']:,.0f}" if name in loops else '')
+                  f"{best.throughput_per_s:.3g} ({best.batch})" if best else '',
+                  f"{loops[name].loop_rate_hz:,.0f}" if name in loops else '')
     con = con or console()
     con.print(t)
-    for r in result['records']:
-        if not r['ran']:
-            con.print(f"[yellow]{'failed' if r.get('failed') else 'skipped'} {r['backend']}[/]: {escape(r['reason'])}")
+    for r in result.records:
+        if not r.ran: con.print(f"[yellow]{'failed' if r.failed else 'skipped'} {r.backend}[/]: {escape(r.reason)}")
     for r in records_by(result, 'latency'):
-        if 'kernel_only' not in r: continue
-        k, top = r['kernel_only'], best_kernel_sweep(result, r['backend'])
-        con.print(f"kernel-only {r['backend']}: p50 {fmt_us(k['p50_us'])} µs, p99 {fmt_us(k['p99_us'])} µs at batch 1 "
+        if r.kernel_only is None: continue
+        k, top = r.kernel_only, best_kernel_sweep(result, r.backend)
+        con.print(f"kernel-only {r.backend}: p50 {fmt_us(k.p50_us)} µs, p99 {fmt_us(k.p99_us)} µs at batch 1 "
                   "(CUDA events, data on the device)"
-                  + (f"; {top['kernel_throughput_per_s']:.3g} actions/s at batch {top['batch']:,}" if top else ''))
+                  + (f"; {top.kernel_throughput_per_s:.3g} actions/s at batch {top.batch:,}" if top else ''))
     for r in records_by(result, 'soak'):
-        w = r['windows']
-        con.print(f"soak {r['backend']}: {r['calls']:,} calls in {len(w)} windows; "
-                  f"p50 {min(x['p50_us'] for x in w):.2f}-{max(x['p50_us'] for x in w):.2f} µs "
-                  f"(drift {r['p50_drift']:.2f}×), "
-                  f"p99 {min(x['p99_us'] for x in w):.2f}-{max(x['p99_us'] for x in w):.2f} µs "
-                  f"(drift {r['p99_drift']:.2f}×), worst {r['stats']['max_us']:.1f} µs")
+        w = r.windows
+        con.print(f"soak {r.backend}: {r.calls:,} calls in {len(w)} windows; "
+                  f"p50 {min(x.p50_us for x in w):.2f}-{max(x.p50_us for x in w):.2f} µs "
+                  f"(drift {r.p50_drift:.2f}×), "
+                  f"p99 {min(x.p99_us for x in w):.2f}-{max(x.p99_us for x in w):.2f} µs "
+                  f"(drift {r.p99_drift:.2f}×), worst {r.stats.max_us:.1f} µs")
     if earlier:
         con.print(f"bench.json also keeps {len(earlier)} records of earlier runs "
-                  f"({', '.join(sorted({r['backend'] for r in earlier}))}); "
+                  f"({', '.join(sorted({r.backend for r in earlier}))}); "
                   '`ppo-trt report` shows them marked with their machine and policy')
-    ov = result['timer_overhead']
+    ov = result.timer_overhead
     con.print("p50 ... max: the checked call runner(obs), what a deployment calls "
               "(input checked, new output, thread-safe); "
               f"run() p50: {HOT_PATH_NOTE}")
-    con.print(f"timer overhead {ov['p50_ns']:.0f} ns (p50), not subtracted · "
-              f"SLA: p99 < {result['settings']['sla_us']:g} µs · "
+    con.print(f"timer overhead {ov.p50_ns:.0f} ns (p50), not subtracted · "
+              f"SLA: p99 < {result.settings.sla_us:g} µs · "
               "GC off in timed loops · loop Hz = runner(obs) + env.step")

@@ -7,12 +7,11 @@ from __future__ import annotations
 import hashlib, json, math, shutil, subprocess, tempfile
 from importlib.resources import files
 from pathlib import Path
-import msgspec
 import numpy as np
 from ..core.files import (PpoTrtError, BadInputError, BadArtifactError, owned_destination, staging,
                                 install_folder, save_json, sha256_file)
 from ..core.run_folder import RunDir
-from ..core.records import CLoopRecord, locked, require_fresh, session
+from ..core.records import CLoopRecord, locked, record, require_fresh, session
 from ..envs.gym import make_env, PHASES
 from ..envs.controllers import pid_baseline
 from ..export.onnx import onnx_metadata
@@ -231,41 +230,40 @@ def c_loop(run_dir, steps=1_000_000, episodes=5, seed=0, cc='gcc', inject_step=1
         check = check_against_gymnasium(read_trace(Path(d)/'trace.bin'), env_id, seed)
     fallback = fallback_check(built['exe'], seed, inject_step, env_id)
     timed = run_c_loop(built['exe'], seed, 0, steps)
-    rec = dict(schema_version=1, env_id=env_id, onnx_sha256=built['onnx_sha256'], mujoco=ran['mujoco'], cc=cc,
-               commands=built['commands'], seed=seed, returns=[e['return'] for e in ran['episodes']],
-               episode_steps=[e['steps'] for e in ran['episodes']],
-               python_returns=python_returns(run.root, range(seed, seed + episodes), backends), check=check,
-               fallback=fallback, steps=timed['steps'], steps_per_s=timed['steps_per_s'], timer_ns=timed['timer_ns'],
-               policy=timed['policy'], period=timed['period'], session=session(built['onnx_sha256']))
-    msgspec.convert(rec, CLoopRecord)  # what is written is what read_record accepts
+    rec = record(CLoopRecord, env_id=env_id, onnx_sha256=built['onnx_sha256'], mujoco=ran['mujoco'], cc=cc,
+                 commands=built['commands'], seed=seed, returns=[e['return'] for e in ran['episodes']],
+                 episode_steps=[e['steps'] for e in ran['episodes']],
+                 python_returns=python_returns(run.root, range(seed, seed + episodes), backends), check=check,
+                 fallback=fallback, steps=timed['steps'], steps_per_s=timed['steps_per_s'], timer_ns=timed['timer_ns'],
+                 policy=timed['policy'], period=timed['period'], session=session(built['onnx_sha256']))
     save_json(run.root/'c_loop.json', rec)
     return rec
 
 # %% ../../nbs/53_c_loop.ipynb #e58a6d06
 def print_c_loop(rec, con=None):
-    "Rich tables of a c_loop.json record: timing, then returns beside the Python evaluate's; the check in a line."
+    "Rich tables of a `CLoopRecord` (c_loop.json): timing, then returns beside the Python evaluate's; the check."
     from rich.table import Table
     from ppo_trt.measure.bench import console
     con = con or console()
-    t = Table(title=f"ppo-trt c-loop: {rec['env_id']} in C (MuJoCo {rec['mujoco']}), {rec['steps']:,} steps, "
-                    f"{rec['steps_per_s']:,.0f} steps/s")
+    t = Table(title=f"ppo-trt c-loop: {rec.env_id} in C (MuJoCo {rec.mujoco}), {rec.steps:,} steps, "
+                    f"{rec.steps_per_s:,.0f} steps/s")
     for c in ('µs', 'n', 'mean', 'p50', 'p99', 'p99.9', 'max'):
         t.add_column(c, justify='left' if c == 'µs' else 'right')
-    for name, s in (('policy call', rec['policy']), ('loop period', rec['period'])):
-        if s: t.add_row(name, f"{s['n']:,}", *(f"{s[k] / 1e3:.2f}" for k in ('mean_ns', 'p50_ns', 'p99_ns', 'p999_ns',
-                                                                            'max_ns')))
+    for name, s in (('policy call', rec.policy), ('loop period', rec.period)):
+        if s is None: continue
+        t.add_row(name, f"{s.n:,}", *(f"{v / 1e3:.2f}" for v in (s.mean_ns, s.p50_ns, s.p99_ns, s.p999_ns, s.max_ns)))
     con.print(t)
     r = Table(title='episode returns, same seeds')
     r.add_column('seed', justify='right'); r.add_column('C loop', justify='right')
-    for k in rec['python_returns']: r.add_column(f'Python {k}', justify='right')
-    for i, ret in enumerate(rec['returns']):
-        r.add_row(str(rec['seed'] + i), f'{ret:.2f}', *(f'{v[i]:.2f}' for v in rec['python_returns'].values()))
+    for k in rec.python_returns: r.add_column(f'Python {k}', justify='right')
+    for i, ret in enumerate(rec.returns):
+        r.add_row(str(rec.seed + i), f'{ret:.2f}', *(f'{v[i]:.2f}' for v in rec.python_returns.values()))
     con.print(r)
-    c, f = rec['check'], rec['fallback']
-    con.print(f"vs gymnasium, {c['episodes']} episodes, {c['steps']:,} steps: max |Δobs| {c['obs_max_abs']:.1e}, "
-              f"max |Δreward| {c['reward_max_abs']:.1e}, reset {c['reset_max_abs']:.1e}, "
-              f"{c['termination_mismatches']} termination mismatches: "
-              + ('[green]PASS[/]' if c['passed'] else '[red]FAIL[/]'))
+    c, f = rec.check, rec.fallback
+    con.print(f"vs gymnasium, {c.episodes} episodes, {c.steps:,} steps: max |Δobs| {c.obs_max_abs:.1e}, "
+              f"max |Δreward| {c.reward_max_abs:.1e}, reset {c.reset_max_abs:.1e}, "
+              f"{c.termination_mismatches} termination mismatches: "
+              + ('[green]PASS[/]' if c.passed else '[red]FAIL[/]'))
     con.print(f"NaN observation at step {f['injected_step']}: {f['fallbacks']} fallback, last action "
               f"{'held' if f['action_held'] else 'NOT held'}: " + ('[green]PASS[/]' if f['passed'] else '[red]FAIL[/]')
-              + f"; clock_gettime costs {rec['timer_ns']:g} ns")
+              + f"; clock_gettime costs {rec.timer_ns:g} ns")

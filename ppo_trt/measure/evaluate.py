@@ -5,11 +5,12 @@
 # %% ../../nbs/51_evaluate.ipynb #01a023cc
 from __future__ import annotations
 import time
-from dataclasses import dataclass, field, asdict
+import msgspec
 import numpy as np
 from ..core.run_folder import RunDir
 from ..core.files import BadInputError, save_json, sha256_file
-from ..core.records import load_artifact, read_record, locked, require_fresh, session, session_id
+from ..core.records import (EvaluateFile, PhaseRecord, Gate, DelayCurve, Event, record, load_artifact, locked,
+                                  require_fresh, session, session_id)
 from ..envs.specs import env_spec, env_ids
 from ..envs.gym import (make_env, SensorNoise, ActuationDelay, Push, ModelScale, ActuatorFailure, Trip, PHASES,
                               make_phase_env, check_phases, env_phases)
@@ -19,8 +20,8 @@ from .bench import records_by
 from ..envs.controllers import pid_baseline, run_episode
 
 # %% auto #0
-__all__ = ['BACKEND_FAULTS', 'DELAY_STEPS', 'ControlLoop', 'PhaseResult', 'EvaluationReport', 'delay_curve', 'merge_evaluation',
-           'evaluate_phase', 'evaluate', 'print_evaluation']
+__all__ = ['BACKEND_FAULTS', 'DELAY_STEPS', 'ControlLoop', 'delay_curve', 'merge_evaluation', 'evaluate_phase', 'evaluate',
+           'print_evaluation']
 
 # %% ../../nbs/51_evaluate.ipynb #9a6b607a
 BACKEND_FAULTS = ('deadline', 'nonfinite', 'bad-input')  # event kinds that count against a backend
@@ -45,7 +46,7 @@ class ControlLoop:
         "SB3-style `(action, None)`: one control step, so `run_episode` can drive the loop like any policy."
         return self.step(obs, self.trip_signal), None
     def _event(self, kind, latency_ns=None):
-        self.events.append(dict(step=self.t, kind=kind, latency_us=None if latency_ns is None else latency_ns / 1e3))
+        self.events.append(Event(step=self.t, kind=kind, latency_us=None if latency_ns is None else latency_ns / 1e3))
     def _policy(self, x):
         "The policy's action for the checked observation `x` [1, obs_dim], or None after logging why it cannot be used."
         t0 = time.perf_counter_ns()
@@ -75,53 +76,12 @@ class ControlLoop:
         self.t += 1
         return action
 
-# %% ../../nbs/51_evaluate.ipynb #58fd03b6
-@dataclass
-class PhaseResult:
-    "Returns of every policy in one scenario phase."
-    phase: str
-    params: dict
-    returns: dict            # {policy: [episode returns]}
-    violations: dict         # {backend: count}
-    events: dict             # {backend: [first events]}
-    sessions: dict = field(default_factory=dict)  # {policy: session id}: when, where and from which policy.onnx
-
-    @property
-    def means(self): return {k: float(np.mean(v)) for k, v in self.returns.items()}
-
-# %% ../../nbs/51_evaluate.ipynb #6b534465
-@dataclass
-class EvaluationReport:
-    "All phases, gates and settings of one evaluation; saved as evaluate.json."
-    env_id: str
-    episodes: int
-    seed: int
-    deadline_us: float
-    reference: str
-    backends: list
-    phases: list             # [PhaseResult]
-    gates: dict = field(default_factory=dict)
-    skipped: dict = field(default_factory=dict)
-    delay_curve: dict = field(default_factory=dict)
-    created: str = ''
-    sessions: dict = field(default_factory=dict)  # {session id: session record}
-    schema_version: int = 2
-
-    def save(self, path): return save_json(path, asdict(self))
-
-    @classmethod
-    def load(cls, path):
-        "The report in `path` (an evaluate.json), checked against its schema."
-        d = read_record(path, 'evaluate_record')
-        d['phases'] = [PhaseResult(**p) for p in d['phases']]
-        return cls(**d)
-
 # %% ../../nbs/51_evaluate.ipynb #775f7e27
 def _gates(rep, bench, policy_sha256=None):
     "Per backend: SLA (this policy's bench records) AND no violations AND return within 1 % of reference, all phases."
-    cur = {k for k, s in (bench or {}).get('sessions', {}).items() if s.get('policy_sha256') == policy_sha256}
-    sla = {r['backend']: r['sla_pass'] for r in records_by(bench, 'latency')
-           if not cur or r.get('session') in cur} if bench else {}
+    cur = {k for k, s in bench.sessions.items() if s.policy_sha256 == policy_sha256} if bench else set()
+    sla = {r.backend: r.sla_pass for r in records_by(bench, 'latency')
+           if not cur or r.session in cur} if bench else {}
     out = {}
     for b in rep.backends:
         mine = [p for p in rep.phases if f'ppo:{b}' in p.returns and f'ppo:{rep.reference}' in p.returns]
@@ -129,7 +89,7 @@ def _gates(rep, bench, policy_sha256=None):
                 / max(abs(p.means[f'ppo:{rep.reference}']), 1e-9) for p in mine]
         worst, viol = max(gaps, default=float('nan')), sum(p.violations.get(b, 0) for p in mine)
         missing = [p.phase for p in rep.phases if p not in mine]
-        out[b] = dict(sla_pass=sla.get(b), violations=viol, worst_return_gap=worst, phases_missing=missing,
+        out[b] = Gate(sla_pass=sla.get(b), violations=viol, worst_return_gap=worst, phases_missing=missing,
                       passed=bool(sla.get(b)) and viol == 0 and worst <= 0.01 and not missing)
     return out
 
@@ -144,9 +104,9 @@ def delay_curve(run_dir, runner, env_id, delay_steps=DELAY_STEPS, episodes=5, se
         env = ActuationDelay(make_env(env_id), steps=k)
         ppo.append(float(np.mean([run_episode(env, runner, seed + i)[0] for i in range(episodes)])))
         pid.append(float(np.mean([run_episode(env, p, seed + i)[0] for i in range(episodes)])))
-    lat = {r['backend']: r['stats']['p99_us'] / 1e3 for r in records_by(bench, 'latency')} if bench else {}
-    return dict(delay_steps=list(delay_steps), delay_ms=[k * dt * 1e3 for k in delay_steps], control_period_ms=dt * 1e3,
-                episodes=episodes, ppo=ppo, pid=pid, latency_p99_ms=lat)
+    lat = {r.backend: r.stats.p99_us / 1e3 for r in records_by(bench, 'latency')} if bench else {}
+    return record(DelayCurve, delay_steps=list(delay_steps), delay_ms=[k * dt * 1e3 for k in delay_steps],
+                  control_period_ms=dt * 1e3, episodes=episodes, ppo=ppo, pid=pid, latency_p99_ms=lat)
 
 # %% ../../nbs/51_evaluate.ipynb #813cf64f
 def _check_comparable(old, new):
@@ -170,17 +130,18 @@ def merge_evaluation(old, new):
     phases = {p.phase: p for p in old.phases}
     for p in new.phases:
         o = phases.get(p.phase)
-        phases[p.phase] = p if o is None else PhaseResult(p.phase, p.params, {**o.returns, **p.returns},
-                                                          {**o.violations, **p.violations}, {**o.events, **p.events},
-                                                          {**o.sessions, **p.sessions})
+        phases[p.phase] = p if o is None else PhaseRecord(
+            phase=p.phase, params=p.params, returns={**o.returns, **p.returns},
+            violations={**o.violations, **p.violations}, events={**o.events, **p.events},
+            sessions={**o.sessions, **p.sessions})
     order = [q for q in PHASES if q in phases]
     backends = list(dict.fromkeys(old.backends + new.backends))
     skipped = {**{b: w for b, w in old.skipped.items() if b not in new.backends}, **new.skipped}
     used = {s for p in phases.values() for s in p.sessions.values()}
     sessions = {k: v for k, v in {**old.sessions, **new.sessions}.items() if k in used}
-    return EvaluationReport(new.env_id, new.episodes, new.seed, new.deadline_us, new.reference, backends,
-                            [phases[q] for q in order], skipped=skipped,
-                            delay_curve=new.delay_curve or old.delay_curve, created=new.created, sessions=sessions)
+    return msgspec.structs.replace(new, backends=backends, phases=[phases[q] for q in order], skipped=skipped,
+                                   delay_curve=new.delay_curve if new.delay_curve.delay_steps else old.delay_curve,
+                                   sessions=sessions, gates={})
 
 # %% ../../nbs/51_evaluate.ipynb #e28e894e
 def _load_runners(run, names):
@@ -212,12 +173,13 @@ def evaluate_phase(env_id, phase, params, seeds, pid, extra, runners, deadline_u
         loop = ControlLoop(r, pid, deadline_us, env.unwrapped.dt)
         rets, evs = [], []
         for s in seeds:
-            rets.append(run_episode(env, loop, s)[0]); evs += [{**e, 'seed': s} for e in loop.events]
-        returns[f'ppo:{n}'], viol[n], events[n] = rets, sum(e['kind'] in BACKEND_FAULTS for e in evs), evs[:20]
+            rets.append(run_episode(env, loop, s)[0]); evs += [msgspec.structs.replace(e, seed=s) for e in loop.events]
+        returns[f'ppo:{n}'], viol[n], events[n] = rets, sum(e.kind in BACKEND_FAULTS for e in evs), evs[:20]
         advance()
     env.close()
-    return PhaseResult(phase, {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}, returns, viol,
-                       events, dict.fromkeys(returns, sid))
+    params = {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}
+    return record(PhaseRecord, phase=phase, params=params, returns=returns, violations=viol, events=events,
+                  sessions=dict.fromkeys(returns, sid))
 
 # %% ../../nbs/51_evaluate.ipynb #4df9ba60
 @locked('evaluate')
@@ -235,9 +197,9 @@ def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, dead
     if episodes < 1: raise BadInputError(f'episodes must be >= 1, got {episodes}')
     if env_spec(env_id).pid is None:
         raise BadInputError(f'no PID fallback preset for {env_id}: evaluate supports {", ".join(env_ids("pid"))}')
-    old = None if replace or not run.has('evaluate_record') else EvaluationReport.load(run.path('evaluate_record'))
+    old = None if replace or not run.has('evaluate_record') else load_artifact(run, 'evaluate_record')
     bench = load_artifact(run, 'bench_record') if run.has('bench_record') else None
-    deadline_us = deadline_us or (bench['settings']['sla_us'] if bench else 1000.0)
+    deadline_us = deadline_us or (bench.settings.sla_us if bench else 1000.0)
     names = [B.check_name(n) for n in (backend_names or [n for n, b in B.backends().items() if b.evaluated_by_default])]
     runners, skipped = _load_runners(run, ['torch'] + [n for n in names if n != 'torch'])
     extra = {'residual': _residual_policy(residual_run, env_id)} if residual_run is not None else {}
@@ -252,12 +214,13 @@ def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, dead
             results.append(evaluate_phase(env_id, ph, params, [seed + i for i in range(episodes)], pid, extra, runners,
                                           deadline_us, sid, lambda: bar.advance(task)))
     curve = (delay_curve(run.root, runners['torch'], env_id, delay_steps, min(episodes, 5), seed, bench)
-             if delay_steps else {})
-    new = EvaluationReport(env_id, episodes, seed, deadline_us, 'torch', list(runners), results, skipped=skipped,
-                           delay_curve=curve, created=sess['created'], sessions={sid: sess})
+             if delay_steps else DelayCurve())
+    new = record(EvaluateFile, env_id=env_id, episodes=episodes, seed=seed, deadline_us=deadline_us, reference='torch',
+                 backends=list(runners), phases=results, skipped=skipped, delay_curve=curve, created=sess.created,
+                 sessions={sid: sess})
     rep = merge_evaluation(old, new)
     rep.gates = _gates(rep, bench, onnx_sha)
-    rep.save(run.path('evaluate_record'))
+    save_json(run.path('evaluate_record'), rep)
     return rep
 
 # %% ../../nbs/51_evaluate.ipynb #e8938b00
@@ -275,14 +238,14 @@ def print_evaluation(rep, con=None):
         ms = lambda k: f"{np.mean(p.returns[k]):.1f} ± {np.std(p.returns[k]):.1f}"
         ref = p.means[f'ppo:{rep.reference}']
         t.add_row(p.phase, ms('pid'), ms(f'ppo:{rep.reference}'),
-                  *(f"{p.means[f'ppo:{b}'] - ref:+.1f}" for b in others),
+                  *(f"{p.means[f'ppo:{b}'] - ref:+.1f}" if f'ppo:{b}' in p.returns else '-' for b in others),
                   ', '.join(f'{b}: {v}' for b, v in p.violations.items() if v) or '0')
     con = con or console()
     con.print(t)
     c = rep.delay_curve
-    if c: con.print('return vs actuation delay (ms): ' + ', '.join(
-        f'{ms:g}: PPO {a:.0f} / PID {b:.0f}' for ms, a, b in zip(c['delay_ms'], c['ppo'], c['pid'])))
+    if c.delay_steps: con.print('return vs actuation delay (ms): ' + ', '.join(
+        f'{ms:g}: PPO {a:.0f} / PID {b:.0f}' for ms, a, b in zip(c.delay_ms, c.ppo, c.pid)))
     for b, g in rep.gates.items():
-        con.print(f"gate {b}: {'[green]PASS[/]' if g['passed'] else '[red]FAIL[/]'} (SLA {g['sla_pass']}, "
-                  f"violations {g['violations']}, worst return gap {g['worst_return_gap']:.2%})")
+        con.print(f"gate {b}: {'[green]PASS[/]' if g.passed else '[red]FAIL[/]'} (SLA {g.sla_pass}, "
+                  f"violations {g.violations}, worst return gap {g.worst_return_gap:.2%})")
     for b, why in rep.skipped.items(): con.print(f'[yellow]skipped {b}[/]: {why}')

@@ -6,19 +6,22 @@
 from __future__ import annotations
 import re
 from pathlib import Path
+import msgspec
 import numpy as np
 from ..core.run_folder import RunDir
 from ..core.files import atomic_write_text, sha256_file
-from ..core.records import load_artifact, read_record, locked, require_fresh, REPORT_INPUTS
+from ..core.records import (BenchFile, ConfigRecord, EngineRecord, EnvBenchRecord, EvaluateFile, ExportRecord,
+                             ResidualStudyRecord, TrainRecord, load_artifact, read_record, locked, require_fresh,
+                             REPORT_INPUTS)
 from ..train.sb3 import read_train_log
 from ..measure.bench import records_by, best_kernel_sweep, advise, TIE_RATIO, fmt_us as _us
 from ..studies.residual import first_reaching
 from ..studies.sweep import load_sweep, sweep_rows, plot_sweep, plot_sweep_delay
 
 # %% auto #0
-__all__ = ['SWEEP_DIR', 'CLAIMS', 'SECTIONS', 'PARAMETER', 'REPORT_TAGS', 'load_records', 'record_note', 'current_bench', 'Md',
-           'esc', 'code', 'bold', 'latency_table', 'closed_loop_table', 'advise_table', 'evaluation_table',
-           'soak_table', 'kernel_table', 'plot_latency_cdf', 'plot_batch_sweep', 'plot_delay_curve',
+__all__ = ['SWEEP_DIR', 'CLAIMS', 'SECTIONS', 'PARAMETER', 'REPORT_TAGS', 'RunRecords', 'load_records', 'record_note',
+           'current_bench', 'Md', 'esc', 'code', 'bold', 'latency_table', 'closed_loop_table', 'advise_table',
+           'evaluation_table', 'soak_table', 'kernel_table', 'plot_latency_cdf', 'plot_batch_sweep', 'plot_delay_curve',
            'plot_residual_study', 'residual_study_table', 'env_bench_table', 'plot_learning_curve', 'batching_pays_at',
            'claim_other_records', 'claim_fastest', 'claim_tail_and_sla', 'claim_skipped', 'claim_throughput',
            'claim_closed_loop', 'claim_builds', 'claim_soak', 'claim_engines', 'claim_export', 'claim_control',
@@ -28,39 +31,53 @@ __all__ = ['SWEEP_DIR', 'CLAIMS', 'SECTIONS', 'PARAMETER', 'REPORT_TAGS', 'load_
            'section_residual', 'section_env_bench', 'section_training', 'section_export', 'section_machine',
            'section_not_measured', 'report_template', 'report_notebook', 'clean_report_html', 'render_report']
 
-# %% ../../nbs/80_report.ipynb #9e414009
+# %% ../../nbs/80_report.ipynb #d867c2b5
 SWEEP_DIR = 'sweep'  # a sweep made with `ppo-trt sweep --out RUN_DIR/sweep` is part of the run's report
 
+class RunRecords(msgspec.Struct, kw_only=True):
+    "What the report reads of a run folder: each record as its schema's Struct, None (or empty) where none was made."
+    run_dir: str
+    bench: BenchFile
+    policy_sha256: str | None = None  # of the policy.onnx in the folder: the policy the claims are about
+    train: TrainRecord | None = None
+    export: ExportRecord | None = None
+    config: ConfigRecord | None = None
+    build: dict[str, EngineRecord] | None = None
+    evaluate: EvaluateFile | None = None
+    train_log: dict | None = None  # train.read_train_log: the learning curve's columns
+    residual_studies: list[ResidualStudyRecord] = []
+    env_benches: list[EnvBenchRecord] = []
+    sweep: dict | None = None  # studies.sweep.load_sweep of `sweep/`
+
+# %% ../../nbs/80_report.ipynb #9e414009
 def load_records(run_dir):
     "The run folder's JSON records (schema-checked), learning curve and `sweep/`; bench.json is required."
     run = RunDir(run_dir)
-    recs = dict(run_dir=str(run.root), bench=load_artifact(run, 'bench_record'),
-                policy_sha256=sha256_file(run.path('onnx')) if run.has('onnx') else None)
-    for key, name in (('train', 'train_record'), ('export', 'export_record'), ('config', 'config'),
-                      ('build', 'build_record'), ('evaluate', 'evaluate_record')):
-        recs[key] = load_artifact(run, name) if run.has(name) else None
-    recs['train_log'] = read_train_log(run.path('train_log')) if run.has('train_log') else None
-    recs['residual_studies'] = [read_record(p) for p in sorted(run.root.glob('residual_study_*.json'))]
-    recs['env_benches'] = [read_record(p) for p in sorted(run.root.glob('env_bench_*.json'))]
-    recs['sweep'] = load_sweep(run.root/SWEEP_DIR) if (run.root/SWEEP_DIR/'sweep.json').exists() else None
-    return recs
+    made = lambda name: load_artifact(run, name) if run.has(name) else None
+    return RunRecords(run_dir=str(run.root), bench=load_artifact(run, 'bench_record'),
+                      policy_sha256=sha256_file(run.path('onnx')) if run.has('onnx') else None,
+                      train=made('train_record'), export=made('export_record'), config=made('config'),
+                      build=made('build_record'), evaluate=made('evaluate_record'),
+                      train_log=read_train_log(run.path('train_log')) if run.has('train_log') else None,
+                      residual_studies=[read_record(p) for p in sorted(run.root.glob('residual_study_*.json'))],
+                      env_benches=[read_record(p) for p in sorted(run.root.glob('env_bench_*.json'))],
+                      sweep=load_sweep(run.root/SWEEP_DIR) if (run.root/SWEEP_DIR/'sweep.json').exists() else None)
 
 # %% ../../nbs/80_report.ipynb #c3704536
 def record_note(bench, rec, policy_sha256):
     "'' for a record of this policy.onnx on the bench's latest machine; else what differs and when it was measured."
-    sessions = bench.get('sessions', {})
-    s = sessions.get(rec.get('session'))
+    s = bench.sessions.get(rec.session)
     if s is None: return ''
-    latest, notes = sessions.get(bench.get('session'), s), []
-    if s.get('policy_sha256') != policy_sha256:
-        notes.append('another policy.onnx' if s.get('policy_sha256') else 'policy unknown')
-    if s.get('machine_id') != latest.get('machine_id'): notes.append(f"on {s['machine']}")
-    return f"{', '.join(notes)} ({s['created'][:10]})" if notes else ''
+    latest, notes = bench.sessions.get(bench.session, s), []
+    if s.policy_sha256 != policy_sha256: notes.append('another policy.onnx' if s.policy_sha256 else 'policy unknown')
+    if s.machine_id != latest.machine_id: notes.append(f"on {s.machine}")
+    return f"{', '.join(notes)} ({s.created[:10]})" if notes else ''
 
 # %% ../../nbs/80_report.ipynb #c06b7422
 def current_bench(bench, policy_sha256):
     "bench.json with only the records of this policy on the latest machine: what the claims are about."
-    return {**bench, 'records': [r for r in bench['records'] if not record_note(bench, r, policy_sha256)]}
+    return msgspec.structs.replace(bench,
+                                   records=[r for r in bench.records if not record_note(bench, r, policy_sha256)])
 
 # %% ../../nbs/80_report.ipynb #20839476
 class Md(str):
@@ -103,26 +120,25 @@ def latency_table(bench, policy_sha256=None):
     "Markdown: batch-1 latency per backend run (checked call, hot path), SLA, parity; other policy/machine marked."
     rows, marks = [], {}
     for r in records_by(bench, 'latency'):
-        st, par = r['stats'], r.get('parity_vs_ort_fp32', {}).get('max_abs_err')
-        hot = r.get('hot_path', {}).get('stats')
+        st, par = r.stats, r.parity_vs_ort_fp32.max_abs_err if r.parity_vs_ort_fp32 else None
+        hot = r.hot_path.stats if r.hot_path else None
         note = record_note(bench, r, policy_sha256)
         if note: marks.setdefault(note, esc('*' * (len(marks) + 1)))
-        rows.append([Md(code(r['backend']) + (marks[note] if note else '')), r['device'], r['provider'], r['precision'],
-                     *(_us(st[k]) for k in ('mean_us', 'p50_us', 'p95_us', 'p99_us', 'p999_us', 'max_us')),
-                     _us(hot['p50_us']) if hot else '', _us(hot['p99_us']) if hot else '',
-                     'pass' if r['sla_pass'] else bold('FAIL'), '' if par is None else f'{par:.1e}'])
+        rows.append([Md(code(r.backend) + (marks[note] if note else '')), r.device, r.provider, r.precision,
+                     *(_us(x) for x in (st.mean_us, st.p50_us, st.p95_us, st.p99_us, st.p999_us, st.max_us)),
+                     _us(hot.p50_us) if hot else '', _us(hot.p99_us) if hot else '',
+                     'pass' if r.sla_pass else bold('FAIL'), '' if par is None else f'{par:.1e}'])
     table = _md_table(['backend', 'device', 'provider', 'precision', 'mean µs', 'p50 µs', 'p95 µs', 'p99 µs',
                        'p99.9 µs', 'max µs', 'hot path p50 µs', 'hot path p99 µs',
-                       f"SLA p99 < {bench['settings']['sla_us']:g} µs", 'max abs err vs ORT FP32'], rows)
+                       f"SLA p99 < {bench.settings.sla_us:g} µs", 'max abs err vs ORT FP32'], rows)
     return table + ''.join(f'\n\n{m} measured {esc(note)}, not in this run: kept in bench.json, '
                            'left out of the claims above' for note, m in marks.items())
 
 # %% ../../nbs/80_report.ipynb #53e59f21
 def closed_loop_table(bench):
     "Markdown: control-loop rate, jitter and headroom per backend."
-    rows = [[code(r['backend']), _us(r['inference']['p50_us']), _us(r['inference']['p99_us']),
-             _us(r['loop']['p50_us']), _us(r['loop']['p99_us']), f"{r['loop_rate_hz']:,.0f}", _us(r['jitter_us']),
-             f"{r['headroom']:.1f}×"]
+    rows = [[code(r.backend), _us(r.inference.p50_us), _us(r.inference.p99_us), _us(r.loop.p50_us),
+             _us(r.loop.p99_us), f"{r.loop_rate_hz:,.0f}", _us(r.jitter_us), f"{r.headroom:.1f}×"]
             for r in records_by(bench, 'closed-loop')]
     return _md_table(['backend', 'inference p50 µs', 'inference p99 µs', 'loop p50 µs', 'loop p99 µs', 'loop rate Hz',
                       'jitter (std) µs', 'headroom (period / loop p99)'], rows)
@@ -130,44 +146,43 @@ def closed_loop_table(bench):
 # %% ../../nbs/80_report.ipynb #7617d2d1
 def advise_table(bench):
     "Markdown: the fastest measured backend per batch size and its lead."
-    rows = [[a['batch'], code(a['best']), f"{a['throughput_per_s']:.3g}",
-             code(a['runner_up']) if a['runner_up'] else '',
-             '' if a['ratio'] is None else f"{a['ratio']:.2f}×" + (' (tie)' if a['tie'] else '')]
+    rows = [[a.batch, code(a.best), f"{a.throughput_per_s:.3g}", code(a.runner_up) if a.runner_up else '',
+             '' if a.ratio is None else f"{a.ratio:.2f}×" + (' (tie)' if a.tie else '')]
             for a in advise(bench)]
     return _md_table(['batch', 'fastest', 'actions/s', 'runner-up', 'lead'], rows)
 
 # %% ../../nbs/80_report.ipynb #da7965b0
 def _eval_cell(ev, p, key, policy_sha256, fmt):
     "One evaluation table cell: the value, '-' when not evaluated, '†' when measured on another policy.onnx."
-    if key not in p['returns']: return '-'
-    s = ev.get('sessions', {}).get(p.get('sessions', {}).get(key))
-    return fmt(p['returns'][key]) + (' †' if s and policy_sha256 and s.get('policy_sha256') != policy_sha256 else '')
+    if key not in p.returns: return '-'
+    s = ev.sessions.get(p.sessions.get(key))
+    return fmt(p.returns[key]) + (' †' if s and policy_sha256 and s.policy_sha256 != policy_sha256 else '')
 
 # %% ../../nbs/80_report.ipynb #b1ab6862
 def evaluation_table(ev, policy_sha256=None):
     "Markdown: per phase PID and PPO mean ± std, each backend's gap to reference, other policy/machine marked; gates."
-    ref, others = ev['reference'], [b for b in ev['backends'] if b != ev['reference']]
+    ref, others = ev.reference, [b for b in ev.backends if b != ev.reference]
     ms = lambda v: f'{np.mean(v):.1f} ± {np.std(v):.1f}'
-    res = any('residual' in p['returns'] for p in ev['phases'])
+    res = any('residual' in p.returns for p in ev.phases)
     cell = lambda p, key, fmt: _eval_cell(ev, p, key, policy_sha256, fmt)
-    gap = lambda p: (lambda v: f"{np.mean(v) - np.mean(p['returns'][f'ppo:{ref}']):+.1f}")
-    rows = [[p['phase'], cell(p, 'pid', ms), cell(p, f'ppo:{ref}', ms), *([cell(p, 'residual', ms)] if res else []),
-             *(cell(p, f'ppo:{b}', gap(p)) for b in others), sum(p['violations'].values())] for p in ev['phases']]
+    gap = lambda p: (lambda v: f"{np.mean(v) - np.mean(p.returns[f'ppo:{ref}']):+.1f}")
+    rows = [[p.phase, cell(p, 'pid', ms), cell(p, f'ppo:{ref}', ms), *([cell(p, 'residual', ms)] if res else []),
+             *(cell(p, f'ppo:{b}', gap(p)) for b in others), sum(p.violations.values())] for p in ev.phases]
     t = _md_table(['phase', 'PID', f'PPO ({ref})', *(['expert + residual'] if res else []),
                    *(f'{b} Δ return' for b in others), 'violations'], rows)
     if '†' in t: t += '\n\n† evaluated on another policy.onnx: kept in evaluate.json, not comparable with this policy'
     g = _md_table(['backend', 'SLA', 'violations', 'worst return gap', 'gate'],
-                  [[code(b), x['sla_pass'], x['violations'], f"{x['worst_return_gap']:.2%}",
-                    'pass' if x['passed'] else Md(bold('FAIL') + (esc(f" (not in {', '.join(x['phases_missing'])})")
-                                                                if x.get('phases_missing') else ''))]
-                   for b, x in ev['gates'].items()])
+                  [[code(b), x.sla_pass, x.violations, f"{x.worst_return_gap:.2%}",
+                    'pass' if x.passed else Md(bold('FAIL') + (esc(f" (not in {', '.join(x.phases_missing)})")
+                                                             if x.phases_missing else ''))]
+                   for b, x in ev.gates.items()])
     return t + '\n\n' + g
 
 # %% ../../nbs/80_report.ipynb #d50328d2
 def soak_table(bench):
     "Markdown: per soak window p50/p99/p99.9/max for every soaked backend."
-    rows = [[code(r['backend']), i + 1, *(_us(w[k]) for k in ('p50_us', 'p99_us', 'p999_us', 'max_us'))]
-            for r in records_by(bench, 'soak') for i, w in enumerate(r['windows'])]
+    rows = [[code(r.backend), i + 1, *(_us(x) for x in (w.p50_us, w.p99_us, w.p999_us, w.max_us))]
+            for r in records_by(bench, 'soak') for i, w in enumerate(r.windows)]
     return (_md_table(['backend', 'window', 'p50 µs', 'p99 µs', 'p99.9 µs', 'max µs'], rows) if rows
             else '_No soak in this run (`ppo-trt bench --soak`)._')
 
@@ -176,10 +191,10 @@ def kernel_table(bench):
     "Markdown: GPU backends' end-to-end vs kernel-only batch-1 latency and their best on-device throughput."
     rows = []
     for r in records_by(bench, 'latency'):
-        if 'kernel_only' not in r: continue
-        k, e, top = r['kernel_only'], r['stats'], best_kernel_sweep(bench, r['backend'])
-        rows.append([code(r['backend']), r['provider'], _us(e['p50_us']), _us(e['p99_us']), _us(k['p50_us']),
-                     _us(k['p99_us']), f"{top['kernel_throughput_per_s']:.3g} (batch {top['batch']:,})" if top else ''])
+        if r.kernel_only is None: continue
+        k, e, top = r.kernel_only, r.stats, best_kernel_sweep(bench, r.backend)
+        rows.append([code(r.backend), r.provider, _us(e.p50_us), _us(e.p99_us), _us(k.p50_us), _us(k.p99_us),
+                     f"{top.kernel_throughput_per_s:.3g} (batch {top.batch:,})" if top else ''])
     if not rows: return ('_No GPU backend ran on this machine: kernel-only timings need a CUDA GPU '
                          '(see the skipped backends above)._')
     return _md_table(['backend', 'provider', 'end-to-end p50 µs', 'end-to-end p99 µs', 'kernel-only p50 µs',
@@ -197,12 +212,12 @@ def plot_latency_cdf(bench):
     from ppo_trt.measure.bench import CDF_POINTS, TAIL_POINTS
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4), layout='constrained')
     for i, r in enumerate(records_by(bench, 'latency')):
-        st, color = r['stats'], f'C{i}'
-        a1.plot(st['cdf_us'], CDF_POINTS / 100, label=r['backend'], lw=1.8, color=color)
-        q, x = (np.asarray(TAIL_POINTS), st['tail_us']) if 'tail_us' in st else (CDF_POINTS, st['cdf_us'])
-        slower = np.maximum(1 - np.asarray(q) / 100, 1 / st['n'])  # the slowest call: 1 in n
-        a2.plot(x, slower, 'o-', ms=3, label=r['backend'], lw=1.5, color=color)
-    for a in (a1, a2): a.axvline(bench['settings']['sla_us'], color='crimson', ls='--', lw=1, label='SLA (p99)')
+        st, color = r.stats, f'C{i}'
+        a1.plot(st.cdf_us, CDF_POINTS / 100, label=r.backend, lw=1.8, color=color)
+        q, x = (np.asarray(TAIL_POINTS), st.tail_us) if st.tail_us else (CDF_POINTS, st.cdf_us)
+        slower = np.maximum(1 - np.asarray(q) / 100, 1 / st.n)  # the slowest call: 1 in n
+        a2.plot(x, slower, 'o-', ms=3, label=r.backend, lw=1.5, color=color)
+    for a in (a1, a2): a.axvline(bench.settings.sla_us, color='crimson', ls='--', lw=1, label='SLA (p99)')
     a1.axhline(0.99, color='grey', ls=':', lw=1)
     for p in (1e-2, 1e-3): a2.axhline(p, color='grey', ls=':', lw=1)
     a1.set(xscale='log', xlabel='batch-1 call latency (µs, log)', ylabel='fraction of calls ≤ x', title='Latency CDF',
@@ -218,14 +233,14 @@ def plot_batch_sweep(bench):
     "Throughput (actions/s; GPU kernel-only dashed) and cost per action vs batch size, per backend."
     import matplotlib.pyplot as plt
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4), layout='constrained')
-    for name in dict.fromkeys(r['backend'] for r in records_by(bench, 'sweep')):
-        rs = [r for r in records_by(bench, 'sweep') if r['backend'] == name]
-        b = [r['batch'] for r in rs]
-        line, = a1.plot(b, [r['throughput_per_s'] for r in rs], 'o-', label=name)
-        if all('kernel_throughput_per_s' in r for r in rs):  # GPU runners: on-device throughput, dashed, same colour
-            a1.plot(b, [r['kernel_throughput_per_s'] for r in rs], '--', color=line.get_color(),
+    for name in dict.fromkeys(r.backend for r in records_by(bench, 'sweep')):
+        rs = [r for r in records_by(bench, 'sweep') if r.backend == name]
+        b = [r.batch for r in rs]
+        line, = a1.plot(b, [r.throughput_per_s for r in rs], 'o-', label=name)
+        if all(r.kernel_throughput_per_s is not None for r in rs):  # GPU runners: on-device throughput, dashed
+            a1.plot(b, [r.kernel_throughput_per_s for r in rs], '--', color=line.get_color(),
                     label=f'{name} (kernel-only)')
-        a2.plot(b, [r['stats']['mean_us'] * 1e3 / r['batch'] for r in rs], 'o-', label=name)
+        a2.plot(b, [r.stats.mean_us * 1e3 / r.batch for r in rs], 'o-', label=name)
     a1.set(xscale='log', yscale='log', xlabel='batch size', ylabel='actions / s', title='Throughput')
     a2.set(xscale='log', yscale='log', xlabel='batch size', ylabel='ns per action (mean)', title='Cost per action')
     for a in (a1, a2): a.grid(alpha=.3, which='both'); a.legend()
@@ -236,14 +251,14 @@ def plot_delay_curve(curve):
     "Mean return vs injected actuation delay for PPO and PID, with each backend's p99 inference latency marked."
     fig, ax = _fig()
     # markers only: delays were injected in whole control periods, nothing was measured in between
-    ax.plot(curve['delay_ms'], curve['ppo'], 'o', ms=7, label='PPO (torch)')
-    ax.plot(curve['delay_ms'], curve['pid'], 's', ms=6, label='PID baseline')
-    for i, (b, ms) in enumerate(sorted(curve['latency_p99_ms'].items(), key=lambda x: x[1])):
+    ax.plot(curve.delay_ms, curve.ppo, 'o', ms=7, label='PPO (torch)')
+    ax.plot(curve.delay_ms, curve.pid, 's', ms=6, label='PID baseline')
+    for i, (b, ms) in enumerate(sorted(curve.latency_p99_ms.items(), key=lambda x: x[1])):
         ax.axvline(ms, color=f'C{i + 2}', lw=1, ls=':', label=f'{b} p99 latency ({ms * 1e3:.3g} µs)')
-    ax.set_xscale('symlog', linthresh=1e-3); ax.set_xlim(0, max(curve['delay_ms']) * 1.1)
+    ax.set_xscale('symlog', linthresh=1e-3); ax.set_xlim(0, max(curve.delay_ms) * 1.1)
     ax.set(xlabel=f"actuation delay (ms, symlog), "
-                  f"injected in whole control periods of {curve['control_period_ms']:g} ms",
-           ylabel=f"mean return ({curve['episodes']} episodes)", title='Latency → return')
+                  f"injected in whole control periods of {curve.control_period_ms:g} ms",
+           ylabel=f"mean return ({curve.episodes} episodes)", title='Latency → return')
     ax.grid(alpha=.3); ax.legend(fontsize=8)
     return fig
 
@@ -251,15 +266,15 @@ def plot_delay_curve(curve):
 def plot_residual_study(study):
     "Return vs timesteps for pure PPO and expert + residual, with the expert alone as a band."
     fig, ax = _fig()
-    e = study['expert_return']
-    ax.axhspan(e['mean'] - e['std'], e['mean'] + e['std'], color='grey', alpha=.25)
-    ax.axhline(e['mean'], color='grey', lw=2, label=f"expert alone ({study['expert_kind']}): {e['mean']:.0f}")
-    for k, label in (('ppo', 'pure PPO'), ('residual', f"expert + residual (scale {study['residual_scale']:g})")):
-        c = study['curves'][k]
-        m, sd = np.asarray(c['mean_return']), np.asarray(c['std_return'])
-        ax.plot(c['timesteps'], m, 'o-', ms=3, label=label); ax.fill_between(c['timesteps'], m - sd, m + sd, alpha=.15)
+    e = study.expert_return
+    ax.axhspan(e.mean - e.std, e.mean + e.std, color='grey', alpha=.25)
+    ax.axhline(e.mean, color='grey', lw=2, label=f"expert alone ({study.expert_kind}): {e.mean:.0f}")
+    for k, label in (('ppo', 'pure PPO'), ('residual', f"expert + residual (scale {study.residual_scale:g})")):
+        c = study.curves[k]
+        m, sd = np.asarray(c.mean_return), np.asarray(c.std_return)
+        ax.plot(c.timesteps, m, 'o-', ms=3, label=label); ax.fill_between(c.timesteps, m - sd, m + sd, alpha=.15)
     ax.set(xlabel='timesteps', ylabel='deterministic eval return',
-           title=f"{study['env_id']}: return vs timesteps (seed {study['seed']})")
+           title=f"{study.env_id}: return vs timesteps (seed {study.seed})")
     ax.grid(alpha=.3); ax.legend(fontsize=8)
     return fig
 
@@ -268,26 +283,24 @@ def residual_study_table(studies):
     "Markdown: per study, the expert's return, each learner's first/best/final return and when it reached the expert."
     rows = []
     for st in studies:
-        e = st['expert_return']['mean']
-        rows.append((st['env_id'], f"expert ({st['expert_kind']})", '-', f"{e:.1f} ± {st['expert_return']['std']:.1f}",
-                     '-', '-'))
+        e = st.expert_return.mean
+        rows.append((st.env_id, f"expert ({st.expert_kind})", '-', f"{e:.1f} ± {st.expert_return.std:.1f}", '-', '-'))
         for k, name in (('ppo', 'pure PPO'), ('residual', 'expert + residual')):
-            c, f = st['curves'][k], st['final'][k]
+            c, f = st.curves[k], st.final[k]
             hit = first_reaching(c, e)
-            rows.append((st['env_id'], name, f"{c['mean_return'][0]:.1f}", f"{f['mean']:.1f} ± {f['std']:.1f}",
-                         f"{max(c['mean_return']):.1f}",
-                         f'{hit:,}' if hit is not None else f"never (in {st['timesteps']:,})"))
+            rows.append((st.env_id, name, f"{c.mean_return[0]:.1f}", f"{f.mean:.1f} ± {f.std:.1f}",
+                         f"{max(c.mean_return):.1f}",
+                         f'{hit:,}' if hit is not None else f"never (in {st.timesteps:,})"))
     return _md_table(['env', 'policy', 'first eval', 'final (kept policy)', 'best eval',
                       "steps to the expert's return"], rows)
 
 # %% ../../nbs/80_report.ipynb #b131c2ea
 def env_bench_table(eb):
     "Markdown: steps/s per implementation and num_envs, with the ratio to gymnasium's SyncVectorEnv at equal num_envs."
-    sync = {r['num_envs']: r['steps_per_s'] for r in eb['rows'] if 'SyncVectorEnv' in r['impl']}
+    sync = {r.num_envs: r.steps_per_s for r in eb.rows if 'SyncVectorEnv' in r.impl}
     return _md_table(['env', 'num_envs', 'device', 'level', 'implementation', 'steps/s', '× SyncVectorEnv'],
-                     [(r['env_id'], f"{r['num_envs']:,}", r['device'], r['level'], r['impl'], f"{r['steps_per_s']:.3g}",
-                       f"{r['steps_per_s'] / sync[r['num_envs']]:.1f}" if r['num_envs'] in sync else '-')
-                      for r in eb['rows']])
+                     [(r.env_id, f"{r.num_envs:,}", r.device, r.level, r.impl, f"{r.steps_per_s:.3g}",
+                       f"{r.steps_per_s / sync[r.num_envs]:.1f}" if r.num_envs in sync else '-') for r in eb.rows])
 
 # %% ../../nbs/80_report.ipynb #625eccca
 def plot_learning_curve(log, train_rec=None):
@@ -296,9 +309,8 @@ def plot_learning_curve(log, train_rec=None):
     x, m, s = log['timesteps'], log['mean_return'], log['std_return']
     ax.plot(x, m, 'o-', label='eval mean return'); ax.fill_between(x, m - s, m + s, alpha=.2, label='± 1 std')
     if train_rec:
-        ax.axhline(train_rec['final_eval_mean'], color='k', ls='--', lw=1, label='final eval of the kept policy')
-        if 'kept_timesteps' in train_rec:
-            ax.axvline(train_rec['kept_timesteps'], color='green', ls=':', lw=1.5, label='kept policy')
+        ax.axhline(train_rec.final_eval_mean, color='k', ls='--', lw=1, label='final eval of the kept policy')
+        ax.axvline(train_rec.kept_timesteps, color='green', ls=':', lw=1.5, label='kept policy')
     ax.set(xlabel='timesteps', ylabel='episode return', title='Learning curve'); ax.grid(alpha=.3); ax.legend()
     return fig
 
@@ -308,10 +320,10 @@ def _ratio(a, b): return b / a if a > 0 else float('inf')
 # %% ../../nbs/80_report.ipynb #233e64da
 def batching_pays_at(rows, factor=2.0):
     "Smallest batch whose cost per action is `factor`× below batch 1's, or None."
-    rows = sorted(rows, key=lambda r: r['batch'])
-    if not rows or rows[0]['batch'] != 1: return None
-    base = rows[0]['stats']['mean_us']
-    return next((r['batch'] for r in rows[1:] if r['stats']['mean_us'] / r['batch'] * factor <= base), None)
+    rows = sorted(rows, key=lambda r: r.batch)
+    if not rows or rows[0].batch != 1: return None
+    base = rows[0].stats.mean_us
+    return next((r.batch for r in rows[1:] if r.stats.mean_us / r.batch * factor <= base), None)
 
 # %% ../../nbs/80_report.ipynb #f684cf35
 def _names(xs): return ', '.join(code(x) for x in xs)
@@ -319,31 +331,31 @@ def _names(xs): return ', '.join(code(x) for x in xs)
 # %% ../../nbs/80_report.ipynb #d9477229
 def claim_other_records(recs, bench):
     "How many bench records were left out of the claims (another machine or policy)."
-    others = len(recs['bench']['records']) - len(bench['records'])
+    others = len(recs.bench.records) - len(bench.records)
     return [f'{others} records in bench.json were measured on another machine or policy; they are shown marked '
             'and left out of these claims.'] if others else []
 
 # %% ../../nbs/80_report.ipynb #02430442
 def claim_fastest(recs, bench):
     "The fastest checked call at batch 1, its lead, and what its checks cost over its hot path."
-    lat = sorted(records_by(bench, 'latency'), key=lambda r: r['stats']['p50_us'])
+    lat = sorted(records_by(bench, 'latency'), key=lambda r: r.stats.p50_us)
     if not lat: return []
-    f, fs = lat[0], lat[0]['stats']
-    s = (f"At batch 1, {code(f['backend'])} is the fastest backend through the checked call `runner(obs)`: "
-         f"p50 {_us(fs['p50_us'])} µs, p99 {_us(fs['p99_us'])} µs")
+    f, fs = lat[0], lat[0].stats
+    s = (f"At batch 1, {code(f.backend)} is the fastest backend through the checked call `runner(obs)`: "
+         f"p50 {_us(fs.p50_us)} µs, p99 {_us(fs.p99_us)} µs")
     if len(lat) > 1:
-        n = lat[1]['stats']
-        s += (f"; that is {_ratio(fs['p50_us'], n['p50_us']):.1f}× faster than the runner-up {code(lat[1]['backend'])} "
-              f"(p50 {_us(n['p50_us'])} µs)")
+        n = lat[1].stats
+        s += (f"; that is {_ratio(fs.p50_us, n.p50_us):.1f}× faster than the runner-up {code(lat[1].backend)} "
+              f"(p50 {_us(n.p50_us)} µs)")
         if len(lat) > 2:
-            s += (f" and {_ratio(fs['p50_us'], lat[-1]['stats']['p50_us']):.0f}× faster than the slowest, "
-                  f"{code(lat[-1]['backend'])}")
+            s += (f" and {_ratio(fs.p50_us, lat[-1].stats.p50_us):.0f}× faster than the slowest, "
+                  f"{code(lat[-1].backend)}")
     out = [s + '.']
-    if 'hot_path' in f:
-        h = f['hot_path']['stats']
+    if f.hot_path:
+        h = f.hot_path.stats
         out.append(f"Its checks (dtype, byte order, layout, shape, finiteness; a new output array) cost "
-                   f"{_ratio(h['p50_us'], fs['p50_us']):.2f}× its hot path `runner.run(obs)` "
-                   f"(p50 {_us(h['p50_us'])} µs), which skips them for callers that guarantee their input.")
+                   f"{_ratio(h.p50_us, fs.p50_us):.2f}× its hot path `runner.run(obs)` "
+                   f"(p50 {_us(h.p50_us)} µs), which skips them for callers that guarantee their input.")
     return out
 
 # %% ../../nbs/80_report.ipynb #11adf038
@@ -351,11 +363,11 @@ def claim_tail_and_sla(recs, bench):
     "The widest latency tail, and which backends meet the SLA."
     lat = records_by(bench, 'latency')
     if not lat: return []
-    tail = max(lat, key=lambda r: r['stats']['p99_us'] / r['stats']['p50_us'])
-    ts = tail['stats']
-    out = [f"The widest tail is {code(tail['backend'])}'s: its p99 is {ts['p99_us'] / ts['p50_us']:.1f}× its p50 "
-           f"and its worst call took {_us(ts['max_us'])} µs."]
-    sla, fails = bench['settings']['sla_us'], [r['backend'] for r in lat if not r['sla_pass']]
+    tail = max(lat, key=lambda r: r.stats.p99_us / r.stats.p50_us)
+    ts = tail.stats
+    out = [f"The widest tail is {code(tail.backend)}'s: its p99 is {ts.p99_us / ts.p50_us:.1f}× its p50 "
+           f"and its worst call took {_us(ts.max_us)} µs."]
+    sla, fails = bench.settings.sla_us, [r.backend for r in lat if not r.sla_pass]
     out.append(f'All {len(lat)} backends that ran meet the SLA (p99 < {sla:g} µs).' if not fails else
                f'{_names(fails)} miss the SLA (p99 < {sla:g} µs); the other {len(lat) - len(fails)} meet it.')
     return out
@@ -363,7 +375,7 @@ def claim_tail_and_sla(recs, bench):
 # %% ../../nbs/80_report.ipynb #7c15956f
 def claim_skipped(recs, bench):
     "The backends that could not run on this machine."
-    skipped = [r['backend'] for r in bench['records'] if not r['ran']]
+    skipped = [r.backend for r in bench.records if not r.ran]
     return [f'Not measured on this machine (reasons under the table): {_names(skipped)}.'] if skipped else []
 
 # %% ../../nbs/80_report.ipynb #90de6e1e
@@ -373,19 +385,18 @@ def claim_throughput(recs, bench):
     if not sweep: return []
     adv = advise(bench)
     top = adv[-1]
-    name, thr = top['best'], top['throughput_per_s']
-    b1 = next((r for r in sweep if r['backend'] == name and r['batch'] == 1), None)
-    who = f"{code(name)} (with {code(top['runner_up'])} within {TIE_RATIO - 1:.0%})" if top['tie'] else code(name)
-    out = [f"At batch {top['batch']}, {who} delivers the most actions per second "
+    name, thr = top.best, top.throughput_per_s
+    b1 = next((r for r in sweep if r.backend == name and r.batch == 1), None)
+    who = f"{code(name)} (with {code(top.runner_up)} within {TIE_RATIO - 1:.0%})" if top.tie else code(name)
+    out = [f"At batch {top.batch}, {who} delivers the most actions per second "
            f"({thr:.3g}/s, {1e9 / thr:.0f} ns per action"
-           + (f", {thr / b1['throughput_per_s']:.0f}× its batch-1 throughput)." if b1 else ').')]
-    pays = {n: batching_pays_at([r for r in sweep if r['backend'] == n])
-            for n in dict.fromkeys(r['backend'] for r in sweep)}
+           + (f", {thr / b1.throughput_per_s:.0f}× its batch-1 throughput)." if b1 else ').')]
+    pays = {n: batching_pays_at([r for r in sweep if r.backend == n]) for n in dict.fromkeys(r.backend for r in sweep)}
     known = {n: b for n, b in pays.items() if b}
     if known:
         out.append('Batching starts to pay (cost per action at least 2× lower than at batch 1) at batch '
                    + ', '.join(f'{b} for {code(n)}' for n, b in known.items()) + '.')
-    leaders = [(a['batch'], a['best']) for a in adv if not a['tie']]
+    leaders = [(a.batch, a.best) for a in adv if not a.tie]
     changes = [(b0, n0, b1_, n1) for (b0, n0), (b1_, n1) in zip(leaders, leaders[1:]) if n0 != n1]
     if changes:
         out.append('The fastest backend changes with batch size: '
@@ -395,7 +406,7 @@ def claim_throughput(recs, bench):
     elif leaders:
         out.append(f"{code(leaders[0][1])} is the fastest at every batch size with a clear winner "
                    f"({', '.join(str(b) for b, _ in leaders)}).")
-    ties = [a['batch'] for a in adv if a['tie']]
+    ties = [a.batch for a in adv if a.tie]
     if ties:
         out.append(f"At batch {', '.join(map(str, ties))} the two fastest backends are within {TIE_RATIO - 1:.0%} "
                    'of each other: no clear winner.')
@@ -404,77 +415,77 @@ def claim_throughput(recs, bench):
 # %% ../../nbs/80_report.ipynb #86835d7d
 def claim_closed_loop(recs, bench):
     "The fastest closed loop, and whether the simulator or the policy dominates it."
-    loops = sorted(records_by(bench, 'closed-loop'), key=lambda r: -r['loop_rate_hz'])
+    loops = sorted(records_by(bench, 'closed-loop'), key=lambda r: -r.loop_rate_hz)
     if not loops: return []
     l = loops[0]
-    share = l['inference']['mean_us'] / l['loop']['mean_us']
-    return [f"In the closed loop (`runner(obs)` + `env.step`), {code(l['backend'])} sustains "
-            f"{l['loop_rate_hz']:,.0f} Hz; "
+    share = l.inference.mean_us / l.loop.mean_us
+    return [f"In the closed loop (`runner(obs)` + `env.step`), {code(l.backend)} sustains "
+            f"{l.loop_rate_hz:,.0f} Hz; "
             f"inference is {share:.0%} of the loop time, so the simulator, not the policy, "
             f"{'dominates' if share < 0.5 else 'does not dominate'}. "
-            f"The environment's control period is {l['control_period_us'] / 1e3:g} ms: the loop's p99 leaves "
-            f"{l['headroom']:.0f}× headroom."]
+            f"The environment's control period is {l.control_period_us / 1e3:g} ms: the loop's p99 leaves "
+            f"{l.headroom:.0f}× headroom."]
 
 # %% ../../nbs/80_report.ipynb #19e60828
 def claim_builds(recs, bench):
     "How long each compiled backend took to get its policy ready, and how."
-    return [f"{code(r['backend'])} had its policy ready in {r['info']['compile_s']:.2f} s ({esc(r['info']['build'])})."
-            for r in records_by(bench, 'latency') if 'build' in r['info']]
+    return [f"{code(r.backend)} had its policy ready in {r.info['compile_s']:.2f} s ({esc(r.info['build'])})."
+            for r in records_by(bench, 'latency') if 'build' in r.info]
 
 # %% ../../nbs/80_report.ipynb #d47eaa51
 def claim_soak(recs, bench):
     "Whether any backend's latency drifted over the soak windows."
     soaks = records_by(bench, 'soak')
     if not soaks: return []
-    moved = [r['backend'] for r in soaks if r['p50_drift'] >= 1.10]
-    worst = max(soaks, key=lambda r: r['p99_drift'])
-    return [f"Over {soaks[0]['calls']:,}-call soaks ({len(soaks[0]['windows'])} windows each), the p50 of "
+    moved = [r.backend for r in soaks if r.p50_drift >= 1.10]
+    worst = max(soaks, key=lambda r: r.p99_drift)
+    return [f"Over {soaks[0].calls:,}-call soaks ({len(soaks[0].windows)} windows each), the p50 of "
             + (f'{_names(moved)} moved by 10 % or more between windows' if moved else
-               f"every backend stayed within {max(r['p50_drift'] for r in soaks) - 1:.0%} across windows")
-            + f"; the p99 varied most for {code(worst['backend'])} "
-              f"({worst['p99_drift']:.2f}× between its best and worst window)."]
+               f"every backend stayed within {max(r.p50_drift for r in soaks) - 1:.0%} across windows")
+            + f"; the p99 varied most for {code(worst.backend)} "
+              f"({worst.p99_drift:.2f}× between its best and worst window)."]
 
 # %% ../../nbs/80_report.ipynb #649db913
 def claim_engines(recs, bench):
     "The TensorRT engines built for this policy."
-    return [f"{code(r['engine'])} was built with {esc(r['module'])} {esc(r['version'])} ({esc(r['precision'])}"
-            + (f", FP16 via {esc(r['fp16_method'])}, max abs err {r['fp16_parity']['max_abs_err']:.1e} vs FP32"
-               if r.get('fp16_parity') else '')
-            + f") in {r['build_s']:.2f} s, {r['engine_bytes']:,} bytes"
-            + (', on a machine without a GPU' if r.get('built_without_gpu') else '')
+    return [f"{code(r.engine)} was built with {esc(r.module)} {esc(r.version)} ({esc(r.precision)}"
+            + (f", FP16 via {esc(r.fp16_method)}, max abs err {r.fp16_parity.max_abs_err:.1e} vs FP32"
+               if r.fp16_parity else '')
+            + f") in {r.build_s:.2f} s, {r.engine_bytes:,} bytes"
+            + (', on a machine without a GPU' if r.built_without_gpu else '')
             + '; it is not benchmarked here (the TensorRT runners need a GPU).'
-            for r in (recs.get('build') or {}).values()]
+            for r in (recs.build or {}).values()]
 
 # %% ../../nbs/80_report.ipynb #7990e571
 def claim_export(recs, bench):
     "How closely the ONNX export reproduces the trained agent."
-    ex = recs.get('export')
+    ex = recs.export
     if not ex: return []
-    p = ex['parity_ort_cpu']
-    return [f"The ONNX export reproduces `model.predict` within {p['max_abs_err']:.1e} "
-            f"(max abs, bound {ex['parity_tol']:g}) on {p['n']} observations from real rollouts."]
+    p = ex.parity_ort_cpu
+    return [f"The ONNX export reproduces `model.predict` within {p.max_abs_err:.1e} "
+            f"(max abs, bound {ex.parity_tol:g}) on {p.n} observations from real rollouts."]
 
 # %% ../../nbs/80_report.ipynb #8212b017
 def claim_control(recs, bench):
     "PPO against the PID baseline per phase, what actuation delay does to it, and which backends pass the gate."
-    ev = recs.get('evaluate')
+    ev = recs.evaluate
     if not ev: return []
-    ref = f"ppo:{ev['reference']}"
-    wins = [p['phase'] for p in ev['phases'] if np.mean(p['returns'][ref]) > np.mean(p['returns']['pid'])]
-    out = [f"Under {len(ev['phases'])} scenario phases ({ev['episodes']} episodes each), PPO beats the PID baseline in "
-           f"{len(wins)}" + (f" ({esc(', '.join(wins))})" if 0 < len(wins) < len(ev['phases']) else '') + '.']
-    c = ev.get('delay_curve')
-    if c and len(c['ppo']) > 1:
-        half = next((ms for ms, r in zip(c['delay_ms'], c['ppo']) if r < 0.5 * c['ppo'][0]), None)
-        worst = max(c['latency_p99_ms'].values(), default=0.0)
-        periods = None if half is None else half / c['control_period_ms']
-        out.append(f"With no actuation delay PPO returns {c['ppo'][0]:.0f}; "
+    ref = f"ppo:{ev.reference}"
+    wins = [p.phase for p in ev.phases if np.mean(p.returns[ref]) > np.mean(p.returns['pid'])]
+    out = [f"Under {len(ev.phases)} scenario phases ({ev.episodes} episodes each), PPO beats the PID baseline in "
+           f"{len(wins)}" + (f" ({esc(', '.join(wins))})" if 0 < len(wins) < len(ev.phases) else '') + '.']
+    c = ev.delay_curve
+    if len(c.ppo) > 1:
+        half = next((ms for ms, r in zip(c.delay_ms, c.ppo) if r < 0.5 * c.ppo[0]), None)
+        worst = max(c.latency_p99_ms.values(), default=0.0)
+        periods = None if half is None else half / c.control_period_ms
+        out.append(f"With no actuation delay PPO returns {c.ppo[0]:.0f}; "
                    + (f"a delay of {half:g} ms ({periods:g} control period{'' if periods == 1 else 's'}) halves it, "
-                      if half is not None else f"up to {c['delay_ms'][-1]:g} ms of delay never halves it, ")
+                      if half is not None else f"up to {c.delay_ms[-1]:g} ms of delay never halves it, ")
                    + f"while the slowest measured backend's p99 inference latency is {worst * 1e3:.3g} µs.")
-    passed = [b for b, g in ev['gates'].items() if g['passed']]
-    failed = [b for b in ev['gates'] if b not in passed]
-    out.append(f"Gate (SLA met, zero violations, mean return within 1 % of {code(ev['reference'])} in every phase): "
+    passed = [b for b, g in ev.gates.items() if g.passed]
+    failed = [b for b in ev.gates if b not in passed]
+    out.append(f"Gate (SLA met, zero violations, mean return within 1 % of {code(ev.reference)} in every phase): "
                + (f'passed by {_names(passed)}' if passed else 'no backend passes')
                + (f'; failed by {_names(failed)}.' if failed else '.'))
     return out
@@ -483,18 +494,18 @@ def claim_control(recs, bench):
 def claim_residual(recs, bench):
     "What expert + residual did against pure PPO, and whether this policy's expert folded into policy.onnx."
     out = []
-    for st in recs.get('residual_studies') or []:
-        e, f = st['expert_return']['mean'], st['final']
-        hits = {k: first_reaching(st['curves'][k], e) for k in ('ppo', 'residual')}
+    for st in recs.residual_studies:
+        e, f = st.expert_return.mean, st.final
+        hits = {k: first_reaching(st.curves[k], e) for k in ('ppo', 'residual')}
         reach = lambda k: (f"reached the expert's return at step {hits[k]:,}" if hits[k] is not None
                            else "never reached the expert's return")
-        out.append(f"On {esc(st['env_id'])} ({st['timesteps']:,} steps each, seed {st['seed']}): "
-                   f"the {esc(st['expert_kind'])} expert alone returns {e:.1f}; "
-                   f"expert + residual starts at {st['curves']['residual']['mean_return'][0]:.1f}, "
-                   f"ends at {f['residual']['mean']:.1f} and {reach('residual')}; "
-                   f"pure PPO starts at {st['curves']['ppo']['mean_return'][0]:.1f}, "
-                   f"ends at {f['ppo']['mean']:.1f} and {reach('ppo')}.")
-    res = ((recs.get('export') or {}).get('metadata') or {}).get('residual')
+        out.append(f"On {esc(st.env_id)} ({st.timesteps:,} steps each, seed {st.seed}): "
+                   f"the {esc(st.expert_kind)} expert alone returns {e:.1f}; "
+                   f"expert + residual starts at {st.curves['residual'].mean_return[0]:.1f}, "
+                   f"ends at {f['residual'].mean:.1f} and {reach('residual')}; "
+                   f"pure PPO starts at {st.curves['ppo'].mean_return[0]:.1f}, "
+                   f"ends at {f['ppo'].mean:.1f} and {reach('ppo')}.")
+    res = recs.export.metadata.get('residual') if recs.export else None  # as folded into policy.onnx's metadata
     if res:
         out.append(f"This policy is a residual on the {esc(res['expert_kind'])} expert "
                    f"(scale {res['residual_scale']:g}): "
@@ -508,22 +519,21 @@ def claim_residual(recs, bench):
 # %% ../../nbs/80_report.ipynb #97bed666
 def claim_training(recs, bench):
     "How training went and which policy was kept."
-    tr, log = recs.get('train'), recs.get('train_log')
+    tr, log = recs.train, recs.train_log
     if not tr: return []
-    s = (f"Training ran {tr['timesteps']:,} timesteps (preset {code(tr['preset'])}) "
-         f"at {tr['steps_per_s']:,.0f} steps/s "
-         f"and reached a final deterministic return of {tr['final_eval_mean']:.1f} ± {tr['final_eval_std']:.1f} "
-         f"over {tr['final_eval_episodes']} episodes"
-         + (f" seeded from {tr['final_eval_seed']:,}, episodes no policy was selected on"
-            if tr.get('final_eval_seed') is not None else ''))
+    s = (f"Training ran {tr.timesteps:,} timesteps (preset {code(tr.preset)}) at {tr.steps_per_s:,.0f} steps/s "
+         f"and reached a final deterministic return of {tr.final_eval_mean:.1f} ± {tr.final_eval_std:.1f} "
+         f"over {tr.final_eval_episodes} episodes"
+         + (f" seeded from {tr.final_eval_seed:,}, episodes no policy was selected on"
+            if tr.final_eval_seed is not None else ''))
     if log is not None and len(log['timesteps']):
         i = int(np.argmax(log['mean_return']))
         s += f" (best logged evaluation {log['mean_return'][i]:.1f} at {int(log['timesteps'][i]):,} steps)"
-    if tr.get('kept_timesteps', tr['timesteps']) != tr['timesteps']:
-        s += (f"; the deployed policy is the one evaluated best during training, at {tr['kept_timesteps']:,} steps, "
+    if tr.kept_timesteps != tr.timesteps:
+        s += (f"; the deployed policy is the one evaluated best during training, at {tr.kept_timesteps:,} steps, "
               'not the last one')
     return [s + '.' + (' This is a short run: the policy is not expected to control the robot well.'
-                       if tr['timesteps'] < 100_000 else '')]
+                       if tr.timesteps < 100_000 else '')]
 
 # %% ../../nbs/80_report.ipynb #9e5d5ca0
 def _kept(iqm, variant, phase):
@@ -534,7 +544,7 @@ def _kept(iqm, variant, phase):
 # %% ../../nbs/80_report.ipynb #656cda1e
 def claim_sweep(recs, bench):
     "Nominal against randomized training over seeds: IQMs with CIs, the share kept under each disturbance, P(improve)."
-    s = recs.get('sweep')
+    s = recs.sweep
     if not s or 'aggregates' not in s: return []
     st, agg = s['settings'], s['aggregates']
     iqm, n = agg['iqm'], agg['runs_per_variant']
@@ -561,7 +571,7 @@ CLAIMS = (claim_other_records, claim_fastest, claim_tail_and_sla, claim_skipped,
 
 def interpretation(recs):
     "Sentences about this run from the claim functions, every number from this policy's records on the latest machine."
-    bench = current_bench(recs['bench'], recs.get('policy_sha256'))
+    bench = current_bench(recs.bench, recs.policy_sha256)
     return [s for claim in CLAIMS for s in claim(recs, bench)]
 
 # %% ../../nbs/80_report.ipynb #6d17723f
@@ -590,9 +600,9 @@ def _md(text):
 # %% ../../nbs/80_report.ipynb #ba9f7051
 def section_header(recs):
     "Title line: run folder, env, when and where it was measured."
-    b = recs['bench']
-    return [_md(f"# ppo_trt run report\n\nRun folder {code(Path(recs['run_dir']).name)} · env {code(b['env_id'])} · "
-                f"benchmarked {esc(b.get('created', '?'))}  \nMachine: {bold(b['machine_summary'])}")]
+    b = recs.bench
+    return [_md(f"# ppo_trt run report\n\nRun folder {code(Path(recs.run_dir).name)} · env {code(b.env_id)} · "
+                f"benchmarked {esc(b.created or '?')}  \nMachine: {bold(b.machine_summary)}")]
 
 # %% ../../nbs/80_report.ipynb #b4056277
 def section_claims(recs):
@@ -600,27 +610,27 @@ def section_claims(recs):
     return [_md('## What the numbers say\n\n' + '\n'.join(f'- {s}' for s in interpretation(recs)))]
 
 # %% ../../nbs/80_report.ipynb #e8f5c4c0
-def skipped_list(bench):
-    "Markdown: the backends that did not run, one line each with the first sentence of the reason (escaped)."
-    rows = [r for r in bench['records'] if not r['ran']]
+def skipped_list(records):
+    "Markdown: the backends of bench `records` that did not run, one line each with the first sentence of the reason."
+    rows = [r for r in records if not r.ran]
     if not rows: return ''
     return 'Not measured on this machine:\n\n' + '\n'.join(
-        f"- {code(r['backend'])}{' (failed)' if r.get('failed') else ''}: "
-        f"{esc(r['reason'].split('; ')[0].replace('backend ' + r['backend'] + ' cannot run here: ', ''))}"
+        f"- {code(r.backend)}{' (failed)' if r.failed else ''}: "
+        f"{esc(r.reason.split('; ')[0].replace('backend ' + r.backend + ' cannot run here: ', ''))}"
         for r in rows)
 
 # %% ../../nbs/80_report.ipynb #5843d4d3
 def section_latency(recs):
     "Batch-1 latency: the table (records of another policy or machine marked), what did not run, the timer, the CDF."
-    b, cur = recs['bench'], current_bench(recs['bench'], recs.get('policy_sha256'))
-    s, ov = b['settings'], b['timer_overhead']
+    b, cur = recs.bench, current_bench(recs.bench, recs.policy_sha256)
+    s, ov = b.settings, b.timer_overhead
     out = [_md('## Batch-1 latency\n\nPer-call wall time of the checked call `runner(obs)`, what a deployment calls '
                '(input checked, a new output array, thread-safe), after warmup, GC off. The hot path `runner.run(obs)` '
                '(the caller guarantees the input: no conversion, no finiteness check, a reused output) was timed in '
                'alternating blocks with it.\n\n'
-               + latency_table(b, recs.get('policy_sha256')) + '\n\n' + skipped_list(cur) +
-               f"\n\n{esc(s['warmup'])} warmup + {esc(s['iters'])} timed calls per backend · timer overhead "
-               f"{ov['p50_ns']:.0f} ns (p50), not subtracted · threads per backend: {esc(s['threads'])}")]
+               + latency_table(b, recs.policy_sha256) + '\n\n' + skipped_list(cur.records) +
+               f"\n\n{esc(s.warmup)} warmup + {esc(s.iters)} timed calls per backend · timer overhead "
+               f"{ov.p50_ns:.0f} ns (p50), not subtracted · threads per backend: {esc(s.threads)}")]
     if records_by(cur, 'latency'):
         out.append(figure_html(plot_latency_cdf(cur),
                                'Latency CDF per backend, and the tail: fraction of calls slower than x'))
@@ -629,7 +639,7 @@ def section_latency(recs):
 # %% ../../nbs/80_report.ipynb #71f420bd
 def section_throughput(recs):
     "Batch sweep: throughput and cost per action per backend, and the fastest backend per batch size."
-    cur = current_bench(recs['bench'], recs.get('policy_sha256'))
+    cur = current_bench(recs.bench, recs.policy_sha256)
     if not records_by(cur, 'sweep'): return []
     return [_md('## Batch sweep\n\nThroughput is batch size / mean time of the checked call.'),
             figure_html(plot_batch_sweep(cur), 'Throughput and cost per action against batch size, per backend'),
@@ -641,8 +651,8 @@ def section_throughput(recs):
 # %% ../../nbs/80_report.ipynb #6fb7e224
 def section_gpu(recs):
     "GPU backends: end-to-end against kernel-only timings (only when a GPU backend ran)."
-    cur = current_bench(recs['bench'], recs.get('policy_sha256'))
-    if not any('kernel_only' in r for r in records_by(cur, 'latency')): return []
+    cur = current_bench(recs.bench, recs.policy_sha256)
+    if not any(r.kernel_only for r in records_by(cur, 'latency')): return []
     return [_md('## GPU: end-to-end vs kernel-only\n\nEnd-to-end is host observation in, host action out; '
                 'kernel-only is the device time of the execution alone (CUDA events, data already on the device).\n\n'
                 + kernel_table(cur))]
@@ -650,7 +660,7 @@ def section_gpu(recs):
 # %% ../../nbs/80_report.ipynb #5fc53102
 def section_closed_loop(recs):
     "The closed control loop: `runner(obs)` + `env.step` per control step."
-    cur = current_bench(recs['bench'], recs.get('policy_sha256'))
+    cur = current_bench(recs.bench, recs.policy_sha256)
     if not records_by(cur, 'closed-loop'): return []
     return [_md('## Closed control loop\n\nThe checked call plus `env.step` per control step, '
                 'as a controller runs it.\n\n' + closed_loop_table(cur))]
@@ -658,7 +668,7 @@ def section_closed_loop(recs):
 # %% ../../nbs/80_report.ipynb #0f04c3c8
 def section_soak(recs):
     "Soak windows (only when the bench soaked)."
-    cur = current_bench(recs['bench'], recs.get('policy_sha256'))
+    cur = current_bench(recs.bench, recs.policy_sha256)
     if not records_by(cur, 'soak'): return []
     return [_md('## Soak\n\nBatch-1 latency per window of calls: drift shows as a moving p50, '
                 'tail growth as a moving p99.\n\n' + soak_table(cur))]
@@ -679,7 +689,7 @@ def _sweep_figure(s):
 # %% ../../nbs/80_report.ipynb #20ab16fc
 def section_sweep(recs):
     "Seeds x variants (when the run folder holds `sweep/sweep.json`): IQM per phase with CIs, the delay curve."
-    s = recs.get('sweep')
+    s = recs.sweep
     if not s or 'aggregates' not in s: return []
     st, ray = s['settings'], s.get('ray') or {}
     out = [_md(f"## Robustness over seeds: nominal vs randomized training\n\n`ppo-trt sweep`: {len(st['seeds'])} seeds "
@@ -695,45 +705,44 @@ def section_sweep(recs):
 # %% ../../nbs/80_report.ipynb #81681288
 def section_control(recs):
     "Control quality per scenario phase, and the latency → return curve (when evaluate ran)."
-    ev = recs.get('evaluate')
+    ev = recs.evaluate
     if not ev: return []
     out = [_md('## Control quality per scenario phase\n\nPPO through each backend in the safe control loop '
                '(PID fallback), beside the PID baseline, on identical seeds (`ppo-trt evaluate`).\n\n'
-               + evaluation_table(ev, recs.get('policy_sha256')))]
-    if ev.get('delay_curve'):
-        out.append(figure_html(plot_delay_curve(ev['delay_curve']),
+               + evaluation_table(ev, recs.policy_sha256))]
+    if ev.delay_curve.delay_steps:
+        out.append(figure_html(plot_delay_curve(ev.delay_curve),
                                'Mean return against injected actuation delay, PPO and PID'))
     return out
 
 # %% ../../nbs/80_report.ipynb #68c887ef
 def section_residual(recs):
     "Expert + residual against pure PPO (when a residual study is in the folder)."
-    studies = recs.get('residual_studies') or []
+    studies = recs.residual_studies
     if not studies: return []
     return ([_md('## Expert + residual\n\nReturn vs timesteps for pure PPO and for a residual on an expert, same env, '
                  'seed, preset and budget (`ppo-trt residual-study`); the expert alone on the same evaluation '
                  'seeds.\n\n' + residual_study_table(studies))]
             + [figure_html(plot_residual_study(st),
-                           f"Return against timesteps on {st['env_id']}: pure PPO, expert + residual, expert")
+                           f"Return against timesteps on {st.env_id}: pure PPO, expert + residual, expert")
                for st in studies])
 
 # %% ../../nbs/80_report.ipynb #5f34be69
 def section_env_bench(recs):
     "Batched environments against gymnasium's vector envs (when env-bench ran)."
-    ebs = recs.get('env_benches') or []
+    ebs = recs.env_benches
     if not ebs: return []
     return [_md("## Batched environments\n\nEnv steps/s of the torch-batched envs (env only; + MLP inference; "
                 "+ PPO training) against gymnasium's SyncVectorEnv / AsyncVectorEnv in the same process "
                 "(`ppo-trt env-bench`).\n\n"
-                + '\n\n'.join(f"{esc(eb['cpu'])}, GPU: {esc(eb.get('gpu') or 'none')}, "
-                              f"torch threads {esc(eb.get('torch_threads'))}\n\n"
+                + '\n\n'.join(f"{esc(eb.cpu)}, GPU: {esc(eb.gpu or 'none')}, torch threads {esc(eb.torch_threads)}\n\n"
                               + env_bench_table(eb) for eb in ebs))]
 
 # %% ../../nbs/80_report.ipynb #7b701919
 def section_training(recs):
     "The learning curve and the kept policy."
-    if recs.get('train_log') is None: return []
-    return [_md('## Training'), figure_html(plot_learning_curve(recs['train_log'], recs.get('train')),
+    if recs.train_log is None: return []
+    return [_md('## Training'), figure_html(plot_learning_curve(recs.train_log, recs.train),
                                             'Evaluation return against timesteps, the kept policy marked')]
 
 # %% ../../nbs/80_report.ipynb #3146f5cb
@@ -743,19 +752,19 @@ def _ops(ops):
 # %% ../../nbs/80_report.ipynb #62cd1b8d
 def section_export(recs):
     "Export parity: ONNX Runtime against the trained agent."
-    ex = recs.get('export')
+    ex = recs.export
     if not ex: return []
-    p, t = ex['parity_ort_cpu'], ex['parity_torch']
-    return [_md(f"## Export parity\n\nONNX opset {esc(ex['opset'])}; {_ops(ex['ops'])}; {ex['onnx_bytes']:,} bytes.  \n"
-                f"ONNX Runtime against the trained agent: max abs err {p['max_abs_err']:.2e}, "
-                f"mean {p['mean_abs_err']:.2e} on {p['n']:,} rollout observations (bound {ex['parity_tol']:g}); "
-                f"the torch module: {t['max_abs_err']:.2e}. Reference "
-                f"normalisation: {esc(ex.get('parity_reference_norm', 'obs_norm.json'))}.")]
+    p, t = ex.parity_ort_cpu, ex.parity_torch
+    return [_md(f"## Export parity\n\nONNX opset {esc(ex.opset)}; {_ops(ex.ops)}; {ex.onnx_bytes:,} bytes.  \n"
+                f"ONNX Runtime against the trained agent: max abs err {p.max_abs_err:.2e}, "
+                f"mean {p.mean_abs_err:.2e} on {p.n:,} rollout observations (bound {ex.parity_tol:g}); "
+                f"the torch module: {t.max_abs_err:.2e}. Reference "
+                f"normalisation: {esc(ex.parity_reference_norm or 'obs_norm.json')}.")]
 
 # %% ../../nbs/80_report.ipynb #7ad9730e
 def section_machine(recs):
     "The machine the bench ran on, and the package versions."
-    m = recs['bench']['machine']
+    m = recs.bench.machine  # core.machine.probe(): free-form facts
     say = lambda v: 'not exposed by the kernel' if v is None else v
     rows = [(k, say(m.get(k)))
             for k in ('cpu', 'logical_cpus', 'affinity', 'governor', 'platform', 'python', 'torch_threads')]
@@ -765,14 +774,14 @@ def section_machine(recs):
 # %% ../../nbs/80_report.ipynb #ab3707e9
 def section_not_measured(recs):
     "One line naming what this run did not measure and the command that would."
-    cur, missing = current_bench(recs['bench'], recs.get('policy_sha256')), []
-    if not recs.get('evaluate'): missing.append('control quality (`ppo-trt evaluate`)')
+    cur, missing = current_bench(recs.bench, recs.policy_sha256), []
+    if not recs.evaluate: missing.append('control quality (`ppo-trt evaluate`)')
     if not records_by(cur, 'soak'): missing.append('a soak (`ppo-trt bench --soak`)')
-    if not recs.get('residual_studies'): missing.append('expert + residual (`ppo-trt residual-study`)')
-    if not recs.get('env_benches'): missing.append('batched environments (`ppo-trt env-bench`)')
-    sweep = f"ppo-trt sweep --out {recs['run_dir']}/{SWEEP_DIR}"
-    if not recs.get('sweep'): missing.append(f'seeds x variants ({code(sweep)})')
-    if not any('kernel_only' in r for r in records_by(cur, 'latency')):
+    if not recs.residual_studies: missing.append('expert + residual (`ppo-trt residual-study`)')
+    if not recs.env_benches: missing.append('batched environments (`ppo-trt env-bench`)')
+    sweep = f"ppo-trt sweep --out {recs.run_dir}/{SWEEP_DIR}"
+    if not recs.sweep: missing.append(f'seeds x variants ({code(sweep)})')
+    if not any(r.kernel_only for r in records_by(cur, 'latency')):
         missing.append('GPU kernel-only timings (a CUDA GPU)')
     return [_md('## Not measured in this run\n\n' + '; '.join(missing) + '.')] if missing else []
 

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 import numpy as np
 from ..core.files import save_json
+from ..core.records import ResidualStudyRecord, record
 from ..train.sb3 import train, read_train_log
 from ..envs.controllers import rollout_returns
 from ..export.deployment import (make_expert, check_residual_settings, residual_record,
@@ -48,12 +49,12 @@ def residual_study(out_dir, env_id='InvertedPendulum-v4', expert='pid', residual
     er = rollout_returns(_ExpertPolicy(ex), env_id, episodes=n_eval_episodes, seed=seed + 10_000)
     curves = {k: {c: v.tolist() for c, v in read_train_log(out/f'{env_id}-{k}'/'train_log.csv').items()
                   if c in ('timesteps', 'mean_return', 'std_return')} for k in recs}
-    study = dict(env_id=env_id, expert=ex.spec, expert_kind=ex.kind, residual_scale=residual_scale, seed=seed,
-                 preset=preset_name, timesteps=recs['ppo']['timesteps'],
-                 expert_return=dict(mean=float(er.mean()), std=float(er.std()), episodes=len(er)), curves=curves,
-                 final={k: dict(mean=r['final_eval_mean'], std=r['final_eval_std'], kept_timesteps=r['kept_timesteps'])
-                        for k, r in recs.items()},
-                 wall_s=round(time.perf_counter() - t0, 1))
+    study = record(ResidualStudyRecord, env_id=env_id, expert=ex.spec, expert_kind=ex.kind,
+                   residual_scale=residual_scale, seed=seed, preset=preset_name, timesteps=recs['ppo'].timesteps,
+                   expert_return=dict(mean=float(er.mean()), std=float(er.std()), episodes=len(er)), curves=curves,
+                   final={k: dict(mean=r.final_eval_mean, std=r.final_eval_std, kept_timesteps=r.kept_timesteps)
+                          for k, r in recs.items()},
+                   wall_s=round(time.perf_counter() - t0, 1))
     save_json(Path(record_dir or out)/f'residual_study_{env_id}.json', study)
     return study
 
@@ -67,5 +68,5 @@ class _ExpertPolicy:
 # %% ../../nbs/71_residual_study.ipynb #5d8195cd
 def first_reaching(curve, level):
     "Timesteps at which a learning curve first reaches `level` (None if never)."
-    hit = [int(t) for t, r in zip(curve['timesteps'], curve['mean_return']) if r >= level]
+    hit = [int(t) for t, r in zip(curve.timesteps, curve.mean_return) if r >= level]
     return hit[0] if hit else None

@@ -17,7 +17,7 @@ from ..envs.specs import env_spec, env_ids
 from ..envs.gym import check_randomize, format_randomize, check_phases, env_phases, HELD_OUT_SEED_OFFSET
 from ..train.sb3 import train, preset
 from ..export.onnx import export
-from ..measure.evaluate import evaluate, EvaluationReport, DELAY_STEPS
+from ..measure.evaluate import evaluate, DELAY_STEPS
 from ..backends import registry as B
 
 # %% auto #0
@@ -133,14 +133,14 @@ def run_finished(run_dir, settings, seed):
     "True when `run_dir` holds a sound evaluation of its policy for every phase of the sweep, trained with `seed`."
     run = RunDir(run_dir)
     if not run.has('evaluate_record'): return False
-    try: rep, rec = EvaluationReport.load(run.path('evaluate_record')), load_artifact(run, 'train_record')
+    try: rep, rec = load_artifact(run, 'evaluate_record'), load_artifact(run, 'train_record')
     except PpoTrtError: return False
-    if (rec['seed'], rec['env_id'], rep.episodes, rep.seed) != (seed, settings['env_id'], settings['episodes'],
-                                                                settings['eval_seed']):
+    if (rec.seed, rec.env_id, rep.episodes, rep.seed) != (seed, settings['env_id'], settings['episodes'],
+                                                          settings['eval_seed']):
         return False
     key = f"ppo:{settings['backend']}"
     done = {p.phase for p in rep.phases if len(p.returns.get(key, [])) == rep.episodes}
-    same_curve = rep.delay_curve.get('delay_steps', []) == settings.get('delay_steps', [])
+    same_curve = rep.delay_curve.delay_steps == settings.get('delay_steps', [])
     return set(settings['phases']) <= done and same_curve and not lineage_problems(run)
 
 # %% ../../nbs/70_sweep.ipynb #99a37f0c
@@ -149,7 +149,7 @@ def reusable_stages(run_dir, settings, seed):
     run = RunDir(run_dir)
     try:
         rec = load_artifact(run, 'train_record')
-        same = (rec['seed'], rec['env_id']) == (seed, settings['env_id'])
+        same = (rec.seed, rec.env_id) == (seed, settings['env_id'])
         if not (same and run.has('policy') and run.has('obs_norm')): return ()
         require_fresh(run, 'export')
     except PpoTrtError: return ()
@@ -215,15 +215,15 @@ def run_one(out_dir, settings, variant, seed):
 def run_result(run_dir, settings, variant, seed):
     "One run's summary for sweep.json: per-phase and per-delay mean returns (PPO and PID), training time and speed."
     run = RunDir(run_dir)
-    rep, rec = EvaluationReport.load(run.path('evaluate_record')), load_artifact(run, 'train_record')
+    rep, rec = load_artifact(run, 'evaluate_record'), load_artifact(run, 'train_record')
     by_phase = {p.phase: p.means for p in rep.phases}
     key, curve = f"ppo:{settings['backend']}", rep.delay_curve
     return dict(variant=variant, seed=seed, dir=f'runs/{run.root.name}',
                 returns={p: by_phase[p][key] for p in settings['phases']},
                 pid_returns={p: by_phase[p]['pid'] for p in settings['phases']},
-                train_wall_s=rec['wall_s'], steps_per_s=rec['steps_per_s'], timesteps=rec['timesteps'],
-                final_eval_mean=rec['final_eval_mean'], env_backend=rec.get('env_backend', 'gymnasium (SB3)'),
-                delay_returns=curve.get('ppo', []), pid_delay_returns=curve.get('pid', []), evaluated=rep.created)
+                train_wall_s=rec.wall_s, steps_per_s=rec.steps_per_s, timesteps=rec.timesteps,
+                final_eval_mean=rec.final_eval_mean, env_backend=rec.env_backend or 'gymnasium (SB3)',
+                delay_returns=curve.ppo, pid_delay_returns=curve.pid, evaluated=rep.created)
 
 # %% ../../nbs/70_sweep.ipynb #586e4019
 @contextmanager

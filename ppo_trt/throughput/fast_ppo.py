@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from ..core.run_folder import RunDir, RunConfig
 from ..core.files import BadInputError, PpoTrtError, atomic_path, save_json, sha256_file
-from ..core.records import locked, remove_derived
+from ..core.records import TrainRecord, locked, record, remove_derived
 from ..core.machine import thread_plan
 from ..envs.specs import env_spec
 from ..envs.gym import make_env, env_spaces, training_seeds, check_randomize
@@ -442,6 +442,7 @@ def _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target, dev, co
         (norm.obs_norm() if norm else ObsNorm(np.zeros(spaces['obs_dim']), np.ones(spaces['obs_dim']) - 1e-8,
                                               1e9, 1e-8)).save(run.path('obs_norm'))
         rec.update(policy_sha256=sha256_file(run.path('policy')), obs_norm_sha256=sha256_file(run.path('obs_norm')))
+    rec = record(TrainRecord, **rec)
     save_json(run.path('train_record'), rec)
     return rec
 
@@ -456,14 +457,13 @@ def sb3_vs_fast(env_id='Hopper-v4', sb3_timesteps=20_480, fast_timesteps=204_800
         if progress: print(f'[ppo-trt] SB3 PPO, {sb3_timesteps:,} steps of {env_id} ...', flush=True)
         rec = train(Path(d)/'sb3', env_id, timesteps=sb3_timesteps, eval_freq=sb3_timesteps, n_eval_episodes=1,
                     final_eval_episodes=1, progress=False)
-        rows.append(dict(trainer='SB3 PPO', envs='gymnasium, 1 env', torch_threads=rec['torch_threads'],
-                         timesteps=rec['timesteps'],
-                         wall_s=rec['wall_s'], steps_per_s=rec['steps_per_s']))
+        rows.append(dict(trainer='SB3 PPO', envs='gymnasium, 1 env', torch_threads=rec.torch_threads,
+                         timesteps=rec.timesteps, wall_s=rec.wall_s, steps_per_s=rec.steps_per_s))
         if progress: print(f'[ppo-trt] fast PPO, {fast_timesteps:,} steps of {env_id} ...', flush=True)
         rec = fast_train(Path(d)/'fast', env_id, fast_timesteps, randomize=randomize, num_threads=num_threads,
                          eval_every=10 ** 9, eval_episodes=1, final_eval_episodes=1, progress=False)
-        rows.append(dict(trainer='fast PPO', envs=rec['env_backend'], torch_threads=rec['torch_threads'],
-                         timesteps=rec['timesteps'], wall_s=rec['wall_s'], steps_per_s=rec['steps_per_s']))
+        rows.append(dict(trainer='fast PPO', envs=rec.env_backend, torch_threads=rec.torch_threads,
+                         timesteps=rec.timesteps, wall_s=rec.wall_s, steps_per_s=rec.steps_per_s))
     for r in rows: r['vs_sb3'] = r['steps_per_s'] / rows[0]['steps_per_s']
     return rows
 
@@ -480,5 +480,5 @@ def train_throughput(env_id='CartPole-v1', num_envs=(32, 1024, 65536), device='c
                              target_return=None, eval_every=10 ** 9, eval_episodes=4, progress=False)
         rows.append(dict(env_id=env_id, num_envs=n, device=str(resolve_device(device)), level='env+inference+training',
                          impl=f'fast_ppo, {s.epochs} epochs x {s.minibatches} minibatches',
-                         steps_per_s=rec['steps_per_s']))
+                         steps_per_s=rec.steps_per_s))
     return rows

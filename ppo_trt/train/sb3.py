@@ -12,7 +12,7 @@ from ..core.run_folder import RunConfig, RunDir, check_timesteps
 from ..core.files import (BadInputError, BadArtifactError, PpoTrtError, atomic_path, save_json, sha256_file,
                                 error_line)
 from ..core.machine import package_version, thread_plan
-from ..core.records import read_record, load_artifact, locked, remove_derived
+from ..core.records import BestRecord, TrainRecord, read_record, record, load_artifact, locked, remove_derived
 from ..envs.specs import env_spec
 from ..envs.gym import (quiet_gym_warnings, make_env, env_spaces, Randomized, check_randomize, format_randomize,
                               SELECTION_SEED_OFFSET, HELD_OUT_SEED_OFFSET)
@@ -75,7 +75,7 @@ def _make_log_callback(eval_env, log_path, eval_freq, n_eval_episodes, t0, steps
                 with atomic_path(best_dir/'best.zip') as tmp: self.model.save(tmp)
                 ObsNorm.from_vecnormalize(self.training_env).save(best_dir/'best_obs_norm.json')
                 with atomic_path(best_dir/'best_vecnormalize.pkl') as tmp: self.training_env.save(str(tmp))
-                save_json(best_dir/'best.json', dict(timesteps=self.num_timesteps, mean_return=self.best))
+                save_json(best_dir/'best.json', record(BestRecord, timesteps=self.num_timesteps, mean_return=self.best))
             if say: say(f'step {self.num_timesteps:,}/{planned:,}: eval return {r.mean():.1f} ± {r.std():.1f} '
                         f'(best {self.best:.1f}), {(self.num_timesteps - steps0) / max(wall, 1e-9):,.0f} steps/s')
             return True
@@ -97,7 +97,7 @@ def _truncate_timeline(run, steps):
             w = csv.DictWriter(f, LOG_FIELDS); w.writeheader()
             w.writerows(r for r in rows if int(float(r['timesteps'])) <= steps)
     best = run.path('checkpoints')/'best.json'
-    if best.exists() and read_record(best, 'checkpoints/best.json', run.root)['timesteps'] > steps:
+    if best.exists() and read_record(best, 'checkpoints/best.json', run.root).timesteps > steps:
         for name in ('best.json', 'best.zip', 'best_obs_norm.json', 'best_vecnormalize.pkl'):
             (run.path('checkpoints')/name).unlink(missing_ok=True)
 
@@ -152,8 +152,7 @@ def _best_saved(run):
     if not all((ck/f).exists() for f in ('best.json', 'best.zip', 'best_obs_norm.json', 'best_vecnormalize.pkl')):
         return None
     best = read_record(ck/'best.json', 'checkpoints/best.json', run.root)
-    return dict(timesteps=best['timesteps'], mean_return=best['mean_return'],
-                norm=ObsNorm.load(ck/'best_obs_norm.json'))
+    return dict(timesteps=best.timesteps, mean_return=best.mean_return, norm=ObsNorm.load(ck/'best_obs_norm.json'))
 
 # %% ../../nbs/20_train.ipynb #0481e4b2
 def _best_logged(run):
@@ -163,11 +162,11 @@ def _best_logged(run):
 # %% ../../nbs/20_train.ipynb #a2ab0c50
 def _check_same_training(run, old, residual, randomize):
     "Refuse resuming with other residual settings or randomize ranges than config.json's `old`."
-    if old.get('residual') != residual:
-        raise BadInputError(f"{run.root} was trained with residual settings {old.get('residual')}, not {residual}; "
+    if old.residual != residual:
+        raise BadInputError(f"{run.root} was trained with residual settings {old.residual}, not {residual}; "
                             'resume with the same --expert/--residual-scale, or pass --force to start over')
-    if old.get('randomize') != randomize:
-        raise BadInputError(f"{run.root} was trained with randomize {format_randomize(old.get('randomize'))}, "
+    if old.randomize != randomize:
+        raise BadInputError(f"{run.root} was trained with randomize {format_randomize(old.randomize)}, "
                             f'not {format_randomize(randomize)}; resume with the same randomize ranges, '
                             'or pass --force to start over')
 
@@ -183,8 +182,8 @@ def _check_start(run, env_id, resume, force, residual, randomize=None):
                             'drop --resume to train from scratch')
     if run.has('config') and (resume or not force):
         old = load_artifact(run, 'config')
-        if old['env_id'] != env_id:
-            raise BadInputError(f"{run.root} holds a run for {old['env_id']}, not {env_id}; use another --run-dir")
+        if old.env_id != env_id:
+            raise BadInputError(f"{run.root} holds a run for {old.env_id}, not {env_id}; use another --run-dir")
         if resume: _check_same_training(run, old, residual, randomize)
     if run.has('policy') and not resume and not force:
         raise PpoTrtError(f'{run.root} already holds a trained policy; pass --resume to continue it, '
@@ -289,17 +288,17 @@ def train(run_dir, env_id='Hopper-v4', seed=0, timesteps=None, preset_name='seed
     mean_r, std_r = _held_out_evaluation(model, norm, env_id, seed, wrap_env, final_eval_episodes)
     with atomic_path(run.path('policy')) as tmp: model.save(tmp)
     norm.save(run.path('obs_norm'))
-    record = dict(schema_version=2, env_id=env_id, seed=seed, preset=preset_name, timesteps=int(total_steps), keep=keep,
-                  kept_timesteps=int(kept_steps), trained_this_call=int(total_steps - steps0),
-                  resumed_from=ckpt[0] if ckpt else None, wall_s=round(wall, 2),
-                  steps_per_s=round((total_steps - steps0) / max(wall, 1e-9), 1),
-                  final_eval_mean=float(mean_r), final_eval_std=float(std_r), final_eval_episodes=final_eval_episodes,
-                  selection_eval_seed=seed + SELECTION_SEED_OFFSET, final_eval_seed=seed + HELD_OUT_SEED_OFFSET,
-                  torch_threads=threads['torch_threads'], thread_plan=threads, hyperparameters=p['ppo'],
-                  policy_kwargs=p['policy_kwargs'],
-                  # the env's spaces, not a wrapper's
-                  **env_spaces(venv.envs[0].unwrapped), residual=residual, randomize=randomize, versions=_versions(),
-                  policy_sha256=sha256_file(run.path('policy')), obs_norm_sha256=sha256_file(run.path('obs_norm')))
-    save_json(run.path('train_record'), record)
+    rec = record(TrainRecord, env_id=env_id, seed=seed, preset=preset_name, timesteps=int(total_steps), keep=keep,
+                 kept_timesteps=int(kept_steps), trained_this_call=int(total_steps - steps0),
+                 resumed_from=ckpt[0] if ckpt else None, wall_s=round(wall, 2),
+                 steps_per_s=round((total_steps - steps0) / max(wall, 1e-9), 1),
+                 final_eval_mean=float(mean_r), final_eval_std=float(std_r), final_eval_episodes=final_eval_episodes,
+                 selection_eval_seed=seed + SELECTION_SEED_OFFSET, final_eval_seed=seed + HELD_OUT_SEED_OFFSET,
+                 torch_threads=threads['torch_threads'], thread_plan=threads, hyperparameters=p['ppo'],
+                 policy_kwargs=p['policy_kwargs'],
+                 # the env's spaces, not a wrapper's
+                 **env_spaces(venv.envs[0].unwrapped), residual=residual, randomize=randomize, versions=_versions(),
+                 policy_sha256=sha256_file(run.path('policy')), obs_norm_sha256=sha256_file(run.path('obs_norm')))
+    save_json(run.path('train_record'), rec)
     venv.close(); eval_env.close()
-    return record
+    return rec
