@@ -2,7 +2,9 @@
 playwright, no browser download) loads every page from file:// and from a local server with every other request
 aborted, and checks: no console errors, every image decoded, every internal link and anchor resolves, search answers,
 the results page shows the latency table, a run's report page shows its records' text as text, and no file points at
-the network."""
+the network; and at a 1400 px window every table shows all its columns (or scrolls in its own box with its first column
+in view), no figure is shrunk below 60 % of its size, no cell is empty or shows an `In [ ]:` prompt, and each page's
+navigation entry is its title."""
 import functools, http.server, os, re, shutil, subprocess, sys, threading
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -122,6 +124,102 @@ def test_search(site, base, browser, query, expect):
     w.page.locator('.md-search-result__item').first.wait_for(state='visible', timeout=10000)
     texts = w.page.locator('.md-search-result__item').all_inner_texts()
     assert any(expect.lower() in t.lower() for t in texts), texts
+    assert not w.blocked and not w.errors, (w.blocked, w.errors)
+    w.ctx.close()
+
+
+WINDOW = dict(width=1400, height=900)
+LAYOUT = """() => {
+  const article = document.querySelector('article.md-content__inner');
+  const box = t => { // the box that shows the table: the nearest one that clips it, else the content column
+    for (let p = t.parentElement; p && p !== article; p = p.parentElement)
+      if (getComputedStyle(p).overflowX !== 'visible') return p;
+    return article; };
+  const scrolls = b => /^(auto|scroll)$/.test(getComputedStyle(b).overflowX) && b !== article;
+  const sticky = t => { const c = t.querySelector('tr > :first-child');
+    return !!c && getComputedStyle(c).position === 'sticky'; };
+  const tables = [...article.querySelectorAll('table')].filter(t => t.offsetParent !== null).map(t => {
+    const b = box(t), w = t.getBoundingClientRect().width;
+    return {width: Math.round(w), box: b.clientWidth, fits: w <= b.clientWidth + 1, scrolls: scrolls(b) && sticky(t),
+            head: [...t.querySelectorAll('th')].slice(0, 3).map(h => h.innerText).join(' | ')}; });
+  const images = [...article.querySelectorAll('img')].filter(i => i.offsetParent !== null && i.naturalWidth).map(i => {
+    const size = Math.min(i.naturalWidth, Number(i.getAttribute('width')) || Infinity); // width=: drawn for 2x screens
+    return {scale: i.getBoundingClientRect().width / size, alt: i.alt.slice(0, 60),
+            zoom: !!i.closest('a.glightbox')}; });
+  const cells = [...article.querySelectorAll('.jp-Cell')].filter(c => !c.innerText.trim() && !c.querySelector('img'));
+  const prompts = [...article.querySelectorAll('.jp-InputPrompt, .jp-OutputPrompt')].filter(p => p.innerText.trim());
+  const active = document.querySelector('.md-nav--primary .md-nav__link--active');
+  return {tables, images, empty_cells: cells.length, prompts: prompts.length, width: article.clientWidth,
+          h1: [...article.querySelectorAll('h1')].map(h => h.innerText.replace(/¶$/, '').trim()),
+          h1_outputs: article.querySelectorAll('.jp-OutputArea h1').length,
+          nav: active ? active.innerText.trim() : null}; }"""
+
+
+@pytest.fixture(scope='module')
+def layout(site, browser):
+    "What each page looks like in a 1400 px window (file://): its tables, figures, cells, titles and navigation entry."
+    ctx = browser.new_context(viewport=WINDOW, service_workers='block')
+    page, seen = ctx.new_page(), {}
+    for p in sorted(site.glob('*.html')):
+        if p.name == '404.html': continue
+        page.goto(p.as_uri(), wait_until='load')
+        seen[p.name] = page.evaluate(LAYOUT)
+    ctx.close()
+    return seen
+
+
+def test_every_table_shows_all_its_columns(layout):
+    cut = [f"{page}: table [{t['head']}] is {t['width']} px in a {t['box']} px box"
+           for page, s in layout.items() for t in s['tables'] if not (t['fits'] or t['scrolls'])]
+    assert sum(len(s['tables']) for s in layout.values()) >= 50 and not cut, '\n'.join(cut)
+    for page in ('results.html', 'index.html'):  # the pages a reader reads first: every column without scrolling
+        assert all(t['fits'] for t in layout[page]['tables']), layout[page]['tables']
+
+
+def test_every_figure_is_shown_at_a_readable_size(layout):
+    small = [f"{page}: {i['alt']!r} at {i['scale']:.0%} of its size" for page, s in layout.items()
+             for i in s['images'] if i['scale'] < 0.6]
+    assert not small, '\n'.join(small)
+    figures = [i for s in layout.values() for i in s['images']]
+    assert len(figures) >= 20 and all(i['zoom'] for i in figures)  # every figure enlarges on a click
+
+
+def test_pages_have_one_title_no_prompts_no_empty_cells(layout):
+    titled_once = lambda s: len(s['h1']) - s['h1_outputs'] == 1 or len(s['h1']) == 1  # a demo's output may show one
+    bad = [f"{page}: {s['prompts']} prompts, {s['empty_cells']} empty cells, titles {s['h1']}"
+           for page, s in layout.items() if s['prompts'] or s['empty_cells'] or not titled_once(s)]
+    assert not bad, '\n'.join(bad)
+    named = {page: (s['nav'], s['h1'][0]) for page, s in layout.items()
+             if page not in ('index.html', 'run_report.html')}  # the README's title and a run's own
+    assert all(nav == h1 for nav, h1 in named.values()), {p: t for p, t in named.items() if t[0] != t[1]}
+    assert named['results.html'] == ('Results', 'Results') and layout['results.html']['h1'] == ['Results']
+    assert named['report.html'][0] == 'Report (API)'
+    assert named['bench.html'][0] == 'Latency benchmark'  # a title, not the module's name
+
+
+def test_navigation_has_one_results_entry_after_home(site, browser):
+    page = browser.new_page(viewport=WINDOW)
+    page.goto((site/'bench.html').as_uri(), wait_until='load')
+    top = page.evaluate("""() => [...document.querySelectorAll('.md-nav--primary > .md-nav__list > .md-nav__item')]
+        .map(li => li.querySelector('a, label').innerText.trim())""")
+    links = page.evaluate("""() => [...document.querySelectorAll('.md-nav--primary a.md-nav__link')]
+        .map(a => [a.innerText.trim(), a.getAttribute('href')])""")
+    page.close()
+    assert top[:3] == ['Home', 'Results', 'Run report'] and top[3:5] == ['Core', 'Environments'], top
+    assert [t for t, h in links if h.split('#')[0] == 'results.html'] == ['Results'], links
+
+
+def test_a_figure_enlarges_on_a_click(site, browser):
+    w = Watched(browser, site.as_uri())
+    w.page.set_viewport_size(WINDOW)
+    w.page.goto(f'{site.as_uri()}/results.html', wait_until='load')
+    fig = w.page.locator('a.glightbox img').first
+    shown = fig.bounding_box()['width']
+    fig.click()
+    big = w.page.locator('.glightbox-container .gslide.current img')
+    big.wait_for(state='visible', timeout=5000)
+    w.page.wait_for_timeout(600)  # the zoom animation
+    assert big.bounding_box()['width'] > shown * 1.05 and big.evaluate('i => i.naturalWidth') > 0
     assert not w.blocked and not w.errors, (w.blocked, w.errors)
     w.ctx.close()
 

@@ -10,6 +10,9 @@
 3. Method anchors: nbdev's symbol links (`RunDir.require` -> page.html#rundir.require) point at
    an anchor that only exists when that method has its own show_doc; otherwise point them at
    the class (`#rundir`), which is where the method's source is shown.
+4. One copy of each inline figure: mkdocs-glightbox links every image to its own `src`, which
+   for a notebook's figures is the whole PNG as a data: URL, so each page carried its figures
+   twice; the link's copy is dropped and set from its image in the browser before GLightbox starts.
 """
 import re
 from pathlib import Path
@@ -40,7 +43,20 @@ def _dedup_ids(html):
     return _heading.sub(f, html)
 
 
+_data_href = re.compile(r'(<a class="glightbox"[^>]*?) href="data:[^"]*"')
+_set_href = ('<script>document.querySelectorAll("a.glightbox:not([href])").forEach(a => {'
+             ' const img = a.querySelector("img"); if (img) a.href = img.src; });</script>')
+
+
+def _one_copy(html):
+    init = '<script id="init-glightbox">'
+    if init not in html: return html
+    html, n = _data_href.subn(r'\1', html)
+    return html.replace(init, _set_href + init, 1) if n else html
+
+
 def on_post_page(output, page, config, **kw):
+    output = _one_copy(output)
     if 'jupyter-wrapper' not in output: return output   # only notebook pages
     output = _mathjax.sub('', output)
     output = _empty_src.sub('', output)
