@@ -225,7 +225,7 @@ def plot_latency_cdf(bench):
     a2.set(xscale='log', yscale='log', xlabel='batch-1 call latency (µs, log)',
            ylabel='fraction of calls slower than x (log)', title='The tail: p99 at 1e-2, p99.9 at 1e-3')
     for a in (a1, a2): a.grid(alpha=.3, which='both')
-    a1.legend(fontsize=8)
+    a1.legend()
     return fig
 
 # %% ../../nbs/80_report.ipynb #0608ee08
@@ -259,7 +259,7 @@ def plot_delay_curve(curve):
     ax.set(xlabel=f"actuation delay (ms, symlog), "
                   f"injected in whole control periods of {curve.control_period_ms:g} ms",
            ylabel=f"mean return ({curve.episodes} episodes)", title='Latency → return')
-    ax.grid(alpha=.3); ax.legend(fontsize=8)
+    ax.grid(alpha=.3); ax.legend()
     return fig
 
 # %% ../../nbs/80_report.ipynb #8b522468
@@ -275,7 +275,7 @@ def plot_residual_study(study):
         ax.plot(c.timesteps, m, 'o-', ms=3, label=label); ax.fill_between(c.timesteps, m - sd, m + sd, alpha=.15)
     ax.set(xlabel='timesteps', ylabel='deterministic eval return',
            title=f"{study.env_id}: return vs timesteps (seed {study.seed})")
-    ax.grid(alpha=.3); ax.legend(fontsize=8)
+    ax.grid(alpha=.3); ax.legend()
     return fig
 
 # %% ../../nbs/80_report.ipynb #3ebd0f83

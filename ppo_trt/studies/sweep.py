@@ -494,8 +494,8 @@ def plot_sweep(sweep_json):
     interval = {v: np.array([[iqm[v][k]['ci'][i] for k in keys] for i in (0, 1)]) for v in iqm}
     fig, axes = plot_utils.plot_interval_estimates(point, interval, metric_names=keys, algorithms=list(iqm),
                                                    xlabel='IQM return (95 % CI)', subfigure_width=2.0, row_height=0.6,
-                                                   max_ticks=3, xlabel_y_coordinate=-0.3)
-    for ax in np.ravel(axes): ax.title.set_fontsize(11); ax.tick_params(labelsize=9)
+                                                   max_ticks=3, xlabel_y_coordinate=-0.55 / (0.6 * len(iqm)))
+    for ax in np.ravel(axes): ax.title.set_fontsize(14); ax.tick_params(labelsize=12)
     return fig  # its x label lies below the axes: save with bbox_inches='tight'
 
 # %% ../../nbs/70_sweep.ipynb #3280d954
@@ -516,5 +516,5 @@ def plot_sweep_delay(sweep_json, ax=None):
     ax.plot(ms, pid, 'k--', label='PID baseline')
     ax.set(xlabel=f'injected actuation delay (ms; one control step = {dt_ms:g} ms)', ylabel='return',
            title=f"{s['settings']['env_id']}: return vs latency")
-    ax.legend(fontsize=8); ax.figure.tight_layout()
+    ax.legend(); ax.figure.tight_layout()
     return ax.figure
