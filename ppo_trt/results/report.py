@@ -476,12 +476,14 @@ def claim_control(recs, bench):
            f"{len(wins)}" + (f" ({esc(', '.join(wins))})" if 0 < len(wins) < len(ev.phases) else '') + '.']
     c = ev.delay_curve
     if len(c.ppo) > 1:
-        half = next((ms for ms, r in zip(c.delay_ms, c.ppo) if r < 0.5 * c.ppo[0]), None)
+        half = next(((ms, r) for ms, r in zip(c.delay_ms, c.ppo) if r < 0.5 * c.ppo[0]), None)
         worst = max(c.latency_p99_ms.values(), default=0.0)
-        periods = None if half is None else half / c.control_period_ms
-        out.append(f"With no actuation delay PPO returns {c.ppo[0]:.0f}; "
-                   + (f"a delay of {half:g} ms ({periods:g} control period{'' if periods == 1 else 's'}) halves it, "
-                      if half is not None else f"up to {c.delay_ms[-1]:g} ms of delay never halves it, ")
+        if half is not None:
+            (ms, r), periods = half, half[0] / c.control_period_ms
+            cost = (f"a delay of {ms:g} ms ({periods:g} control period{'' if periods == 1 else 's'}) drops it by "
+                    f"{1 - r / c.ppo[0]:.0%} to {r:.0f}, ")
+        else: cost = f"no delay up to {c.delay_ms[-1]:g} ms costs it half, "
+        out.append(f"With no actuation delay PPO returns {c.ppo[0]:.0f}; " + cost
                    + f"while the slowest measured backend's p99 inference latency is {worst * 1e3:.3g} µs.")
     passed = [b for b, g in ev.gates.items() if g.passed]
     failed = [b for b in ev.gates if b not in passed]
