@@ -10,14 +10,16 @@ from .core.files import PpoTrtError, BadInputError
 from .core.run_folder import (DEFAULT_ENV_ID, ARTIFACTS, OPTIONAL_STAGES, default_run_dir, RunDir,
                                      check_timesteps)
 from .core.records import load_artifact, lineage_problems, run_lock, LOCK_NAME, HOLDER_NAME
+from .core.records import policy_only, policy_only_advice
 from .export.onnx import onnx_metadata
 
 
 # %% auto #0
-__all__ = ['MAX_BATCH', 'MAX_CALLS', 'MIN_EVAL_FREQ', 'FAST_ONLY', 'COMMANDS', 'READ_ONLY', 'number', 'number_list', 'parser',
-           'writable_run_dir', 'cmd_train', 'cmd_export', 'cmd_export_c', 'cmd_c_loop', 'cmd_build', 'cmd_bench',
-           'cmd_evaluate', 'cmd_residual_study', 'cmd_env_bench', 'cmd_report', 'cmd_advise', 'run_folder_rows',
-           'cmd_doctor', 'cmd_enjoy', 'cmd_docs', 'cmd_sweep', 'cmd_run', 'main']
+__all__ = ['MAX_BATCH', 'MAX_CALLS', 'MIN_EVAL_FREQ', 'FAST_ONLY', 'BENCH_MARKER', 'BENCH_MADE_BY', 'COMMANDS', 'READ_ONLY',
+           'number', 'number_list', 'parser', 'writable_run_dir', 'cmd_train', 'cmd_export', 'cmd_export_c',
+           'cmd_c_loop', 'cmd_build', 'bench_file_dir', 'cmd_bench', 'cmd_evaluate', 'cmd_residual_study',
+           'cmd_env_bench', 'cmd_report', 'cmd_advise', 'run_folder_rows', 'cmd_doctor', 'cmd_enjoy', 'cmd_docs',
+           'cmd_sweep', 'cmd_run', 'cmd_compare', 'main']
 
 # %% ../nbs/90_cli.ipynb #5ac301a7
 MAX_BATCH = 1 << 24  # the largest batch policy.onnx's dynamic axis allows
@@ -231,6 +233,12 @@ def _add_c_loop(p):
     p.add_argument('--seed', type=number(int, 0, 1 << 62), default=0, help='first episode seed')
     p.add_argument('--cc', default='gcc', help='the C compiler')
 
+# %% ../nbs/90_cli.ipynb #58fb724e
+def _add_bench_file(p):
+    p.add_argument('policy', nargs='?', type=Path, default=None, metavar='POLICY.onnx',
+                   help='bench this policy.onnx on its own (Polygraphy-style): its records go into a run folder '
+                        'ppo-trt makes for it (--run-dir, default runs/bench-<file name>), never beside the file')
+
 # %% ../nbs/90_cli.ipynb #21e90dc9
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
     "Shows each argument's default, except None and False (the help says what happens then)."
@@ -258,6 +266,7 @@ def parser():
     _add_c_loop(_sub(sub, 'c-loop', 'Hopper in C: MuJoCo\'s C API and the C policy library, checked against '
                           'gymnasium, timed'))
     p = _sub(sub, 'bench', 'benchmark every backend'); _add_env(p); _add_bench(p)
+    _add_bench_file(p)
     _add_evaluate(_sub(sub, 'evaluate', 'control quality per scenario phase and backend, vs the PID baseline'))
     _add_residual_study(_sub(sub, 'residual-study',
                              'return vs timesteps: pure PPO, the expert, expert + residual (same seeds)'))
@@ -273,6 +282,7 @@ def parser():
     p.add_argument('--out', type=Path, default=Path('_docs'), help='where the site goes')
     p.add_argument('--run-dir', type=Path, default=None, help="also render this run folder's report as a page")
     _add_sweep(sub)
+    _add_compare(sub)
     return ap
 
 # %% ../nbs/90_cli.ipynb #e02fa96e
@@ -423,11 +433,46 @@ def cmd_build(a):
          + (' on a machine without a GPU' if r.built_without_gpu else ''))
     return r
 
+# %% ../nbs/90_cli.ipynb #a81aa22a
+BENCH_MARKER, BENCH_MADE_BY = '.ppo-trt-bench.json', 'ppo-trt bench'
+
+def bench_file_dir(a):
+    "The folder `ppo-trt bench FILE.onnx` writes: --run-dir or runs/bench-<stem>; absent, empty or made by it."
+    from ppo_trt.core.files import owned_destination
+    p = Path(a.policy)
+    if p.is_dir():
+        raise BadInputError(f'{p} is a folder: bench a run folder with --run-dir {p}, or pass a policy.onnx file')
+    if not p.is_file(): raise BadInputError(f'{p} does not exist: pass a policy.onnx file')
+    if p.suffix != '.onnx':
+        raise BadInputError(f'{p} is not a .onnx file: pass a policy.onnx, or a run folder as --run-dir')
+    rd = Path(a.run_dir or Path('runs')/f'bench-{p.stem}').absolute()
+    if rd.is_dir() and {q.name for q in rd.iterdir()} <= {LOCK_NAME, HOLDER_NAME}: return rd  # locked just now, empty
+    return owned_destination(rd, BENCH_MARKER, BENCH_MADE_BY)
+
+# %% ../nbs/90_cli.ipynb #84940bf5
+def _bench_file(a):
+    "Copy `a.policy` into `bench_file_dir`, marked as bench's: (that folder, whether to start its bench.json over)."
+    from ppo_trt.core.files import atomic_path, mark_made_by, sha256_file
+    from ppo_trt.export.onnx import policy_metadata
+    import shutil
+    src, rd = Path(a.policy), bench_file_dir(a)
+    policy_metadata(src)  # a ppo_trt policy (env id, widths), checked before anything is written
+    dst = rd/'policy.onnx'
+    other = dst.exists() and sha256_file(dst) != sha256_file(src)
+    if other and not a.replace:
+        raise BadInputError(f'{rd} holds the bench of another policy.onnx: pass --replace to bench {src} there '
+                            'instead, or choose another --run-dir')
+    mark_made_by(rd, BENCH_MARKER, BENCH_MADE_BY)
+    if other or not dst.exists():
+        with atomic_path(dst) as tmp: shutil.copyfile(src, tmp)
+    return rd, other
+
 # %% ../nbs/90_cli.ipynb #4e1b647d
 def cmd_bench(a):
     from ppo_trt.measure.bench import bench
-    rd = _run_dir(a)
-    bench(rd, a.backends, _bench_settings(a), env_id=a.env_id, progress=sys.stderr.isatty(), replace=a.replace)
+    rd, fresh = _bench_file(a) if getattr(a, 'policy', None) else (_run_dir(a), False)
+    bench(rd, a.backends, _bench_settings(a), env_id=a.env_id, progress=sys.stderr.isatty(), replace=a.replace or fresh)
+    if getattr(a, 'policy', None): _say(f'benched {a.policy} in {rd}, the run folder made for it (the file: only read)')
     _say(f"wrote {RunDir(rd).path('bench_record')}")
 
 # %% ../nbs/90_cli.ipynb #c277b7f0
@@ -502,15 +547,16 @@ def cmd_advise(a):
 
 # %% ../nbs/90_cli.ipynb #92f6522d
 def run_folder_rows(run_dir):
-    "(artifact, state, detail) per record of a run folder: ok, missing, corrupt or stale, and the command to fix it."
+    "(artifact, state, detail) per record of a run folder: ok, missing, corrupt, stale or n/a, and the fix."
     run, rows = RunDir(run_dir), []
-    problems = lineage_problems(run)
+    problems, alone = lineage_problems(run), policy_only(run)
     for name, (file, stage) in ARTIFACTS.items():
         if name == 'checkpoints': continue
         mine = [p for p in problems if p[0] in (name, file)]
         if mine: rows.append((file, 'corrupt' if 'valid' in mine[0][1] else 'stale',
                               f'{mine[0][1]}; run `{mine[0][2]}`'))
         elif run.has(name): rows.append((file, 'ok', ''))
+        elif alone and stage in ('train', 'export'): rows.append((file, 'n/a', 'not needed: a policy-only folder'))
         elif stage not in OPTIONAL_STAGES: rows.append((file, 'missing', f'run `ppo-trt {stage} --run-dir {run.root}`'))
     rows += [(p[0], 'stale', f'{p[1]}; run `{p[2]}`') for p in problems
              if p[0] not in {r[0] for r in rows} | set(ARTIFACTS)]
@@ -529,10 +575,11 @@ def cmd_doctor(a):
     if not Path(rd).exists(): print(f'run folder {rd} does not exist yet: ppo-trt run --run-dir {rd}'); return rows
     state = run_folder_rows(rd)
     for file, st, detail in state: print(f'run folder {file:16s} {st:8s} {detail}')
-    bad = [r for r in state if r[1] != 'ok']
+    bad = [r for r in state if r[1] not in ('ok', 'n/a')]
     print(f'run folder {rd}: '
           + ('consistent: every record is readable and made from the current policy' if not bad else
              f'{len(bad)} to fix: ' + ', '.join(f'{f} ({s})' for f, s, _ in bad)))
+    if policy_only(rd): print(f'run folder {rd}: {policy_only_advice(rd)}')
     return rows
 
 # %% ../nbs/90_cli.ipynb #3f9f7c8b
@@ -555,6 +602,35 @@ def cmd_docs(a):
     index = build_site(a.out, a.run_dir, say=print)
     _say(f'wrote {index}: open it in a browser (it needs no network)')
     return index
+
+# %% ../nbs/90_cli.ipynb #e99515c9
+def _add_compare(sub):
+    "The `compare` parser: it writes its own --run-dir (a folder it makes) under its own lock."
+    p = sub.add_parser('compare', help="bench a reference run's policy.onnx here, beside its machine's figures",
+                       description="copy the reference's policy.onnx (and its records) into a folder of its own, "
+                                   "bench it here with the reference's bench settings, and print here / reference "
+                                   'per backend (p50, p99, hot-path p50, best actions/s); compare.json in that folder',
+                       formatter_class=_Help)
+    p.add_argument('--reference', type=Path, required=True,
+                   help='the run folder benched on the reference machine (policy.onnx + bench.json), '
+                        'e.g. nbs/_reference/hopper; only read')
+    p.add_argument('--run-dir', type=Path, default=None,
+                   help='the folder compare makes and writes (default: runs/compare-<reference name>)')
+    p.add_argument('--no-wait', action='store_true', help='fail at once if another ppo-trt process is writing it')
+    p.add_argument('--backends', type=_name_list, default=None, help='comma-separated (default: all)')
+    p.add_argument('--settings', choices=['reference', 'default'], default='reference',
+                   help="bench with the reference's bench settings or the defaults")
+    p.add_argument('--warmup', type=number(int, 0, MAX_CALLS), default=None, help='override: untimed calls')
+    p.add_argument('--iters', type=number(int, 10, MAX_CALLS), default=None, help='override: timed batch-1 calls')
+    p.add_argument('--batches', type=number_list(int, 1, MAX_BATCH), default=None, help='override: batch sweep')
+    p.add_argument('--sweep-seconds', type=number(float, hi=60, above=0), default=None,
+                   help='override: time budget per sweep point')
+    p.add_argument('--closed-loop-steps', type=number(int, 0, MAX_CALLS), default=None,
+                   help='override: closed-loop control steps (0: none)')
+    p.add_argument('--evaluate', action='store_true',
+                   help="also run evaluate's nominal phase on the reference's seeds and compare the returns")
+    p.add_argument('--episodes', type=number(int, 1), default=5, help='--evaluate: episodes (seeds) to compare')
+    return p
 
 # %% ../nbs/90_cli.ipynb #b350a0f3
 def _add_sweep(sub):
@@ -607,20 +683,32 @@ def cmd_run(a):
     cmd_train(a); cmd_export(a); cmd_bench(a); cmd_report(a)
     _say(f'done in {time.perf_counter() - t0:.0f} s: open {RunDir(_run_dir(a)).path("report")}')
 
+# %% ../nbs/90_cli.ipynb #30fd9af7
+def cmd_compare(a):
+    from ppo_trt.measure.compare import compare, print_compare
+    over = dict(warmup=a.warmup, iters=a.iters, batches=a.batches, sweep_seconds=a.sweep_seconds,
+                closed_loop_steps=a.closed_loop_steps)
+    rec = compare(a.reference, a.run_dir, a.backends, a.settings == 'reference', over,
+                  a.episodes if a.evaluate else 0, say=_say, wait=not a.no_wait)
+    print_compare(rec)
+    _say(f"wrote {Path(rec.run_dir)/'compare.json'} in {rec.wall_s:.0f} s; {a.reference} was only read")
+    return rec
+
 # %% ../nbs/90_cli.ipynb #73e8b51b
 COMMANDS = {'run': cmd_run, 'train': cmd_train, 'export': cmd_export, 'export-c': cmd_export_c, 'c-loop': cmd_c_loop,
             'build': cmd_build,
             'bench': cmd_bench, 'evaluate': cmd_evaluate, 'residual-study': cmd_residual_study,
             'env-bench': cmd_env_bench,
             'report': cmd_report, 'advise': cmd_advise, 'doctor': cmd_doctor, 'enjoy': cmd_enjoy, 'docs': cmd_docs,
-            'sweep': cmd_sweep}
-READ_ONLY = ('advise', 'doctor', 'docs', 'sweep')  # no run-folder lock: docs and sweep lock their --out themselves
+            'sweep': cmd_sweep, 'compare': cmd_compare}
+READ_ONLY = ('advise', 'doctor', 'docs', 'sweep', 'compare')  # no run-folder lock: docs, sweep, compare lock their own
 
 def _folder(a):
     "The run folder a command writes into."
     if a.command == 'residual-study': return a.run_dir or default_run_dir(a.env_id or 'InvertedPendulum-v4')
     if a.command == 'env-bench': return a.run_dir or default_run_dir(a.env_id)
     if a.command in ('run', 'train') and a.fast: return a.run_dir or default_run_dir(a.env_id or 'CartPole-v1')
+    if a.command == 'bench' and a.policy is not None: return bench_file_dir(a)
     return _run_dir(a)
 
 # %% ../nbs/90_cli.ipynb #5dc6a12e

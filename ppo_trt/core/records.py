@@ -20,9 +20,9 @@ __all__ = ['SCHEMAS', 'LOCK_NAME', 'HOLDER_NAME', 'REPORT_INPUTS', 'STAGE_PARENT
            'Stats', 'HotPath', 'LatencyWindow', 'BenchRecord', 'Session', 'BenchSettingsRecord', 'TimerOverhead',
            'BenchFile', 'Event', 'PhaseRecord', 'Gate', 'DelayCurve', 'EvaluateFile', 'Curve', 'Returns',
            'ResidualStudyRecord', 'EnvBenchRow', 'EnvBenchError', 'EnvBenchRecord', 'LoopStats', 'GymCheck',
-           'CLoopRecord', 'read_record', 'load_artifact', 'record', 'machine_id', 'session', 'session_id',
-           'RunFolderBusy', 'remove_partial', 'run_lock', 'locked', 'lineage_problems', 'require_fresh',
-           'derived_paths', 'remove_derived']
+           'CLoopRecord', 'policy_only', 'fix_command', 'policy_only_advice', 'read_record', 'load_artifact', 'record',
+           'machine_id', 'session', 'session_id', 'RunFolderBusy', 'remove_partial', 'run_lock', 'locked',
+           'lineage_problems', 'require_fresh', 'derived_paths', 'remove_derived']
 
 # %% ../../nbs/03_records.ipynb #53e13962
 class _Part(msgspec.Struct, kw_only=True):
@@ -287,6 +287,7 @@ class BenchFile(_Record):
     pinned_cpu: int | None = None
     gc_disabled_in_timed_loops: bool | None = None
     wall_s: float | None = None
+    obs_source: str = 'export_obs.npy'  # what parity and timing ran on: or 'env rollout (seed S, N obs)'
 
 # %% ../../nbs/03_records.ipynb #abc6102b
 class Event(_Part):
@@ -454,6 +455,26 @@ def _stage_of(name):
     if name == 'c_loop.json': return 'c-loop'
     return 'train' if name.startswith('checkpoints') else 'run'
 
+# %% ../../nbs/03_records.ipynb #39cae58e
+def policy_only(root):
+    "Whether run folder `root` holds policy.onnx without policy.zip: it can be benched and evaluated, not trained."
+    root = root.root if isinstance(root, RunDir) else Path(root)
+    return (root/ARTIFACTS['onnx'][0]).exists() and not (root/ARTIFACTS['policy'][0]).exists()
+
+# %% ../../nbs/03_records.ipynb #f162d053
+def fix_command(root, stage, flags=''):
+    "The command that remakes what `stage` writes in `root`; for train or export in a `policy_only` folder: bench it."
+    root = root.root if isinstance(root, RunDir) else Path(root)
+    if stage in ('train', 'export') and policy_only(root): return f'ppo-trt bench {root/ARTIFACTS["onnx"][0]}'
+    return f'ppo-trt {stage}{flags} --run-dir {root}'
+
+# %% ../../nbs/03_records.ipynb #c689974b
+def policy_only_advice(root):
+    "What runs on a `policy_only` folder, as doctor says it."
+    return (f'a policy-only folder (policy.onnx without policy.zip): `ppo-trt bench --run-dir {root}`, '
+            f'`ppo-trt evaluate --run-dir {root}` and `ppo-trt compare --reference {root}` run on it; '
+            'train and export need the policy.zip it came from')
+
 # %% ../../nbs/03_records.ipynb #ba8ce41e
 def _schema_of(name, path):
     if name in SCHEMAS: return SCHEMAS[name]
@@ -467,21 +488,25 @@ def read_record(path, name=None, root=None):
     "The record at `path` (artifact `name`) as its schema's Struct, else one line (`BadArtifactError`) with the fix."
     path = Path(path)
     name = name or next((n for n, (file, _) in ARTIFACTS.items() if file == path.name), path.name)
-    redo = f'`ppo-trt {_stage_of(name)} --run-dir {root or path.parent}`'
+    stage, where = _stage_of(name), root or path.parent
+    redo, fix = f'`ppo-trt {stage} --run-dir {where}`', fix_command(where, stage)
+    again = (f'run {redo} again' if fix.startswith(f'ppo-trt {stage} ') else
+             f'restore it from where this folder came from (it has no policy.zip to {stage} from), '
+             f'or bench policy.onnx alone: `{fix}`')
     if not path.exists(): raise MissingArtifactError(f'{path} does not exist: it is written by {redo}')
     try: data = json.loads(path.read_bytes())
     except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than Python's stack
         raise BadArtifactError(f'{path} is not valid JSON ({str(e)[:80]}): it is damaged or truncated; '
-                               f'run {redo} again') from None
+                               f'{again}') from None
     schema, version = _schema_of(name, path)
     if schema is None: return data
     got = data.get('schema_version', 1) if isinstance(data, dict) else 1
     if isinstance(got, int) and got > version:
         raise BadArtifactError(f'{path} was written by a newer ppo_trt (schema {got}, this one reads up to {version}); '
-                               f'upgrade ppo_trt or run {redo} again')
+                               f'upgrade ppo_trt or {again}')
     try: return msgspec.convert(data, type=schema)
     except (msgspec.ValidationError, RecursionError) as e:
-        raise BadArtifactError(f'{path} does not hold a valid {name} record ({e}); run {redo} again') from None
+        raise BadArtifactError(f'{path} does not hold a valid {name} record ({e}); {again}') from None
 
 # %% ../../nbs/03_records.ipynb #d3b668c5
 def _run(run): return run if isinstance(run, RunDir) else RunDir(run)
@@ -608,13 +633,13 @@ def _policy_links(run, train):
         path = run.path(name)
         if want and path.exists() and _sha(path) != want:
             out.append((path.name, f'{path.name} is not the file training wrote (its hash differs from train.json): '
-                        'it was replaced or damaged', f'ppo-trt train --force --run-dir {run.root}'))
+                        'it was replaced or damaged', fix_command(run, 'train', ' --force')))
     return out
 
 # %% ../../nbs/03_records.ipynb #004b5228
 def _onnx_links(run, export):
     "policy.onnx, export_obs.npy and their policy.zip against export.json."
-    out, redo = [], f'ppo-trt export --run-dir {run.root}'
+    out, redo = [], fix_command(run, 'export')
     for name, want in (('onnx', export.onnx_sha256), ('export_obs', export.export_obs_sha256)):
         path = run.path(name)
         if want and path.exists() and _sha(path) != want:
@@ -653,7 +678,7 @@ def lineage_problems(run):
         try: return load_artifact(run, name)
         except MissingArtifactError: return None
         except BadArtifactError as e:
-            out.append((name, str(e), f'ppo-trt {_stage_of(name)} --run-dir {run.root}')); return None
+            out.append((name, str(e), fix_command(run, _stage_of(name)))); return None
     rec('config'); rec('obs_norm'); rec('checkpoints/best.json')
     train, export = rec('train_record'), rec('export_record')
     if train: out += _policy_links(run, train)
@@ -693,10 +718,13 @@ def require_fresh(run, stage):
     out = []
     train = load_artifact(run, 'train_record') if run.has('train_record') else None
     if train: out += _policy_links(run, train)
-    if 'onnx' in STAGE_PARENTS[stage]: out += _onnx_links(run, load_artifact(run, 'export_record'))
+    alone = policy_only(run)
+    if 'onnx' in STAGE_PARENTS[stage] and not (alone and not run.has('export_record')):  # a bare policy.onnx: no record
+        out += _onnx_links(run, load_artifact(run, 'export_record'))
     if out:
         what, problem, cmd = out[0]
-        raise BadArtifactError(f'{run.root}: {problem}; run `{cmd}` first')
+        how = 'instead (this folder has no policy.zip to train or export from)' if alone else 'first'
+        raise BadArtifactError(f'{run.root}: {problem}; run `{cmd}` {how}')
     return True
 
 # %% ../../nbs/03_records.ipynb #d3bc52bf

@@ -9,20 +9,22 @@ from dataclasses import dataclass, asdict
 import msgspec
 import numpy as np
 from ..core.run_folder import RunDir
-from ..core.files import BadInputError, save_json, sha256_file, error_line
+from ..core.files import PpoTrtError, BadInputError, MissingArtifactError, save_json, sha256_file, error_line
 from ..core.machine import probe
 from ..core.records import (BenchFile, BenchRecord, HotPath, LatencyWindow, Parity, Session, Stats, TimerOverhead,
-                             record, load_artifact, locked, require_fresh, session, session_id, machine_id)
+                             record, load_artifact, locked, require_fresh, session, session_id, machine_id,
+                             policy_only)
 from ..envs.gym import make_env
 from ..backends import registry as B
 from ..export.onnx import check_policy_env, onnx_metadata
 
 # %% auto #0
-__all__ = ['CDF_POINTS', 'TAIL_POINTS', 'DEFAULT_BATCHES', 'CHECKED_CALL', 'HOT_PATH', 'HOT_PATH_NOTE', 'MODE_ORDER', 'TIE_RATIO',
-           'timer_overhead_ns', 'time_calls', 'time_pair', 'latency_stats', 'BenchSettings', 'bench_latency',
-           'bench_sweep', 'bench_closed_loop', 'bench_soak', 'backend_parity', 'pin_process', 'skipped', 'failed',
-           'measure_backend', 'merge_bench', 'env_check', 'bench', 'records_by', 'best_kernel_sweep', 'Advice',
-           'advise', 'print_advice', 'fmt_us', 'console', 'print_bench']
+__all__ = ['CDF_POINTS', 'TAIL_POINTS', 'DEFAULT_BATCHES', 'CHECKED_CALL', 'HOT_PATH', 'HOT_PATH_NOTE', 'ROLLOUT_OBS',
+           'MODE_ORDER', 'TIE_RATIO', 'timer_overhead_ns', 'time_calls', 'time_pair', 'latency_stats', 'BenchSettings',
+           'bench_latency', 'bench_sweep', 'bench_closed_loop', 'bench_soak', 'backend_parity', 'rollout_observations',
+           'bench_observations', 'pin_process', 'skipped', 'trained_model_missing', 'failed', 'measure_backend',
+           'merge_bench', 'env_check', 'bench', 'records_by', 'best_kernel_sweep', 'Advice', 'advise', 'print_advice',
+           'fmt_us', 'console', 'print_bench']
 
 # %% ../../nbs/50_bench.ipynb #f7704e3e
 def timer_overhead_ns(n=20_000):
@@ -199,6 +201,35 @@ def backend_parity(runner, obs, reference):
     err = np.abs(runner(obs).astype(np.float64) - reference)
     return Parity(max_abs_err=float(err.max()), mean_abs_err=float(err.mean()), n=int(len(obs)))
 
+# %% ../../nbs/50_bench.ipynb #830fde54
+ROLLOUT_OBS = 1000  # observations drawn from the env when there is no export_obs.npy (as many as export keeps)
+
+def rollout_observations(source, env_id, n=ROLLOUT_OBS, seed=0):
+    "`n` observations [n, obs_dim] float32 of `env_id`, seeded, along episodes of the ONNX policy itself run by ORT."
+    policy, env = B.load('ort', source), make_env(env_id, seed=seed)
+    obs, _ = env.reset(seed=seed)
+    out = np.empty((n, policy.obs_dim), np.float32)
+    try:
+        for i in range(n):
+            out[i] = obs
+            obs, _, term, trunc, _ = env.step(policy(out[i:i + 1])[0])
+            if term or trunc:
+                obs, _ = env.reset()
+                if hasattr(policy, 'reset'): policy.reset()  # a residual's expert: its state is per episode
+    finally: env.close(); policy.close()
+    return out
+
+# %% ../../nbs/50_bench.ipynb #de35c876
+def bench_observations(run, env_id, seed=0):
+    "(observations, where they came from): export_obs.npy, or in a policy-only folder without it an env rollout."
+    if run.has('export_obs') or not policy_only(run): return np.load(run.require('export_obs')), 'export_obs.npy'
+    try: obs = rollout_observations(run.root, env_id, seed=seed)
+    except PpoTrtError: raise
+    except Exception as e:
+        raise PpoTrtError(f'{run.root} has no export_obs.npy and {env_id} cannot be stepped here to draw observations '
+                          f'({error_line(e)}); bench it on a machine that can make the env') from None
+    return obs, f'env rollout (seed {seed}, {len(obs)} obs)'
+
 # %% ../../nbs/50_bench.ipynb #38affd0c
 def pin_process(cpu):
     "Pin this process to `cpu` (None: leave it); return the previous affinity to restore."
@@ -212,6 +243,13 @@ def skipped(name, reason):
     "The record of a backend that did not run, with the reason."
     return BenchRecord(backend=name, mode='all', batch=None, ran=False, reason=reason)
 
+# %% ../../nbs/50_bench.ipynb #3459814a
+def trained_model_missing(name, run):
+    "Why backend `name` cannot measure `run`: it runs the trained model, and a policy-only folder has no policy.zip."
+    if not (B.backends()[name].runner.needs_run and policy_only(run)): return None
+    return (f'backend {name} runs the trained model (policy.zip), which {run.root} does not hold (policy.onnx only): '
+            f'put the policy.zip policy.onnx was exported from beside it to measure {name}')
+
 # %% ../../nbs/50_bench.ipynb #31196e77
 def failed(name, what, e, mode='all'):
     "The record of a backend (or of one `mode` of it) that raised: `what` went wrong, with the exception's first line."
@@ -222,7 +260,9 @@ def measure_backend(name, run, obs, reference, env_id, s: BenchSettings):
     "Every record of backend `name` (latency with parity, sweep, closed loop, soak), or records saying why not."
     try: runner = B.load(name, run.root, network_only=True, threads=s.threads)
     except B.BackendUnavailable as e: return [skipped(name, str(e))]
-    except Exception as e: return [failed(name, 'failed to load', e)]  # a compile or graph-capture error: go on
+    except Exception as e:  # a compile or graph-capture error: go on; where the trained model is absent, say so
+        why = isinstance(e, MissingArtifactError) and trained_model_missing(name, run)
+        return [skipped(name, why) if why else failed(name, 'failed to load', e)]
     try:
         try:
             lat = bench_latency(runner, obs, s)
@@ -286,20 +326,21 @@ def bench(run_dir, backend_names=None, settings: BenchSettings | None = None, en
     "Benchmark backends on the run's policy; merge into (with `replace`: start) `bench.json`, saved after each backend."
     s = settings or BenchSettings()
     run = RunDir(run_dir)
-    onnx_path, obs_path = run.require('onnx'), run.require('export_obs')
+    onnx_path = run.require('onnx')
     require_fresh(run, 'bench')
     meta = onnx_metadata(onnx_path)
     env_id = env_id or meta['env_id']
     env_check(meta, env_id)  # None, or why the closed loops will fail (each says so in its record)
     names = [B.check_name(n) for n in (backend_names or B.names())]
     result = None if replace or not run.has('bench_record') else load_artifact(run, 'bench_record')
-    obs = np.load(obs_path)
+    obs, obs_source = bench_observations(run, meta['env_id'], s.seed)
     reference = B.load('ort', run.root, network_only=True)(obs).astype(np.float64) if B.available()['ort'][0] else None
     sess, t_start = session(sha256_file(onnx_path)), time.perf_counter()
     sid = session_id(sess)
     header = dict(run_dir=str(run.root), env_id=env_id, machine=probe(packages=B.packages()),
                   machine_summary=sess.machine, settings=asdict(s), timer_overhead=timer_overhead_ns(),
-                  gc_disabled_in_timed_loops=True, pinned_cpu=s.pin_cpu, created=sess.created, session=sid)
+                  gc_disabled_in_timed_loops=True, pinned_cpu=s.pin_cpu, created=sess.created, session=sid,
+                  obs_source=obs_source)
     affinity = pin_process(s.pin_cpu)
     from rich.progress import Progress
     try:
@@ -432,3 +473,4 @@ def print_bench(result, session=None, con=None):
     con.print(f"timer overhead {ov.p50_ns:.0f} ns (p50), not subtracted · "
               f"SLA: p99 < {result.settings.sla_us:g} µs · "
               "GC off in timed loops · loop Hz = runner(obs) + env.step")
+    con.print(f'max|Δa|: each backend against ONNX Runtime FP32 on {result.obs_source}')

@@ -8,15 +8,15 @@ import time
 import msgspec
 import numpy as np
 from ..core.run_folder import RunDir
-from ..core.files import BadInputError, save_json, sha256_file
+from ..core.files import PpoTrtError, BadInputError, MissingArtifactError, save_json, sha256_file
 from ..core.records import (EvaluateFile, PhaseRecord, Gate, DelayCurve, Event, record, load_artifact, locked,
-                                  require_fresh, session, session_id)
+                                  require_fresh, session, session_id, policy_only)
 from ..envs.specs import env_spec, env_ids
 from ..envs.gym import (make_env, SensorNoise, ActuationDelay, Push, ModelScale, ActuatorFailure, Trip, PHASES,
                               make_phase_env, check_phases, env_phases)
 from ..export.onnx import onnx_metadata
 from ..backends import registry as B
-from .bench import records_by
+from .bench import records_by, trained_model_missing
 from ..envs.controllers import pid_baseline, run_episode
 
 # %% auto #0
@@ -113,7 +113,9 @@ def _check_comparable(old, new):
     "Refuse to merge an evaluation that would not be comparable with the one already in evaluate.json."
     for k in ('env_id', 'episodes', 'seed', 'deadline_us', 'reference'):
         if getattr(old, k) != getattr(new, k):
-            raise BadInputError(f'evaluate.json holds results with {k}={getattr(old, k)!r}, not {getattr(new, k)!r}: '
+            why = ' (the reference is torch where policy.zip is, else ort)' if k == 'reference' else ''
+            raise BadInputError(f'evaluate.json holds results with {k}={getattr(old, k)!r}, '
+                                f'not {getattr(new, k)!r}{why}: '
                                 'results must be comparable to be merged; evaluate with the same settings, '
                                 'or pass --replace to start over')
     for p in new.phases:
@@ -150,6 +152,9 @@ def _load_runners(run, names):
     for n in names:
         try: runners[n] = B.load(n, run.root)
         except B.BackendUnavailable as e: skipped[n] = str(e)
+        except MissingArtifactError:  # a policy-only folder: the trained model is not there, say so
+            if not (why := trained_model_missing(n, run)): raise
+            skipped[n] = why
     return runners, skipped
 
 # %% ../../nbs/51_evaluate.ipynb #b42b7653
@@ -201,7 +206,9 @@ def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, dead
     bench = load_artifact(run, 'bench_record') if run.has('bench_record') else None
     deadline_us = deadline_us or (bench.settings.sla_us if bench else 1000.0)
     names = [B.check_name(n) for n in (backend_names or [n for n, b in B.backends().items() if b.evaluated_by_default])]
-    runners, skipped = _load_runners(run, ['torch'] + [n for n in names if n != 'torch'])
+    ref = 'ort' if policy_only(run) else 'torch'  # the trained model where there is one, else policy.onnx in ORT
+    runners, skipped = _load_runners(run, [ref] + [n for n in names if n != ref])
+    if ref not in runners: raise PpoTrtError(f'the reference backend {ref} cannot run here: {skipped[ref]}')
     extra = {'residual': _residual_policy(residual_run, env_id)} if residual_run is not None else {}
     onnx_sha = sha256_file(run.path('onnx'))
     sess = session(onnx_sha); sid = session_id(sess)
@@ -213,9 +220,9 @@ def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, dead
             params = {**PHASES[ph][1], **((overrides or {}).get(ph, {}))}
             results.append(evaluate_phase(env_id, ph, params, [seed + i for i in range(episodes)], pid, extra, runners,
                                           deadline_us, sid, lambda: bar.advance(task)))
-    curve = (delay_curve(run.root, runners['torch'], env_id, delay_steps, min(episodes, 5), seed, bench)
+    curve = (delay_curve(run.root, runners[ref], env_id, delay_steps, min(episodes, 5), seed, bench)
              if delay_steps else DelayCurve())
-    new = record(EvaluateFile, env_id=env_id, episodes=episodes, seed=seed, deadline_us=deadline_us, reference='torch',
+    new = record(EvaluateFile, env_id=env_id, episodes=episodes, seed=seed, deadline_us=deadline_us, reference=ref,
                  backends=list(runners), phases=results, skipped=skipped, delay_curve=curve, created=sess.created,
                  sessions={sid: sess})
     rep = merge_evaluation(old, new)
