@@ -248,7 +248,7 @@ def trained_model_missing(name, run):
     "Why backend `name` cannot measure `run`: it runs the trained model, and a policy-only folder has no policy.zip."
     if not (B.backends()[name].runner.needs_run and policy_only(run)): return None
     return (f'backend {name} runs the trained model (policy.zip), which {run.root} does not hold (policy.onnx only): '
-            f'put the policy.zip policy.onnx was exported from beside it to measure {name}')
+            f'put the policy.zip that policy.onnx was exported from beside it to measure {name}')
 
 # %% ../../nbs/50_bench.ipynb #31196e77
 def failed(name, what, e, mode='all'):

@@ -236,7 +236,7 @@ def compare(reference, run_dir=None, backend_names=None, reference_settings=True
         mark_made_by(dest, COMPARE_MARKER, COMPARE_MADE_BY)
         copied = copy_reference(reference, dest)
         say(f'copied {", ".join(copied)} from {reference} into {dest}')
-        say(f'benching {len(names)} backends here with {settings_from}')
+        say(f'{len(names)} backends known; benching those that run here, with {settings_from}')
         here = bench_here(dest, names, settings, ref_rec, ref_sessions, say)
         rows = [compare_row(n, figures(here, n), figures(ref_rec, n, ref_sessions)) for n in names]
         rows += [compare_row(n, Figures(ran=False, reason=f'backend {n} is not installed here (a plugin there?)'),
