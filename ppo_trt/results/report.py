@@ -10,9 +10,9 @@ import msgspec
 import numpy as np
 from ..core.run_folder import RunDir
 from ..core.files import atomic_write_text, sha256_file
-from ..core.records import (BenchFile, ConfigRecord, EngineRecord, EnvBenchRecord, EvaluateFile, ExportRecord,
-                             ResidualStudyRecord, TrainRecord, load_artifact, read_record, locked, require_fresh,
-                             REPORT_INPUTS)
+from ..core.records import (BenchFile, CLoopRecord, ConfigRecord, EngineRecord, EnvBenchRecord, EvaluateFile,
+                             ExportRecord, ResidualStudyRecord, TrainRecord, load_artifact, read_record, locked,
+                             require_fresh, REPORT_INPUTS)
 from ..train.sb3 import read_train_log
 from ..measure.bench import records_by, best_kernel_sweep, advise, TIE_RATIO, fmt_us as _us
 from ..studies.residual import first_reaching
@@ -24,12 +24,13 @@ __all__ = ['SWEEP_DIR', 'CLAIMS', 'SECTIONS', 'PARAMETER', 'REPORT_TAGS', 'RunRe
            'evaluation_table', 'soak_table', 'kernel_table', 'plot_latency_cdf', 'plot_batch_sweep', 'plot_delay_curve',
            'plot_residual_study', 'residual_study_table', 'env_bench_table', 'plot_learning_curve', 'batching_pays_at',
            'claim_other_records', 'claim_fastest', 'claim_tail_and_sla', 'claim_skipped', 'claim_throughput',
-           'claim_closed_loop', 'claim_builds', 'claim_soak', 'claim_engines', 'claim_export', 'claim_control',
-           'claim_residual', 'claim_training', 'claim_sweep', 'interpretation', 'figure_html', 'show', 'section_header',
-           'section_claims', 'skipped_list', 'section_latency', 'section_throughput', 'section_gpu',
-           'section_closed_loop', 'section_soak', 'sweep_runs_table', 'section_sweep', 'section_control',
-           'section_residual', 'section_env_bench', 'section_training', 'section_export', 'section_machine',
-           'section_not_measured', 'report_template', 'report_notebook', 'clean_report_html', 'render_report']
+           'claim_closed_loop', 'current_c_loop', 'claim_c_loop', 'claim_builds', 'claim_soak', 'claim_engines',
+           'claim_export', 'claim_control', 'claim_residual', 'claim_training', 'claim_sweep', 'interpretation',
+           'figure_html', 'show', 'section_header', 'section_claims', 'skipped_list', 'section_latency',
+           'section_throughput', 'section_gpu', 'section_closed_loop', 'c_loop_tables', 'section_deploy_c',
+           'section_soak', 'sweep_runs_table', 'section_sweep', 'section_control', 'section_residual',
+           'section_env_bench', 'section_training', 'section_export', 'section_machine', 'section_not_measured',
+           'report_template', 'report_notebook', 'clean_report_html', 'render_report']
 
 # %% ../../nbs/80_report.ipynb #d867c2b5
 SWEEP_DIR = 'sweep'  # a sweep made with `ppo-trt sweep --out RUN_DIR/sweep` is part of the run's report
@@ -48,6 +49,7 @@ class RunRecords(msgspec.Struct, kw_only=True):
     residual_studies: list[ResidualStudyRecord] = []
     env_benches: list[EnvBenchRecord] = []
     sweep: dict | None = None  # studies.sweep.load_sweep of `sweep/`
+    c_loop: CLoopRecord | None = None  # `ppo-trt c-loop`: the policy in a C control loop on MuJoCo's C API
 
 # %% ../../nbs/80_report.ipynb #9e414009
 def load_records(run_dir):
@@ -61,7 +63,8 @@ def load_records(run_dir):
                       train_log=read_train_log(run.path('train_log')) if run.has('train_log') else None,
                       residual_studies=[read_record(p) for p in sorted(run.root.glob('residual_study_*.json'))],
                       env_benches=[read_record(p) for p in sorted(run.root.glob('env_bench_*.json'))],
-                      sweep=load_sweep(run.root/SWEEP_DIR) if (run.root/SWEEP_DIR/'sweep.json').exists() else None)
+                      sweep=load_sweep(run.root/SWEEP_DIR) if (run.root/SWEEP_DIR/'sweep.json').exists() else None,
+                      c_loop=read_record(run.root/'c_loop.json') if (run.root/'c_loop.json').exists() else None)
 
 # %% ../../nbs/80_report.ipynb #c3704536
 def record_note(bench, rec, policy_sha256):
@@ -426,6 +429,29 @@ def claim_closed_loop(recs, bench):
             f"The environment's control period is {l.control_period_us / 1e3:g} ms: the loop's p99 leaves "
             f"{l.headroom:.0f}× headroom."]
 
+# %% ../../nbs/80_report.ipynb #815bf198
+def current_c_loop(recs):
+    "c_loop.json when it measured this folder's policy.onnx, else None."
+    c = recs.c_loop
+    return c if c is not None and c.onnx_sha256 == recs.policy_sha256 else None
+
+# %% ../../nbs/80_report.ipynb #ce4d135b
+def claim_c_loop(recs, bench):
+    "The C control loop: its rate, the policy's share, the largest return difference to Python, the gymnasium check."
+    c = current_c_loop(recs)
+    if c is None: return []
+    gaps = {k: max(abs(a - b) for a, b in zip(c.returns, v)) for k, v in c.python_returns.items() if k != 'pid'}
+    closest = min(gaps, key=gaps.get, default=None)
+    return [f"In C (MuJoCo's C API and the C policy library, no Python), the loop runs {c.steps_per_s:,.0f} steps/s; "
+            f"the policy call takes {c.policy.p50_ns / 1e3:.2f} µs at p50"
+            + (f" ({c.policy.mean_ns / c.period.mean_ns:.1%} of the loop period) and the period's p99.9 is "
+               f"{c.period.p999_ns / 1e3:,.1f} µs. " if c.period else '. ')
+            + (f"Its {len(c.returns)} episode returns match the Python loop's through {code(closest)} "
+               + ('exactly' if gaps[closest] == 0 else f"within {gaps[closest]:.2g}") if closest else
+               f"Its {len(c.returns)} episodes have no Python returns to compare with")
+            + f"; replayed in gymnasium its steps {'match' if c.check.passed else 'do NOT match'} "
+            f"(max |Δobs| {c.check.obs_max_abs:.1e})."]
+
 # %% ../../nbs/80_report.ipynb #19e60828
 def claim_builds(recs, bench):
     "How long each compiled backend took to get its policy ready, and how."
@@ -568,8 +594,8 @@ def claim_sweep(recs, bench):
 
 # %% ../../nbs/80_report.ipynb #db6a894e
 CLAIMS = (claim_other_records, claim_fastest, claim_tail_and_sla, claim_skipped, claim_throughput, claim_closed_loop,
-          claim_builds, claim_soak, claim_engines, claim_export, claim_control, claim_sweep, claim_residual,
-          claim_training)
+          claim_c_loop, claim_builds, claim_soak, claim_engines, claim_export, claim_control, claim_sweep,
+          claim_residual, claim_training)
 
 def interpretation(recs):
     "Sentences about this run from the claim functions, every number from this policy's records on the latest machine."
@@ -666,6 +692,35 @@ def section_closed_loop(recs):
     if not records_by(cur, 'closed-loop'): return []
     return [_md('## Closed control loop\n\nThe checked call plus `env.step` per control step, '
                 'as a controller runs it.\n\n' + closed_loop_table(cur))]
+
+# %% ../../nbs/80_report.ipynb #b4c0b5cb
+def c_loop_tables(c):
+    "Markdown: the C loop's policy-call and period timing, then its returns beside the Python loop's."
+    timing = _md_table(['µs', 'n', 'mean', 'p50', 'p99', 'p99.9', 'max'],
+                       [[name, f"{s.n:,}", *(_us(v / 1e3) for v in (s.mean_ns, s.p50_ns, s.p99_ns, s.p999_ns, s.max_ns))]
+                        for name, s in (('policy call', c.policy), ('loop period', c.period)) if s is not None])
+    returns = _md_table(['seed', 'C loop', *(f'Python {k}' for k in c.python_returns)],
+                        [[str(c.seed + i), f'{r:.2f}', *(f'{v[i]:.2f}' for v in c.python_returns.values())]
+                         for i, r in enumerate(c.returns)])
+    return timing + '\n\n' + returns
+
+# %% ../../nbs/80_report.ipynb #051adfda
+def section_deploy_c(recs):
+    "Deploy in C: the C loop's timing, returns against Python and gymnasium, the NaN fallback (c_loop.json, current)."
+    c = current_c_loop(recs)
+    if c is None: return []
+    k, f = c.check, c.fallback
+    return [_md(f"## Deploy in C\n\n`ppo-trt export-c` writes the policy as a dependency-free C99 library "
+                f"(`ppo_policy.h` / `ppo_policy.c`); `ppo-trt c-loop` steps {code(c.env_id)} in C with it on "
+                f"MuJoCo {esc(c.mujoco)}'s C API, no Python in the loop: {c.steps:,} timed steps at "
+                f"{c.steps_per_s:,.0f} steps/s (clock_gettime costs {c.timer_ns:g} ns, inside every timing).\n\n"
+                + c_loop_tables(c)
+                + f"\n\nReplayed in gymnasium with the same actions ({k.episodes} episodes, {k.steps:,} steps): max "
+                f"|Δobs| {k.obs_max_abs:.1e}, max |Δreward| {k.reward_max_abs:.1e}, {k.termination_mismatches} "
+                f"termination mismatches: **{'pass' if k.passed else 'FAIL'}**. A NaN observation injected at step "
+                f"{f['injected_step']}: {f['fallbacks']} fallback, the last action "
+                f"{'held' if f['action_held'] else 'NOT held'}: **{'pass' if f['passed'] else 'FAIL'}**. "
+                f"The library was built with <code>{esc(c.commands[0])}</code>.")]
 
 # %% ../../nbs/80_report.ipynb #0f04c3c8
 def section_soak(recs):
