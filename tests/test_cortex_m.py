@@ -15,7 +15,8 @@ def test_builds_for_a_cortex_m4f_with_its_sizes(library):
     assert m4['warnings'] == '', m4['warnings']  # -std=c99 -Wall -Wextra -pedantic on the M4 too
     assert m4['ram_bytes'] == 0 and m4['flash_bytes'] == m4['code_bytes'] + m4['const_bytes']
     assert m4['const_bytes'] >= 4 * (11 * 64 + 64 * 64 + 64 * 3)  # the weights, as float32
-    assert 0 < m4['stack_bytes']['ppo_policy_act'] < 2048 < m4['stack_bytes']['ppo_policy_act_batch']
+    # portable C batches row after row with the one-row kernel: its stack is that kernel's and the drivers' frames
+    assert 0 < m4['stack_bytes']['ppo_policy_act'] < m4['stack_bytes']['ppo_policy_act_batch'] < 2048
 
 @pytest.mark.skipif(bool(qemu_missing()), reason=qemu_missing() or 'qemu is here')
 def test_the_test_vectors_pass_on_an_emulated_cortex_m4f(library):

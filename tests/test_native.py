@@ -32,3 +32,15 @@ def test_native_c_refuses_wrong_arrays(run_dir):
     obs = np.load(run_dir/'export_obs.npy')
     with pytest.raises(ValueError, match='C-contiguous float32'): r.run(np.asfortranarray(obs[:8]))
     with pytest.raises(ValueError, match='C-contiguous float32'): r.run(obs[:8].astype(np.float64))
+
+
+def test_native_c_batches_give_the_one_row_bits_and_name_their_kernel(run_dir):
+    "6-row tiles and single rows compute the same sums in the same order; the extension says which kernel it runs."
+    from ppo_trt.export.c_kernel import compile_c_policy
+    pol = compile_c_policy(run_dir/'policy.onnx')
+    obs = np.load(run_dir/'export_obs.npy')[:25]
+    batch, rows = np.empty((25, pol.act_dim), np.float32), np.empty((25, pol.act_dim), np.float32)
+    pol.forward(obs, batch)
+    for i in range(25): pol.forward(obs[i:i + 1], rows[i:i + 1])
+    assert batch.tobytes() == rows.tobytes()
+    assert pol.kernel in ('avx512', 'avx2+fma', 'sse2', 'portable C')

@@ -11,11 +11,12 @@ from pathlib import Path
 import numpy as np
 from ..core.files import atomic_path, atomic_write_text, error_line, save_json, user_cache
 from ..core.machine import cpu_model
-from .numba_kernel import NativeUnsupportedError, parse_chain, _stages, TANH_CLAMP, TANH_P, TANH_Q
-
+from ppo_trt.export.numba_kernel import NativeUnsupportedError, Elementwise, parse_chain, _stages, TANH_CLAMP, \
+    TANH_P, TANH_Q
 
 # %% auto #0
-__all__ = ['CFLAGS', 'ROWS', 'STACK_SCRATCH_MAX', 'c_toolchain', 'generate_c', 'CPolicy', 'compile_c_policy']
+__all__ = ['CFLAGS', 'PAD', 'DOT', 'ROWS', 'AVX512', 'AVX2', 'SSE2', 'ISAS', 'HSUM8', 'STACK_SCRATCH_MAX', 'c_toolchain', 'Isa',
+           'generate_c', 'CPolicy', 'compile_c_policy']
 
 # %% ../../nbs/34_c_kernel.ipynb #cac7d082
 CFLAGS = ('-O3', '-march=native', '-fno-math-errno', '-fno-trapping-math', '-ffp-contract=fast', '-fPIC', '-shared',
@@ -43,12 +44,6 @@ def _carr(name, a):
     vals = ', '.join(_cf(v) for v in np.asarray(a, np.float32).reshape(-1))
     return f'static const float {name}[{max(1, np.asarray(a).size)}] __attribute__((aligned(64))) = {{{vals}}};'
 
-# %% ../../nbs/34_c_kernel.ipynb #7531baa7
-def _cpoly(coefs, var):
-    expr = f'{coefs[0]!r}f'
-    for c in coefs[1:]: expr = f'({expr} * {var} + {c!r}f)'
-    return expr
-
 # %% ../../nbs/34_c_kernel.ipynb #3c70648a
 def _c_ew(e, idx, const):
     "C statement updating float `v` for elementwise op `e` at index `idx`; every clamp lets a NaN through."
@@ -69,16 +64,6 @@ def _c_ew(e, idx, const):
     if k == 'elu': return f'v = v > 0.0f ? v : {_cf(e.alpha)} * (expf(v) - 1.0f);'
     raise NativeUnsupportedError(f'elementwise op {k!r}')
 
-# %% ../../nbs/34_c_kernel.ipynb #0a998227
-# 6 x 16 outputs = 12 accumulators + 2 weight vectors + 1 broadcast fit AVX2's 16 registers (4 and 8 measured slower)
-ROWS = 6  # rows per register tile
-
-def _dense_lines(dst, src, W, b, n_in, width):
-    "One row of a dense layer, outputs in the inner (vectorised) loop; `dst`/`src` map an index to a C lvalue."
-    return [f'for (int o = 0; o < {width}; o++) {dst("o")} = {b}[o];',
-            f'for (int i = 0; i < {n_in}; i++) {{ const float xi = {src("i")};',
-            f'    for (int o = 0; o < {width}; o++) {dst("o")} += {W}[i * {width} + o] * xi; }}']
-
 # %% ../../nbs/34_c_kernel.ipynb #08ce5e57
 def _ew_lines(dst, src, ews, width, const_of):
     "One row of fused elementwise ops."
@@ -88,60 +73,303 @@ def _ew_lines(dst, src, ews, width, const_of):
 # %% ../../nbs/34_c_kernel.ipynb #f039cf17
 def _indent(lines, n=4): return [' ' * n + l for l in lines]
 
-# %% ../../nbs/34_c_kernel.ipynb #f945e96a
-def _rows_body(stages, dims, const_of):
-    "C loop nests for ROWS rows at once: dense layers of width a multiple of 16 as register tiles of ROWS x 16 outputs."
-    obs, act = dims
-    body, width = [], obs
-    src = lambda r, i: f'x[{r} * {obs} + {i}]'
-    for si, (dense, ews) in enumerate(stages):
-        last = si == len(stages) - 1
-        dst = (lambda r, i: f'y[{r} * {act} + {i}]') if last else (lambda r, i, k=si % 2: f't{k}[{r}][{i}]')
-        dptr = (lambda r: f'(y + {r} * {act})') if last else (lambda r, k=si % 2: f't{k}[{r}]')
-        if dense is not None:
-            W, b = const_of(dense.W, 'W'), const_of(dense.b, 'b')
-            n_in, width = dense.W.shape
-            if width % 16 == 0:
-                acc = [f'a{r}{h}' for r in range(ROWS) for h in (0, 1)]
-                body += [f'    for (int ot = 0; ot < {width}; ot += 16) {{',
-                         f'        v8 b0, b1; memcpy(&b0, {b} + ot, 32); memcpy(&b1, {b} + ot + 8, 32);',
-                         '        v8 ' + ', '.join(f'{a} = b{a[-1]}' for a in acc) + ';',
-                         f'        for (int i = 0; i < {n_in}; i++) {{',
-                         f'            v8 w0, w1; memcpy(&w0, {W} + i * {width} + ot, 32); '
-                         f'memcpy(&w1, {W} + i * {width} + ot + 8, 32);']
-                body += [f'            const float x{r} = {src(r, "i")}; a{r}0 += x{r} * w0; a{r}1 += x{r} * w1;'
-                         for r in range(ROWS)]
-                body += ['        }'] + [f'        memcpy({dptr(r)} + ot, &a{r}0, 32); '
-                                         f'memcpy({dptr(r)} + ot + 8, &a{r}1, 32);' for r in range(ROWS)] + ['    }']
-            elif width <= 8:  # narrow (the action head)
-                # ROWS x width scalar accumulators, independent chains in registers
-                acc = [(r, o) for r in range(ROWS) for o in range(width)]
-                body += ['    {', '        float ' + ', '.join(f'c{r}_{o} = {b}[{o}]' for r, o in acc) + ';',
-                         f'        for (int i = 0; i < {n_in}; i++) {{']
-                body += [f'            const float x{r} = {src(r, "i")};' for r in range(ROWS)]
-                body += [f'            c{r}_{o} += {W}[i * {width} + {o}] * x{r};' for r, o in acc]
-                body += ['        }'] + [f'        {dst(r, o)} = c{r}_{o};' for r, o in acc] + ['    }']
-            else:
-                body += [f'    for (int r = 0; r < {ROWS}; r++) {{',
-                         *_indent(_dense_lines(lambda i, d=dst: d('r', i), lambda i, s_=src: s_('r', i),
-                                               W, b, n_in, width), 8), '    }']
-            src = dst
-        if ews:
-            body += [f'    for (int r = 0; r < {ROWS}; r++) {{',
-                     *_indent(_ew_lines(lambda i, d=dst: d('r', i), lambda i, s_=src: s_('r', i),
-                                        ews, width, const_of), 8), '    }']
-            src = dst
-    return body
+# %% ../../nbs/34_c_kernel.ipynb #307ab7d6
+PAD = 16  # floats per packed row unit: whole 16-lane (64-byte) vectors
+DOT = 8   # a layer narrower than this is computed as 8-lane dot products
+ROWS = 6  # rows per tile of the batch kernel
+
+def _pad(n, m=PAD):
+    "`n` rounded up to a multiple of `m`."
+    return -(-n // m) * m
+
+# %% ../../nbs/34_c_kernel.ipynb #206426de
+def _partials(width):
+    "K, the partial sums each output of a `width`-wide layer keeps: 8 independent FMA chains at 16 lanes, at most 8."
+    if width < DOT: return DOT
+    k, vectors = 1, -(-width // 16)
+    while vectors * k < 8 and k < 8: k *= 2
+    return k
+
+# %% ../../nbs/34_c_kernel.ipynb #85cf838a
+def _tree(k):
+    "(j, j + h) pairs folding `k` partial sums into the first, h = k/2, k/4, ..., 1: the one order every kernel adds."
+    pairs, h = [], k // 2
+    while h:
+        pairs += [(j, j + h) for j in range(h)]
+        h //= 2
+    return pairs
+
+# %% ../../nbs/34_c_kernel.ipynb #51dbb166
+def _padded(arr, width, fill=0.0):
+    "`arr` (a vector of `width` floats) padded with `fill` to whole vectors; a scalar stays a scalar."
+    arr = np.asarray(arr, np.float32)
+    if arr.ndim == 0: return arr
+    out = np.full(_pad(width), fill, np.float32)
+    out[:width] = arr
+    return out
+
+# %% ../../nbs/34_c_kernel.ipynb #e0d41e96
+def _packed(dense):
+    "(W as [inputs][padded width], b padded): each input's weights a row of whole vectors."
+    n_in, width = dense.W.shape
+    W = np.zeros((n_in, _pad(width)), np.float32)
+    W[:, :width] = dense.W
+    return W, _padded(dense.b, width)
+
+# %% ../../nbs/34_c_kernel.ipynb #e20243de
+def _transposed(dense):
+    "W as [outputs][padded inputs]: each output's weights a row of whole vectors, for dot products."
+    n_in, width = dense.W.shape
+    Wt = np.zeros((width, _pad(n_in)), np.float32)
+    Wt[:, :n_in] = dense.W.T
+    return Wt
+
+# %% ../../nbs/34_c_kernel.ipynb #b03722d2
+def _ew_padded(e, width):
+    "Op `e` with its constants padded to whole vectors: 0, or 1 under a division, so padding lanes stay finite."
+    fill = 1.0 if e.kind == 'div' else 0.0
+    pad = lambda c: None if c is None else _padded(c, width, fill)
+    return Elementwise(e.kind, pad(e.c), pad(e.c2), e.alpha)
+
+# %% ../../nbs/34_c_kernel.ipynb #64500c64
+def _estrin(coefs, fma, lit):
+    "C of polynomial `coefs` (highest degree first, 4 or 7 of them) in `y`, by Estrin's scheme with `y2`, `y4`."
+    c = [lit(v) for v in coefs]
+    if len(c) == 4: return fma(fma(c[0], 'y', c[1]), 'y2', fma(c[2], 'y', c[3]))
+    assert len(c) == 7, coefs
+    return fma(fma(c[0], 'y2', fma(c[1], 'y', c[2])), 'y4', fma(fma(c[3], 'y', c[4]), 'y2', fma(c[5], 'y', c[6])))
+
+# %% ../../nbs/34_c_kernel.ipynb #e534e38c
+def _tanh_source():
+    "C of `fast_tanh`: the clamped rational tanh, its polynomials by Estrin's scheme."
+    c = f'{TANH_CLAMP!r}f'
+    fma, lit = (lambda a, b, d: f'({a} * {b} + {d})'), (lambda v: f'{v!r}f')
+    return ['static inline float fast_tanh(float x) {  /* a NaN fails both tests and stays NaN */',
+            f'    x = x < -{c} ? -{c} : x; x = x > {c} ? {c} : x;',
+            '    const float y = x * x, y2 = y * y, y4 = y2 * y2;',
+            f'    return x * {_estrin(TANH_P, fma, lit)}', f'        / {_estrin(TANH_Q, fma, lit)};', '}']
+
+# %% ../../nbs/34_c_kernel.ipynb #f0b02a9f
+@dataclass(frozen=True)
+class Isa:
+    "One vector instruction set the kernels are generated for."
+    name: str      # what PPO_KERNEL (and ppo_policy_kernel()) says
+    guard: str     # the preprocessor test that selects it
+    lanes: int     # floats per register
+    vt: str        # the register type
+    p: str         # the intrinsics' prefix
+    acc: int       # accumulators a tile of the one-row kernel may keep in registers
+    rows_vec: int  # output vectors per tile of the batch kernel (ROWS x rows_vec accumulators)
+    fused: bool    # whether it has a fused multiply-add
+    def fma(self, a, b, c):
+        "C of a * b + c: one rounding where the ISA fuses, two otherwise (as C's `a * b + c` without contraction)."
+        return f'{self.p}_fmadd_ps({a}, {b}, {c})' if self.fused else f'{self.p}_add_ps({self.p}_mul_ps({a}, {b}), {c})'
+
+AVX512 = Isa('avx512', 'defined(__AVX512F__)', 16, '__m512', '_mm512', 24, 4, True)
+AVX2 = Isa('avx2+fma', 'defined(__AVX2__) && defined(__FMA__)', 8, '__m256', '_mm256', 12, 2, True)
+SSE2 = Isa('sse2', 'defined(__SSE2__)', 4, '__m128', '_mm', 12, 2, False)
+ISAS = (AVX512, AVX2, SSE2)  # tried in this order; portable C when none applies
+
+# %% ../../nbs/34_c_kernel.ipynb #dbe602e4
+def _vtanh(isa):
+    "C of `vtanh`: `fast_tanh` on a register, the same operations in the same order (a * b + c as `isa.fma`)."
+    c, P = f'{TANH_CLAMP!r}f', isa.p
+    lit = lambda v: f'{P}_set1_ps({v!r}f)'
+    return [f'static inline {isa.vt} vtanh({isa.vt} x) {{  /* fast_tanh on {isa.lanes} lanes */',
+            f'    x = {P}_max_ps({P}_set1_ps(-{c}), x); x = {P}_min_ps({P}_set1_ps({c}), x);',
+            f'    const {isa.vt} y = {P}_mul_ps(x, x), y2 = {P}_mul_ps(y, y), y4 = {P}_mul_ps(y2, y2);',
+            f'    return {P}_div_ps({P}_mul_ps(x, {_estrin(TANH_P, isa.fma, lit)}),',
+            f'        {_estrin(TANH_Q, isa.fma, lit)});', '}']
+
+# %% ../../nbs/34_c_kernel.ipynb #c4f38c78
+HSUM8 = ['static inline float hsum8(__m128 lo, __m128 hi) {  /* 8 lanes, halving: (l, l+4), (l, l+2), (0, 1) */',
+         '    __m128 s = _mm_add_ps(lo, hi);',
+         '    s = _mm_add_ps(s, _mm_movehl_ps(s, s));',
+         '    return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55)));', '}']
+
+# %% ../../nbs/34_c_kernel.ipynb #4090f907
+def _vew(isa, e, col, const):
+    "Statements updating register `h` (columns col..) for elementwise op `e`; every clamp lets a NaN through."
+    P = isa.p
+    def arg(arr):
+        if arr.ndim == 0: return f'{P}_set1_ps({_cf(arr)})'
+        return f'{P}_load_ps({const(arr, "c")} + {col})'
+    k = e.kind
+    if k in ('sub', 'div', 'mul', 'add'): return [f'h = {P}_{k}_ps(h, {arg(e.c)});']
+    if k == 'min': return [f'h = {P}_min_ps({arg(e.c)}, h);']  # c < h ? c : h, so a NaN h stays NaN
+    if k == 'max': return [f'h = {P}_max_ps({arg(e.c)}, h);']
+    if k == 'clip': return [f'h = {P}_max_ps({arg(e.c)}, h); h = {P}_min_ps({arg(e.c2)}, h);']
+    if k == 'relu': return [f'h = {P}_max_ps({P}_setzero_ps(), h);']
+    if k == 'tanh': return ['h = vtanh(h);']
+    stmt = _c_ew(e, f'{col} + j', lambda arr: const(arr, 'c'))  # sigmoid, elu: lane by lane, with libm's expf
+    return [f'{{ float u[{isa.lanes}]; {P}_storeu_ps(u, h);',
+            f'  for (int j = 0; j < {isa.lanes}; j++) {{ float v = u[j]; {stmt} u[j] = v; }}',
+            f'  h = {P}_loadu_ps(u); }}']
+
+# %% ../../nbs/34_c_kernel.ipynb #fbb78dc9
+def _vblock(isa, load, ews, col, const, store):
+    "C block: h = `load`, the ops `ews` on it (columns col..), `store`."
+    return ['{', f'    {isa.vt} h = {load};', *[f'    {s}' for e in ews for s in _vew(isa, e, col, const)],
+            f'    {store}', '}']
+
+# %% ../../nbs/34_c_kernel.ipynb #70497125
+def _tail_load(isa, at, n):
+    "C loading the `n` floats at `at` (at most a register's) into a register, zeros after them, reading no further."
+    if n == isa.lanes: return f'{isa.p}_loadu_ps({at})'
+    if isa.lanes == 16: return f'_mm512_maskz_loadu_ps({(1 << n) - 1:#x}, {at})'
+    if isa.lanes == 8:
+        return f'_mm256_maskload_ps({at}, _mm256_setr_epi32({", ".join(["-1"] * n + ["0"] * (8 - n))}))'
+    return f'_mm_setr_ps({", ".join([f"({at})[{j}]" for j in range(n)] + ["0.0f"] * (4 - n))})'
+
+# %% ../../nbs/34_c_kernel.ipynb #86db0892
+def _simd_input(isa, src, dst, n, ews, const):
+    "Ops `ews` on the `n` floats at `src` (read no further) into the padded scratch `dst`, a register at a time."
+    L, P = isa.lanes, isa.p
+    full, rest = n // L * L, n % L
+    lines = []
+    if full:
+        lines += [f'for (int c = 0; c < {full}; c += {L})',
+                  *_vblock(isa, f'{P}_loadu_ps({src} + c)', ews, 'c', const, f'{P}_store_ps({dst} + c, h);')]
+    if rest:
+        lines += _vblock(isa, _tail_load(isa, f'{src} + {full}', rest), ews, full, const,
+                         f'{P}_store_ps({dst} + {full}, h);')
+    return lines
+
+# %% ../../nbs/34_c_kernel.ipynb #2db95982
+def _simd_dense_row(isa, src, dst, W, b, n_in, width, ews, const):
+    "C of one row of a wide layer and its ops: tiles of output vectors times K partial sums, all in registers."
+    L, P = isa.lanes, isa.p
+    pw, k = _pad(width), _partials(width)
+    vec = max(v for v in range(1, pw // L + 1) if pw // L % v == 0 and v * k <= max(isa.acc, k))
+    acc = lambda p, v: f'a{p}_{v}'
+    init = lambda p, v: f'{P}_load_ps({b} + t + {L * v})' if p == 0 else f'{P}_setzero_ps()'
+    lines = [f'for (int t = 0; t < {pw}; t += {vec * L}) {{  /* {vec} output vectors x {k} partial sums */',
+             f'    {isa.vt} ' + ', '.join(f'{acc(p, v)} = {init(p, v)}' for p in range(k) for v in range(vec)) + ';']
+    def terms(i, p, w_row):
+        return [f'{{ const {isa.vt} xb = {P}_set1_ps({src}[{i}]);'] + \
+               [f'  {acc(p, v)} = {isa.fma("xb", f"{P}_load_ps({w_row} + {L * v})", acc(p, v))};'
+                for v in range(vec)] + ['}']
+    main = n_in // k * k
+    if main:
+        lines += [f'    for (int i = 0; i < {main}; i += {k}) {{', f'        const float *w = {W} + i * {pw} + t;']
+        for p in range(k): lines += _indent(terms(f'i + {p}' if p else 'i', p, f'w + {p * pw}' if p else 'w'), 8)
+        lines += ['    }']
+    for p in range(n_in - main): lines += _indent(terms(main + p, p, f'{W} + {(main + p) * pw} + t'))
+    lines += [f'    {acc(j, v)} = {P}_add_ps({acc(j, v)}, {acc(h, v)});' for j, h in _tree(k) for v in range(vec)]
+    for v in range(vec):
+        lines += _indent(_vblock(isa, acc(0, v), ews, f't + {L * v}', const, f'{P}_store_ps({dst} + t + {L * v}, h);'))
+    return lines + ['}']
+
+# %% ../../nbs/34_c_kernel.ipynb #6b8e38e7
+def _simd_dense_rows(isa, src, dst, W, b, n_in, width, ews, const):
+    "C of ROWS rows of a wide layer: ROWS x rows_vec output vectors per tile, the partial sums one after another."
+    L, P = isa.lanes, isa.p
+    pw, k = _pad(width), _partials(width)
+    vec = max(v for v in range(1, isa.rows_vec + 1) if pw // L % v == 0)
+    acc = lambda r, v: f'c{r}_{v}'
+    bias = lambda v: (f'p ? {P}_setzero_ps() : ' if k > 1 else '') + f'{P}_load_ps({b} + t + {L * v})'
+    lines = [f'for (int t = 0; t < {pw}; t += {vec * L}) {{  /* {ROWS} rows x {vec} output vectors */']
+    if k > 1: lines += [f'    float part[{k}][{ROWS}][{vec * L}] __attribute__((aligned(64)));']
+    loop = f'    for (int p = 0; p < {k}; p++) {{  /* partial sum p: inputs p, p + {k}, ... */'
+    lines += [loop if k > 1 else '    {',
+              f'        const {isa.vt} ' + ', '.join(f'b{v} = {bias(v)}' for v in range(vec)) + ';',
+              f'        {isa.vt} ' + ', '.join(f'{acc(r, v)} = b{v}' for r in range(ROWS) for v in range(vec)) + ';',
+              f'        for (int i = {"p" if k > 1 else 0}; i < {n_in}; i += {k}) {{',
+              f'            const {isa.vt} ' + ', '.join(f'w{v} = {P}_load_ps({W} + i * {pw} + t + {L * v})'
+                                                         for v in range(vec)) + ';']
+    lines += [f'            {{ const {isa.vt} xb = {P}_set1_ps({src(r)}[i]); ' +
+              ' '.join(f'{acc(r, v)} = {isa.fma("xb", f"w{v}", acc(r, v))};' for v in range(vec)) + ' }'
+              for r in range(ROWS)]
+    lines += ['        }']
+    if k == 1:
+        lines += [l for r in range(ROWS) for v in range(vec) for l in
+                  _indent(_vblock(isa, acc(r, v), ews, f't + {L * v}', const,
+                                  f'{P}_store_ps({dst(r)} + t + {L * v}, h);'), 8)]
+        return lines + ['    }', '}']
+    lines += [f'        {P}_store_ps(part[p][{r}] + {L * v}, {acc(r, v)});' for r in range(ROWS) for v in range(vec)]
+    lines += ['    }', f'    for (int r = 0; r < {ROWS}; r++) {{',
+              f'        for (int v = 0; v < {vec * L}; v += {L}) {{',
+              f'            {isa.vt} ' + ', '.join(f'q{p} = {P}_load_ps(part[{p}][r] + v)' for p in range(k)) + ';']
+    lines += [f'            q{j} = {P}_add_ps(q{j}, q{h});' for j, h in _tree(k)]
+    lines += _indent(_vblock(isa, 'q0', ews, 't + v', const, f'{P}_store_ps({dst("r")} + t + v, h);'), 12)
+    return lines + ['        }', '    }', '}']
+
+# %% ../../nbs/34_c_kernel.ipynb #6538e5aa
+def _simd_dot_row(isa, src, src_padded, dst, Wt, b, n_in, width, ews, const):
+    "C of one row of a narrow layer: output o's 8 partial sums as 8 lanes (of one register, or SSE's two), folded."
+    pn, wide = _pad(n_in), isa.lanes >= DOT
+    vt, P = ('__m256', '_mm256') if wide else ('__m128', '_mm')
+    parts = [''] if wide else ['l', 'h']  # the AVX register, or SSE's low and high halves
+    d = lambda o, h: f'd{o}{h}'
+    init = lambda o, h: (f'_mm256_setr_ps({b}[{o}], 0, 0, 0, 0, 0, 0, 0)' if wide else
+                         f'_mm_setr_ps({b}[{o}], 0, 0, 0)' if h == 'l' else '_mm_setzero_ps()')
+    fma = (lambda a, b_, c: f'_mm256_fmadd_ps({a}, {b_}, {c})') if wide else isa.fma
+    lines = ['{', f'    {vt} ' + ', '.join(f'{d(o, h)} = {init(o, h)}' for o in range(width) for h in parts) + ';']
+    def chunk(loads, c):
+        out = []
+        for k, h in enumerate(parts):
+            off = f' + {4 * k}' if k else ''
+            out += [f'    {{ const {vt} xv = {loads[k]};'] + \
+                   [f'      {d(o, h)} = {fma("xv", f"{P}_load_ps({Wt} + {o * pn} + {c}{off})", d(o, h))};'
+                    for o in range(width)] + ['    }']
+        return out
+    full = _pad(n_in, DOT) if src_padded else n_in // DOT * DOT  # the input itself is read no further than n_in
+    if full:
+        loads = [f'{P}_loadu_ps({src} + c{f" + {4 * k}" if k else ""})' for k in range(len(parts))]
+        lines += [f'    for (int c = 0; c < {full}; c += 8) {{', *_indent(chunk(loads, 'c')), '    }']
+    if full < n_in:
+        at, rest = f'{src} + {full}', n_in - full
+        loads = [_tail_load(AVX2, at, rest)] if wide else \
+                [_tail_load(SSE2, at, min(rest, 4)), _tail_load(SSE2, f'{at} + 4', rest - 4) if rest > 4 else
+                 '_mm_setzero_ps()']
+        lines += chunk(loads, full)
+    for o in range(width):
+        total = (f'hsum8(_mm256_castps256_ps128({d(o, "")}), _mm256_extractf128_ps({d(o, "")}, 1))' if wide else
+                 f'hsum8({d(o, "l")}, {d(o, "h")})')
+        lines += [f'    {{ float v = {total};'] + \
+                 [f'      {_c_ew(e, o, lambda arr: const(arr, "c"))}' for e in ews] + [f'      {dst}[{o}] = v; }}']
+    return lines + ['}']
+
+# %% ../../nbs/34_c_kernel.ipynb #0f1c5cc3
+def _plain_dense_row(src, dst, W, b, n_in, width, ews, const):
+    "C99 of one row of a wide layer and its ops: K partial sums (the first in `dst`), K inputs per pass."
+    pw, k = _pad(width), _partials(width)
+    main = n_in // k * k
+    part = lambda j: dst if j == 0 else f'p[{j - 1}]'
+    xs = ', '.join(f'x{j} = {src}[i + {j}]' for j in range(k))
+    adds = ' '.join(f'{part(j)}[o] += w[{j * pw} + o] * x{j};' if j else f'{dst}[o] += w[o] * x0;' for j in range(k))
+    extra = [f'    float p[{k - 1}][{width}];  /* partial sum j > 0: inputs j, j + {k}, ... */'] if k > 1 else []
+    return ['{', *extra,
+            f'    for (int o = 0; o < {width}; o++) {{ {dst}[o] = {b}[o];' +
+            ''.join(f' p[{j - 1}][o] = 0.0f;' for j in range(1, k)) + ' }',
+            *([f'    for (int i = 0; i < {main}; i += {k}) {{ const float *w = {W} + i * {pw}; const float {xs};',
+               f'        for (int o = 0; o < {width}; o++) {{ {adds} }} }}'] if main else []),
+            *[f'    for (int o = 0; o < {width}; o++) {part(j)}[o] += {W}[{(main + j) * pw} + o] * {src}[{main + j}];'
+              for j in range(n_in - main)],
+            *[f'    for (int o = 0; o < {width}; o++) {part(j)}[o] += {part(h)}[o];' for j, h in _tree(k)],
+            *(_indent(_ew_lines(lambda j: f'{dst}[{j}]', lambda j: f'{dst}[{j}]', ews, width, const)) if ews else []),
+            '}']
+
+# %% ../../nbs/34_c_kernel.ipynb #9f483dd7
+def _plain_dot_row(src, dst, Wt, b, n_in, width, ews, const):
+    "C99 of one row of a narrow layer: output o's 8 partial sums, inputs j, j + 8, ..., as the vector code's lanes."
+    tree = ' '.join(f'p[{j}] += p[{h}];' for j, h in _tree(DOT))
+    return [f'for (int o = 0; o < {width}; o++) {{',
+            f'    float p[{DOT}] = {{{b}[o]}};  /* partial sum j: inputs j, j + {DOT}, ... */',
+            f'    for (int i = 0; i < {n_in}; i++) p[i % {DOT}] += {Wt}[o * {_pad(n_in)} + i] * {src}[i];',
+            f'    {tree}', '    {', '        float v = p[0];',
+            *[f'        {_c_ew(e, "o", lambda arr: const(arr, "c"))}' for e in ews], f'        {dst}[o] = v;', '    }',
+            '}']
 
 # %% ../../nbs/34_c_kernel.ipynb #2d6acb20
 STACK_SCRATCH_MAX = 64 << 10  # bytes of scratch a call may keep on the stack; a wider policy's is on the heap
 
 def _scratch_width(stages, dims):
-    "The widest row a stage writes for a later one to read (the input width if elementwise ops come first)."
-    width, widths = dims[0], [1]
-    for dense, _ in stages[:-1]:
+    "The widest row a stage writes, padded to whole vectors (the last stage's too: it is copied out)."
+    width, widths = dims[0], []
+    for dense, _ in stages:
         if dense is not None: width = dense.W.shape[1]
-        widths.append(width)
+        widths.append(_pad(width))
     return max(widths)
 
 # %% ../../nbs/34_c_kernel.ipynb #2a788dfd
@@ -155,13 +383,13 @@ def _scratch(width, obs, act):
     if 2 * ROWS * width * 4 <= STACK_SCRATCH_MAX:
         arr = lambda name, dims: f'{name}{dims} __attribute__((aligned(64)))'
         return dict(row_args='', row_decl=[f"    float {arr('s0', f'[{width}]')}, {arr('s1', f'[{width}]')};"],
-                    rows_args='',
+                    rows_args='', rows_pass='',
                     rows_decl=[f"    float {arr('t0', f'[{ROWS}][{width}]')}, {arr('t1', f'[{ROWS}][{width}]')};"],
                     driver=[n_fn, *loops('', ''), '    return 0;', '}', '',
                             'static inline int forward_one(const float *x, float *y) { forward_row(x, y); return 0; }'])
     heap = lambda floats: f'float *s = aligned_alloc(64, {-(-floats * 4 // 64) * 64}); if (!s) return -1;'
     tile = f'(float (*)[{width}])'
-    return dict(row_args=', float *restrict s0, float *restrict s1', row_decl=[],
+    return dict(row_args=', float *restrict s0, float *restrict s1', row_decl=[], rows_pass=', t0[r], t1[r]',
                 rows_args=f', float (*restrict t0)[{width}], float (*restrict t1)[{width}]', rows_decl=[],
                 driver=[n_fn, f'    {heap(2 * ROWS * width)}',
                         f'    float (*t0)[{width}] = {tile}s, (*t1)[{width}] = {tile}(s + {ROWS * width});',
@@ -169,41 +397,84 @@ def _scratch(width, obs, act):
                         'static int forward_one(const float *x, float *y) {', f'    {heap(2 * width)}',
                         f'    forward_row(x, y, s, s + {width}); free(s); return 0;', '}'])
 
+# %% ../../nbs/34_c_kernel.ipynb #3440502d
+def _plan(stages, dims, const_of):
+    "Per stage: (dense or None, packed W, b, transposed W: C names or None; inputs, width, padded ops)."
+    plan, width = [], dims[0]
+    for dense, ews in stages:
+        if dense is None:
+            plan.append((None, None, None, None, width, width, [_ew_padded(e, width) for e in ews]))
+            continue
+        n_in, width = dense.W.shape
+        W, b = _packed(dense)
+        narrow = width < DOT
+        plan.append((dense, None if narrow else const_of(W, 'W'), const_of(b, 'b'),
+                     const_of(_transposed(dense), 'Wt') if narrow else None, n_in, width,
+                     [_ew_padded(e, width) for e in ews]))
+    return plan
+
+# %% ../../nbs/34_c_kernel.ipynb #2057f138
+def _simd_kernels(isa, plan, dims, s, const):
+    "C of forward_row and forward_rows in `isa`'s intrinsics."
+    obs, act = dims
+    row, rows = [], []
+    src, src_r = 'x', (lambda r: f'(x + {r} * {obs})')
+    for si, (dense, W, b, Wt, n_in, width, ews) in enumerate(plan):
+        dst, dst_r = f's{si % 2}', (lambda r, k=si % 2: f't{k}[{r}]')
+        if dense is None:
+            row += _simd_input(isa, 'x', dst, obs, ews, const)
+            rows += [f'for (int r = 0; r < {ROWS}; r++) {{',
+                     *_indent(_simd_input(isa, src_r('r'), dst_r('r'), obs, ews, const)), '}']
+        elif Wt is not None:
+            row += _simd_dot_row(isa, src, si > 0, dst, Wt, b, n_in, width, ews, const)
+            rows += [f'for (int r = 0; r < {ROWS}; r++)',
+                     *_simd_dot_row(isa, src_r('r'), si > 0, dst_r('r'), Wt, b, n_in, width, ews, const)]
+        else:
+            row += _simd_dense_row(isa, src, dst, W, b, n_in, width, ews, const)
+            rows += _simd_dense_rows(isa, src_r, dst_r, W, b, n_in, width, ews, const)
+        src, src_r = dst, dst_r
+    return [f"static void forward_row(const float *restrict x, float *restrict y{s['row_args']}) {{",
+            *s['row_decl'], '    (void)s0; (void)s1;', *_indent(row), f'    memcpy(y, {src}, {act} * sizeof(float));',
+            '}', '', f"static void forward_rows(const float *restrict x, float *restrict y{s['rows_args']}) "
+            f"{{  /* {ROWS} rows */", *s['rows_decl'], '    (void)t0; (void)t1;', *_indent(rows),
+            f'    for (int r = 0; r < {ROWS}; r++) memcpy(y + r * {act}, {src_r("r")}, {act} * sizeof(float));', '}']
+
+# %% ../../nbs/34_c_kernel.ipynb #19110a83
+def _plain_kernels(plan, dims, s, const):
+    "C99 of forward_row, and of forward_rows as forward_row row after row."
+    obs, act = dims
+    row, src = [], 'x'
+    for si, (dense, W, b, Wt, n_in, width, ews) in enumerate(plan):
+        dst = f's{si % 2}'
+        if dense is None: row += _ew_lines(lambda j: f'{dst}[{j}]', lambda j: f'x[{j}]', ews, width, const)
+        elif Wt is not None: row += _plain_dot_row(src, dst, Wt, b, n_in, width, ews, const)
+        else: row += _plain_dense_row(src, dst, W, b, n_in, width, ews, const)
+        src = dst
+    return [f"static void forward_row(const float *restrict x, float *restrict y{s['row_args']}) {{",
+            *s['row_decl'], '    (void)s0; (void)s1;', *_indent(row), f'    memcpy(y, {src}, {act} * sizeof(float));',
+            '}', '', f"static void forward_rows(const float *restrict x, float *restrict y{s['rows_args']}) "
+            f"{{  /* {ROWS} rows */",
+            f'    for (int r = 0; r < {ROWS}; r++) forward_row(x + r * {obs}, y + r * {act}{s["rows_pass"]});', '}']
+
 # %% ../../nbs/34_c_kernel.ipynb #9e98356f
 def _kernels(steps, dims):
-    "The generated part of the C source: weights as constants, the tanh, the row and ROWS-row kernels, their drivers."
+    "The generated part of the C source: weights, fast_tanh, one kernel pair per `Isa` or portable C, the drivers."
     consts, named = [], {}
-    def const(arr):
-        consts.append(_carr(f'K{len(consts)}', arr)); return f'K{len(consts) - 1}'
-    def const_of(arr, kind):  # the rows kernel reuses the row kernel's arrays
+    def const_of(arr, kind):  # every array once, whichever kernel asks
         key = (kind, arr.shape, np.asarray(arr, np.float32).tobytes())
-        if key not in named: named[key] = const(arr)
+        if key not in named:
+            consts.append(_carr(f'K{len(consts)}', arr))
+            named[key] = f'K{len(consts) - 1}'
         return named[key]
     stages = _stages(steps)
-    body, src, width = [], 'x', dims[0]
-    for si, (dense, ews) in enumerate(stages):
-        dst = 'y' if si == len(stages) - 1 else f's{si % 2}'
-        at = lambda name: (lambda i: f'{name}[{i}]')
-        if dense is not None:
-            n_in, width = dense.W.shape
-            body += _indent(_dense_lines(at(dst), at(src), const_of(dense.W, 'W'), const_of(dense.b, 'b'), n_in, width))
-            src = dst
-        if ews: body += _indent(_ew_lines(at(dst), at(src), ews, width, const_of))
-        src = dst
-    rows = _rows_body(stages, dims, const_of)
-    s = _scratch(_scratch_width(stages, dims), *dims)
-    clamp = f'{TANH_CLAMP!r}f'
-    return '\n'.join([
-        *consts, '',
-        'static inline float fast_tanh(float x) {  /* a NaN fails both tests and stays NaN */',
-        f'    x = x < -{clamp} ? -{clamp} : x; x = x > {clamp} ? {clamp} : x;',
-        f'    const float x2 = x * x; return x * {_cpoly(TANH_P, "x2")} / {_cpoly(TANH_Q, "x2")};', '}', '',
-        f"static void forward_row(const float *restrict x, float *restrict y{s['row_args']}) {{",
-        *s['row_decl'], '    (void)s0; (void)s1;',
-        *body, '}', '',
-        f"static void forward_rows(const float *restrict x, float *restrict y{s['rows_args']}) {{  /* {ROWS} rows */",
-        *s['rows_decl'], '    (void)t0; (void)t1;',
-        *rows, '}', '', *s['driver'], ''])
+    plan, s = _plan(stages, dims, const_of), _scratch(_scratch_width(stages, dims), *dims)
+    simd = []
+    for n, isa in enumerate(ISAS):
+        simd += [f"#{'if' if n == 0 else 'elif'} !defined(PPO_POLICY_PORTABLE) && {isa.guard}",
+                 '#include <immintrin.h>', f'#define PPO_KERNEL "{isa.name}"', *_vtanh(isa), *HSUM8, '',
+                 *_simd_kernels(isa, plan, dims, s, const_of)]
+    return '\n'.join([*consts, '', *_tanh_source(), '', *simd, '#else', '#define PPO_KERNEL "portable C"',
+                      *_plain_kernels(plan, dims, s, const_of), '#endif', '', *s['driver'], ''])
 
 # %% ../../nbs/34_c_kernel.ipynb #654d6a23
 def generate_c(steps, dims, module_name):
@@ -224,6 +495,7 @@ class CPolicy:
     path: Path   # where the cache keeps the binary (absent when it could not be written: see `cache`)
     build_s: float
     cache: str   # 'loaded from the cache (hash verified)', 'built', 'rebuilt: <why>', or 'built ..., not cached: <why>'
+    kernel: str = ''  # the instruction set its kernel was compiled for: avx512, avx2+fma, sse2 or portable C
 
 
 # %% ../../nbs/34_c_kernel.ipynb #bc6df10a
@@ -337,4 +609,5 @@ def compile_c_policy(onnx_path, check_obs=None, cache_dir=None):
             sys.modules[name], how = _obtain(cc, incs, src.replace('MODULE_NAME', name), name, folder)
     mod = sys.modules[name]
     if check_obs is not None: mod.set_check(check_obs)
-    return CPolicy(mod.call, mod.forward, dims[0], dims[1], folder/f'{name}{_EXT}', time.perf_counter() - t0, how)
+    return CPolicy(mod.call, mod.forward, dims[0], dims[1], folder/f'{name}{_EXT}', time.perf_counter() - t0, how,
+                   mod.kernel)

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/36_c_library.ipynb #31dbc156
 from __future__ import annotations
-import hashlib, json, shutil, subprocess, sys
+import hashlib, json, re, shutil, subprocess, sys, tempfile
 from pathlib import Path
 import numpy as np
 from ..core.run_folder import RunDir
@@ -15,9 +15,9 @@ from .numba_kernel import parse_chain, _stages
 from .c_kernel import ROWS, STACK_SCRATCH_MAX, _cf, _kernels, _scratch_width
 
 # %% auto #0
-__all__ = ['STATUS', 'TEST_TOL', 'TEST_PROGRAM', 'MAKEFILE', 'LIBRARY_MARKER', 'MADE_BY', 'STRICT', 'library_kernel',
-           'library_header', 'library_source', 'test_vectors', 'library_files', 'write_c_library', 'compiler_missing',
-           'build_and_test']
+__all__ = ['STATUS', 'TEST_TOL', 'TEST_PROGRAM', 'MAKEFILE', 'BENCH_PROGRAM', 'LIBRARY_MARKER', 'MADE_BY', 'STRICT',
+           'BENCH_LINES', 'library_kernel', 'library_header', 'library_source', 'test_vectors', 'library_files',
+           'write_c_library', 'compiler_missing', 'build_and_test', 'parse_bench', 'bench_c_library']
 
 # %% ../../nbs/36_c_library.ipynb #35ad0b3d
 def library_kernel(onnx_path):
@@ -68,6 +68,10 @@ int ppo_policy_act(const float obs[PPO_POLICY_OBS_DIM], float act[PPO_POLICY_ACT
  * one of its values is not finite. */
 int ppo_policy_act_batch(const float *obs, float *act, size_t n);
 
+/* The instruction set the kernel was compiled for, chosen by the compiler's flags: "avx512", "avx2+fma", "sse2" or
+ * "portable C" (-DPPO_POLICY_PORTABLE forces the last). */
+const char *ppo_policy_kernel(void);
+
 #endif
 """
 
@@ -81,7 +85,6 @@ def library_source(kernel):
 #include <string.h>
 
 typedef ptrdiff_t npy_intp;  /* the kernel's row index (named as in the native-c extension it is shared with) */
-typedef float v8 __attribute__((vector_size(32)));  /* GCC/Clang vector extension: 8 float lanes */
 
 {kernel}
 static int all_finite(const float *x, size_t n) {{
@@ -108,6 +111,8 @@ int ppo_policy_act_batch(const float *obs, float *act, size_t n) {{
     if (n) forward_n(obs, act, (npy_intp)n);
     return all_finite(act, n * PPO_POLICY_ACT_DIM) ? PPO_POLICY_OK : PPO_POLICY_NONFINITE_ACTION;
 }}
+
+const char *ppo_policy_kernel(void) {{ return PPO_KERNEL; }}
 """
 
 # %% ../../nbs/36_c_library.ipynb #ba053989
@@ -160,18 +165,19 @@ int main(void) {
     nan_status = ppo_policy_act(obs, act);
     for (j = 0; j < PPO_POLICY_ACT_DIM; j++) untouched &= act[j] == 12345.0f;
     batch_nan_status = ppo_policy_act_batch(obs, &batch[0][0], 1);
-    printf("ppo_policy %s: %d rows, max abs err vs ONNX Runtime %.2e one by one, %.2e batched (tolerance %.0e); "
-           "%d failed calls; NaN obs: status %d (batched %d), action %s\n", PPO_POLICY_ENV_ID, PPO_TEST_ROWS,
-           e_single, e_batch, PPO_TEST_TOL, failed_calls, nan_status, batch_nan_status,
-           untouched ? "untouched" : "WRITTEN");
+    printf("ppo_policy %s (kernel %s): %d rows, max abs err vs ONNX Runtime %.2e one by one, %.2e batched "
+           "(tolerance %.0e); %d failed calls; NaN obs: status %d (batched %d), action %s\n", PPO_POLICY_ENV_ID,
+           ppo_policy_kernel(), PPO_TEST_ROWS, e_single, e_batch, PPO_TEST_TOL, failed_calls, nan_status,
+           batch_nan_status, untouched ? "untouched" : "WRITTEN");
     return !(failed_calls == 0 && e_single <= PPO_TEST_TOL && e_batch <= PPO_TEST_TOL && untouched
              && nan_status == PPO_POLICY_NONFINITE_OBS && batch_nan_status == PPO_POLICY_NONFINITE_OBS);
 }
 """
 
-MAKEFILE = """# ppo_policy: `make` builds libppo_policy.a and the test, `make test` runs it.
-# On x86-64: make CFLAGS="-O3 -march=native -std=c99 -Wall -Wextra -pedantic"
-# (or -mavx2 -mfma instead of -march=native for a portable AVX2 build)
+MAKEFILE = """# ppo_policy: `make` builds libppo_policy.a and the test, `make test` runs it, `make bench` times a call.
+# The flags pick the kernel (ppo_policy_kernel()): on x86-64 plain -O3 is SSE2;
+#   make CFLAGS="-O3 -mavx2 -mfma -std=c99 -Wall -Wextra -pedantic"   AVX2 + FMA: any x86-64 CPU since 2015
+#   make CFLAGS="-O3 -march=native -std=c99 -Wall -Wextra -pedantic"  the widest this CPU has (AVX-512 where it is)
 CC ?= cc
 CFLAGS ?= -O3 -std=c99 -Wall -Wextra -pedantic
 
@@ -189,10 +195,162 @@ test_ppo_policy: test_ppo_policy.c ppo_policy_vectors.h libppo_policy.a
 test: test_ppo_policy
 \t./test_ppo_policy
 
-clean:
-\trm -f ppo_policy.o libppo_policy.a test_ppo_policy
+bench_ppo_policy: bench_ppo_policy.c ppo_policy_vectors.h libppo_policy.a
+\t$(CC) $(CFLAGS) bench_ppo_policy.c libppo_policy.a -lm -o $@
 
-.PHONY: all test clean
+bench: bench_ppo_policy
+\t./bench_ppo_policy
+
+clean:
+\trm -f ppo_policy.o libppo_policy.a test_ppo_policy bench_ppo_policy
+
+.PHONY: all test bench clean
+"""
+
+# %% ../../nbs/36_c_library.ipynb #129a9b51
+BENCH_PROGRAM = r"""/* bench_ppo_policy.c: the latency of one checked call, ppo_policy_act, on one pinned core.
+ * ./bench_ppo_policy [calls (default 2000000)] [target p50 ns (optional)]
+ * Every call gets the next observation of a ring of the export observations (ppo_policy_vectors.h), its status is
+ * counted and its action summed, so no call can be optimised away. Per call: rdtsc fenced by lfence on x86-64
+ * (calibrated against CLOCK_MONOTONIC over the whole run), clock_gettime(CLOCK_MONOTONIC) elsewhere; the timer's own
+ * cost (its p50 around an empty region) is printed and subtracted. Per block: clock_gettime around 1000 calls. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef __linux__
+#include <sched.h>
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#define TICKS() (_mm_lfence(), __rdtsc())
+#define TIMER "rdtsc + lfence"
+#else
+#define TICKS() now_ns()
+#define TIMER "clock_gettime(CLOCK_MONOTONIC)"
+#endif
+#include "ppo_policy.h"
+#include "ppo_policy_vectors.h"
+
+#define WARMUP 200000L
+#define BLOCK 1000L
+#define EMPTY 100000L  /* empty timed regions: the timer's own cost */
+#define RING (PPO_TEST_ROWS < 64 ? PPO_TEST_ROWS : 64)
+
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static int by_value(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double pct(const double *sorted, long n, double p) { return sorted[(long)(p / 100.0 * (double)(n - 1) + 0.5)]; }
+
+static int pin(void) {
+    /* the last core this process may run on (core 0 takes most interrupts); -1 where pinning is unavailable */
+#ifdef __linux__
+    cpu_set_t set;
+    int core = -1, c;
+    if (sched_getaffinity(0, sizeof set, &set)) return -1;
+    for (c = 0; c < CPU_SETSIZE; c++) if (CPU_ISSET(c, &set)) core = c;
+    CPU_ZERO(&set); CPU_SET(core, &set);
+    return sched_setaffinity(0, sizeof set, &set) ? -1 : core;
+#else
+    return -1;
+#endif
+}
+
+static double core_ghz(void) {
+    /* the core's clock now: a chain of dependent one-cycle adds; 0 where it cannot be measured */
+#if defined(__x86_64__)
+    uint64_t x = 0, t0 = now_ns(), i;
+    for (i = 0; i < 50000000u; i++)
+        __asm__ __volatile__("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0" : "+r"(x));
+    return (double)x / (double)(now_ns() - t0);
+#else
+    return 0;
+#endif
+}
+
+int main(int argc, char **argv) {
+    const long calls = argc > 1 ? atol(argv[1]) : 2000000L;
+    const double target = argc > 2 ? atof(argv[2]) : 0;
+    const long blocks = calls / BLOCK > 0 ? calls / BLOCK : 1;
+    double *t = malloc(sizeof(double) * (size_t)(calls > blocks ? calls : blocks));
+    double *empty = malloc(sizeof(double) * EMPTY);
+    float act[PPO_POLICY_ACT_DIM], nan_obs[PPO_POLICY_OBS_DIM];
+    double sum = 0, ns_per_tick, timer_p50, resolution = 1e30;
+    long i, failed = 0, k = 0;
+    int core, j, nan_status, nan_untouched = 1;
+    uint64_t a, b, t0, n0, t1, n1;
+    if (!t || !empty || calls < 1000) { fprintf(stderr, "bench_ppo_policy: calls must be >= 1000\n"); return 2; }
+    core = pin();
+    printf("bench_ppo_policy %s (kernel %s): ppo_policy_act, the checked call, %d inputs -> %d actions\n",
+           PPO_POLICY_ENV_ID, ppo_policy_kernel(), PPO_POLICY_OBS_DIM, PPO_POLICY_ACT_DIM);
+    for (i = 0; i < WARMUP; i++) {
+        failed += ppo_policy_act(ppo_test_obs[i % RING], act) != PPO_POLICY_OK;
+        sum += act[0];
+    }
+    printf("cpu: pinned to core %d; core clock %.2f GHz after the warm-up (a dependent add chain; 0: not measured)\n",
+           core, core_ghz());
+    /* the timer alone, then per call; ticks are converted with the rate measured across the whole timed run */
+    t0 = TICKS(); n0 = now_ns();
+    for (i = 0; i < EMPTY; i++) { a = TICKS(); b = TICKS(); empty[i] = (double)(b - a); }
+    for (i = 0; i < calls; i++) {
+        a = TICKS();
+        failed += ppo_policy_act(ppo_test_obs[i % RING], act) != PPO_POLICY_OK;
+        b = TICKS();
+        t[i] = (double)(b - a);
+        sum += act[0];
+    }
+    t1 = TICKS(); n1 = now_ns();
+    ns_per_tick = (double)(n1 - n0) / (double)(t1 - t0);
+    for (i = 0; i < EMPTY; i++) {
+        empty[i] *= ns_per_tick;
+        if (empty[i] > 0 && empty[i] < resolution) resolution = empty[i];
+    }
+    qsort(empty, EMPTY, sizeof *empty, by_value);
+    timer_p50 = pct(empty, EMPTY, 50);
+    for (i = 0; i < calls; i++) t[i] = t[i] * ns_per_tick - timer_p50;
+    qsort(t, (size_t)calls, sizeof *t, by_value);
+    printf("warm-up: %ld calls\n", WARMUP);
+    printf("timer: %s, %.3f ns per tick, resolution %.1f ns, cost %.1f ns (p50 of an empty region, subtracted)\n",
+           TIMER, ns_per_tick, resolution, timer_p50);
+    printf("per call: %ld calls, p50 %.1f ns, p99 %.1f ns, p99.9 %.1f ns, max %.1f ns\n", calls, pct(t, calls, 50),
+           pct(t, calls, 99), pct(t, calls, 99.9), t[calls - 1]);
+    const double per_call_p50 = pct(t, calls, 50);
+    /* blocks: no timer inside, so no timer cost and the clock's resolution divided by BLOCK */
+    for (j = 0; j < (int)blocks; j++) {
+        a = now_ns();
+        for (i = 0; i < BLOCK; i++, k++) {
+            failed += ppo_policy_act(ppo_test_obs[k % RING], act) != PPO_POLICY_OK;
+            sum += act[0];
+        }
+        t[j] = (double)(now_ns() - a) / BLOCK;
+    }
+    qsort(t, (size_t)blocks, sizeof *t, by_value);
+    printf("per block of %ld calls: %ld blocks, p50 %.1f ns/call, min %.1f ns/call\n", BLOCK, blocks,
+           pct(t, blocks, 50), t[0]);
+    memcpy(nan_obs, ppo_test_obs[0], sizeof nan_obs);
+    nan_obs[0] = NAN;
+    for (j = 0; j < PPO_POLICY_ACT_DIM; j++) act[j] = 12345.0f;
+    nan_status = ppo_policy_act(nan_obs, act);
+    for (j = 0; j < PPO_POLICY_ACT_DIM; j++) nan_untouched = nan_untouched && act[j] == 12345.0f;
+    printf("checks: %ld failed calls; NaN obs: status %d, action %s; checksum %.6g\n", failed, nan_status,
+           nan_untouched ? "untouched" : "WRITTEN", sum);
+    if (target > 0)
+        printf("target: p50 <= %.0f ns per call: %s (%.1f ns)\n", target, per_call_p50 <= target ? "met" : "NOT met",
+               per_call_p50);
+    free(t); free(empty);
+    return !(failed == 0 && nan_status == PPO_POLICY_NONFINITE_OBS && nan_untouched);
+}
 """
 
 # %% ../../nbs/36_c_library.ipynb #c4763cc3
@@ -208,7 +366,7 @@ def library_files(onnx_path, obs, onnx_sha256):
     return {'ppo_policy.h': library_header(env_id, dims, onnx_sha256,
                                            hashlib.sha256(kernel.encode()).hexdigest()),
             'ppo_policy.c': library_source(kernel), 'ppo_policy_vectors.h': test_vectors(obs, act),
-            'test_ppo_policy.c': TEST_PROGRAM, 'Makefile': MAKEFILE}
+            'test_ppo_policy.c': TEST_PROGRAM, 'bench_ppo_policy.c': BENCH_PROGRAM, 'Makefile': MAKEFILE}
 
 # %% ../../nbs/36_c_library.ipynb #f5dd152c
 def write_c_library(run_dir, out=None):
@@ -247,3 +405,41 @@ def build_and_test(folder, cc='cc', opt='-O3', extra=()):
     test = subprocess.run([str(folder/'test_ppo_policy')], cwd=folder, capture_output=True, text=True)
     return dict(ok=test.returncode == 0, warnings=build.stderr.strip(), output=test.stdout.strip(), cc=cc,
                 flags=' '.join(flags))
+
+# %% ../../nbs/36_c_library.ipynb #8d3786e3
+BENCH_LINES = {  # what bench_ppo_policy prints, and the numbers each line gives
+    r'\(kernel ([^)]+)\)': ('kernel',),
+    r'core clock (\S+) GHz': ('core_ghz',),
+    r'resolution (\S+) ns, cost (\S+) ns': ('timer_resolution_ns', 'timer_cost_ns'),
+    r'per call: (\d+) calls, p50 (\S+) ns, p99 (\S+) ns, p99\.9 (\S+) ns, max (\S+) ns':
+        ('calls', 'p50_ns', 'p99_ns', 'p999_ns', 'max_ns'),
+    r'per block of \d+ calls: \d+ blocks, p50 (\S+) ns/call, min (\S+) ns/call': ('block_p50_ns', 'block_min_ns'),
+    r'checks: (\d+) failed calls; NaN obs: status (\d+), action (\w+)': ('failed_calls', 'nan_status', 'nan_action'),
+}
+
+def parse_bench(output):
+    "The numbers of a bench_ppo_policy run's output, or the first line it lacks."
+    out = {}
+    for pattern, keys in BENCH_LINES.items():
+        m = re.search(pattern, output)
+        if m is None: raise PpoTrtError(f'bench_ppo_policy printed no line matching {pattern!r}: {output[-400:]}')
+        out.update({k: v if k in ('kernel', 'nan_action') else float(v) for k, v in zip(keys, m.groups())})
+    return out
+
+# %% ../../nbs/36_c_library.ipynb #dc208b4f
+def bench_c_library(folder, flags=('-O3',), cc='cc', calls=2_000_000, target_ns=None):
+    "Build `folder`'s library and harness with `flags` in a private folder, run it: its numbers and its output."
+    folder, exe = Path(folder), shutil.which(cc)
+    if not (folder/'bench_ppo_policy.c').is_file():
+        raise BadInputError(f'{folder} holds no C library with its timing harness: run `ppo-trt export-c`')
+    if exe is None: raise BadInputError(compiler_missing(cc))
+    with tempfile.TemporaryDirectory(prefix='ppo_trt_bench_') as tmp:
+        for name in ('ppo_policy.c', 'ppo_policy.h', 'ppo_policy_vectors.h', 'bench_ppo_policy.c'):
+            shutil.copy(folder/name, tmp)
+        build = subprocess.run([exe, *flags, *STRICT, 'ppo_policy.c', 'bench_ppo_policy.c', '-lm', '-o', 'bench'],
+                               cwd=tmp, capture_output=True, text=True)
+        if build.returncode: raise PpoTrtError(f'{cc} could not build the harness: {build.stderr.strip()[-800:]}')
+        run = subprocess.run([str(Path(tmp)/'bench'), str(calls), *([str(target_ns)] if target_ns else [])],
+                             capture_output=True, text=True)
+    if run.returncode: raise PpoTrtError(f'the harness failed its checks: {(run.stdout + run.stderr).strip()[-800:]}')
+    return dict(parse_bench(run.stdout), flags=' '.join(flags), warnings=build.stderr.strip(), output=run.stdout)

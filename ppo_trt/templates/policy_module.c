@@ -6,8 +6,6 @@
 #include <math.h>
 #include <string.h>
 
-typedef float v8 __attribute__((vector_size(32)));  /* 8 float lanes: AVX on x86, two NEON registers on ARM */
-
 $KERNELS
 static PyObject *check_obs = NULL;  /* set_check(): (obs, obs_dim) -> an array the kernels can read, or raises why */
 
@@ -97,4 +95,9 @@ static PyMethodDef methods[] = {
     {"set_check", (PyCFunction)set_check, METH_O, "set_check(fn): the Python check call() defers to on a bad input"},
     {NULL, NULL, 0, NULL}};
 static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "$MODULE", NULL, -1, methods};
-PyMODINIT_FUNC PyInit_$MODULE(void) { import_array(); return PyModule_Create(&mod); }
+PyMODINIT_FUNC PyInit_$MODULE(void) {
+    import_array();
+    PyObject *m = PyModule_Create(&mod);  /* kernel: the instruction set the kernels were compiled for */
+    if (m && PyModule_AddStringConstant(m, "kernel", PPO_KERNEL)) { Py_DECREF(m); return NULL; }
+    return m;
+}
