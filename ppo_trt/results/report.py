@@ -687,11 +687,19 @@ def section_gpu(recs):
 
 # %% ../../nbs/80_report.ipynb #5fc53102
 def section_closed_loop(recs):
-    "The closed control loop: `runner(obs)` + `env.step` per control step."
+    "The closed control loop: `runner(obs)` + `env.step` per control step; the C loop as a row when it is current."
     cur = current_bench(recs.bench, recs.policy_sha256)
-    if not records_by(cur, 'closed-loop'): return []
+    loops = records_by(cur, 'closed-loop')
+    if not loops: return []
+    table, c = closed_loop_table(cur), current_c_loop(recs)
+    if c is not None and c.period is not None:
+        us = lambda ns: _us(ns / 1e3)
+        table += '\n' + '| ' + ' | '.join(esc(x) for x in (
+            code('c-loop'), us(c.policy.p50_ns), us(c.policy.p99_ns), us(c.period.p50_ns), us(c.period.p99_ns),
+            f"{c.steps_per_s:,.0f}", us(c.period.std_ns), f"{loops[0].control_period_us / (c.period.p99_ns / 1e3):.1f}×"))
+        table += ' |\n\n`c-loop`: the same policy and env in C (`ppo-trt c-loop`, MuJoCo\'s C API, no Python); see Deploy in C.'
     return [_md('## Closed control loop\n\nThe checked call plus `env.step` per control step, '
-                'as a controller runs it.\n\n' + closed_loop_table(cur))]
+                'as a controller runs it.\n\n' + table)]
 
 # %% ../../nbs/80_report.ipynb #b4c0b5cb
 def c_loop_tables(c):
