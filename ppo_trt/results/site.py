@@ -11,8 +11,8 @@ from ..core.files import (PpoTrtError, BadInputError, made_by, mark_made_by, own
                                 install_folder)
 
 # %% auto #0
-__all__ = ['STAGES', 'TITLES', 'FRONT_PAGES', 'SITE_MARKER', 'MADE_BY', 'split_directives', 'relink', 'plain_notebook',
-           'page_name', 'page_title', 'navigation', 'mkdocs_config', 'write_pages', 'made_by_docs', 'site_destination',
+__all__ = ['STAGES', 'FRONT_PAGES', 'SITE_MARKER', 'MADE_BY', 'split_directives', 'relink', 'plain_notebook', 'page_name',
+           'page_title', 'navigation', 'mkdocs_config', 'write_pages', 'made_by_docs', 'site_destination',
            'install_site', 'build_site']
 
 # %% ../../nbs/82_docs.ipynb #5d699034
@@ -111,23 +111,9 @@ def page_name(path):
     return re.sub(r'^\d+[a-z]?_', '', Path(path).stem)
 
 # %% ../../nbs/82_docs.ipynb #bb25cc96
-TITLES = {
-    'files': 'Files and errors', 'run_folder': 'The run folder', 'machine': 'Machine and doctor',
-    'records': 'Records', 'checkpoint': 'Checkpoints', 'env_specs': 'Environment specs', 'envs': 'Environments',
-    'controllers': 'PID controllers', 'train': 'PPO training', 'onnx': 'ONNX export', 'deployment': 'Deployment',
-    'tensorrt': 'TensorRT engines', 'numba_kernel': 'numba kernel', 'c_kernel': 'C kernel',
-    'triton_mlp': 'Triton MLP kernel', 'c_library': 'C99 library', 'cortex_m': 'Cortex-M',
-    'runner': 'The Runner protocol', 'torch': 'PyTorch backends', 'onnxruntime': 'ONNX Runtime backends',
-    'numba': 'native (numba)', 'c_ext': 'native-c (C extension)', 'triton': 'Triton backends',
-    'tensorrt_runners': 'TensorRT backends', 'registry': 'Backend registry', 'bench': 'Latency benchmark',
-    'evaluate': 'Control quality', 'enjoy': 'Watch the policy', 'c_loop': 'The C control loop',
-    'batched_envs': 'Batched torch envs', 'triton_cartpole': 'CartPole in Triton', 'envpool': 'EnvPool',
-    'fast_ppo': 'On-device PPO', 'sweep': 'Seed sweeps', 'residual_study': 'Expert + residual study',
-    'report': 'Report (API)', 'results': 'Results', 'docs': 'The docs site', 'cli': 'Command line'}
-
 def page_title(path):
-    "A notebook's title on the site: `TITLES[page name]`, else its own `# title`, else its page name."
-    if (name := page_name(path)) in TITLES: return TITLES[name]
+    "A notebook's title on the site: its own `# title`, else its page name."
+    name = page_name(path)
     try: cells = json.loads(Path(path).read_text(encoding='utf-8'))['cells']
     except (OSError, ValueError, KeyError): return name
     heads = (re.match(r'#[ \t]+(.+)', ''.join(c['source']).lstrip()) for c in cells if c['cell_type'] == 'markdown')
@@ -200,8 +186,7 @@ def write_pages(proc, docs_dir, cfg, run_report=None):
         dst = Path(docs_dir)/rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         if f.suffix != '.ipynb': shutil.copy2(f, dst); continue
-        nb = plain_notebook(json.loads(f.read_text(encoding='utf-8')), doc_url, '../' * (len(rel.parts) - 1),
-                            TITLES.get(rel.stem))
+        nb = plain_notebook(json.loads(f.read_text(encoding='utf-8')), doc_url, '../' * (len(rel.parts) - 1))
         dst.write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding='utf-8')
     (Path(docs_dir)/'index.ipynb').unlink(missing_ok=True)
     nbs_dir = Path(cfg.nbs_path).relative_to(cfg.config_path).as_posix()
