@@ -69,7 +69,9 @@ def atomic_paths(*paths, suffixes=None):
             if t.exists(): os.chmod(t, 0o666 & ~_umask())  # mkstemp makes 0600 whatever the umask
         for t, p in zip(tmps, paths): os.replace(t, p)
     except OSError as e:  # a write into a file object names no file: name what was being written
-        if e.filename is None: e.filename = ', '.join(map(str, paths))
+        if e.filename is not None: raise
+        if e.errno is None: raise OSError(f"{e} (writing {', '.join(map(str, paths))})") from e  # no errno to show
+        e.filename = ', '.join(map(str, paths))
         raise
     finally:
         for t in tmps:
