@@ -5,6 +5,7 @@
 # %% ../../nbs/32_tensorrt.ipynb #9843b4bd
 from __future__ import annotations
 import importlib, os, shutil, subprocess, time
+import onnx
 from pathlib import Path
 import numpy as np
 from ..core.run_folder import RunDir
@@ -15,8 +16,21 @@ from ..core.records import EngineRecord, locked, record, require_fresh, load_art
 from .onnx import load_onnx, onnx_metadata, ort_cpu_session, parity, ParityError
 
 # %% auto #0
-__all__ = ['FP16_TOL', 'FLAVOURS', 'fp16_onnx', 'EngineError', 'trt_module', 'engine_name', 'build_engine', 'find_trtexec',
-           'trtexec_command', 'build_with_trtexec', 'check_engine']
+__all__ = ['FP16_TOL', 'FLAVOURS', 'fp32_outputs', 'fp16_onnx', 'EngineError', 'trt_module', 'engine_name', 'build_engine',
+           'find_trtexec', 'trtexec_command', 'build_with_trtexec', 'check_engine']
+
+# %% ../../nbs/32_tensorrt.ipynb #d30668e1
+def fp32_outputs(model):
+    "`model` with every FP16 graph output produced in FP16 under a new name and cast to FP32 under its own."
+    for out in model.graph.output:
+        if out.type.tensor_type.elem_type != onnx.TensorProto.FLOAT16: continue
+        inner = f'{out.name}_fp16'
+        for node in model.graph.node:
+            node.output[:] = [inner if o == out.name else o for o in node.output]
+        model.graph.node.append(onnx.helper.make_node('Cast', [inner], [out.name], to=onnx.TensorProto.FLOAT,
+                                                      name=f'{out.name}_to_fp32'))
+        out.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    return model
 
 # %% ../../nbs/32_tensorrt.ipynb #d20df252
 FP16_TOL = 1e-2
@@ -26,7 +40,7 @@ def fp16_onnx(run_dir, tol=FP16_TOL):
     from onnxconverter_common import float16
     run = RunDir(run_dir)
     src = run.require('onnx')
-    p16 = float16.convert_float_to_float16(load_onnx(src), keep_io_types=True)
+    p16 = fp32_outputs(float16.convert_float_to_float16(load_onnx(src), keep_io_types=True))
     blob = p16.SerializeToString()
     obs = np.load(run.require('export_obs'))
     ref = ort_cpu_session(src).run(['action'], {'obs': obs})[0]
