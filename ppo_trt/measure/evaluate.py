@@ -261,6 +261,6 @@ def print_evaluation(rep, con=None):
     if c.delay_steps: con.print('return vs actuation delay (ms): ' + ', '.join(
         f'{ms:g}: PPO {a:.0f} / PID {b:.0f}' for ms, a, b in zip(c.delay_ms, c.ppo, c.pid)))
     for b, g in rep.gates.items():
-        con.print(f"gate {b}: {'[green]PASS[/]' if g.passed else '[red]FAIL[/]'} ({sla_words(g.sla_pass)}, "
-                  f"violations {g.violations}, worst return gap {g.worst_return_gap:.2%})")
+        con.print(f"gate {b}: {'[green]PASS[/]' if g.passed else '[red]FAIL[/]'}: {sla_words(g.sla_pass)}, "
+                  f"{g.violations} violations, worst return gap {g.worst_return_gap:.2%}")
     for b, why in rep.skipped.items(): con.print(f'[yellow]skipped {b}[/]: {escape(why)}')
