@@ -4,7 +4,7 @@
 
 # %% ../nbs/90_cli.ipynb #15771b1a
 from __future__ import annotations
-import argparse, errno, math, os, sys, time
+import argparse, contextlib, errno, math, os, sys, time
 from pathlib import Path
 from .core.files import PpoTrtError, BadInputError
 from .core.run_folder import (DEFAULT_ENV_ID, ARTIFACTS, OPTIONAL_STAGES, default_run_dir, RunDir,
@@ -12,14 +12,14 @@ from .core.run_folder import (DEFAULT_ENV_ID, ARTIFACTS, OPTIONAL_STAGES, defaul
 from .core.records import load_artifact, lineage_problems, run_lock, LOCK_NAME, HOLDER_NAME
 from .core.records import policy_only, policy_only_advice
 from .export.onnx import onnx_metadata
-
+from . import __version__
 
 # %% auto #0
-__all__ = ['MAX_BATCH', 'MAX_CALLS', 'MIN_EVAL_FREQ', 'FAST_ONLY', 'BENCH_MARKER', 'BENCH_MADE_BY', 'COMMANDS', 'READ_ONLY',
-           'number', 'number_list', 'parser', 'writable_run_dir', 'cmd_train', 'cmd_export', 'cmd_export_c',
-           'cmd_c_loop', 'cmd_build', 'bench_file_dir', 'cmd_bench', 'cmd_evaluate', 'cmd_residual_study',
-           'cmd_env_bench', 'cmd_report', 'cmd_advise', 'run_folder_rows', 'cmd_doctor', 'cmd_enjoy', 'cmd_docs',
-           'cmd_sweep', 'cmd_run', 'cmd_compare', 'main']
+__all__ = ['MAX_BATCH', 'MAX_CALLS', 'MIN_EVAL_FREQ', 'JSON_COMMANDS', 'FAST_ONLY', 'BENCH_MARKER', 'BENCH_MADE_BY', 'COMMANDS',
+           'READ_ONLY', 'number', 'number_list', 'parser', 'writable_run_dir', 'cmd_train', 'cmd_export',
+           'cmd_export_c', 'cmd_c_loop', 'cmd_build', 'bench_file_dir', 'cmd_bench', 'cmd_evaluate',
+           'cmd_residual_study', 'cmd_env_bench', 'cmd_report', 'cmd_advise', 'run_folder_rows', 'cmd_doctor',
+           'cmd_enjoy', 'cmd_docs', 'cmd_sweep', 'cmd_run', 'cmd_compare', 'main']
 
 # %% ../nbs/90_cli.ipynb #5ac301a7
 MAX_BATCH = 1 << 24  # the largest batch policy.onnx's dynamic axis allows
@@ -144,11 +144,16 @@ def _add_bench(p):
     p.add_argument('--replace', action='store_true',
                    help="start bench.json over instead of merging this run's records into it")
 
+# %% ../nbs/90_cli.ipynb #56887432
+JSON_COMMANDS = ('bench', 'evaluate', 'doctor')  # `--json`: the record as one JSON document on stdout
+
 # %% ../nbs/90_cli.ipynb #d4f227ca
 def _sub(sub, name, help, writes=True):
-    "A subcommand parser that shows every default in --help, with --run-dir (and --no-wait when it writes)."
+    "A subcommand parser showing every default in --help, with --run-dir (--no-wait when it writes; --json for some)."
     p = sub.add_parser(name, help=help, description=help, formatter_class=_Help)
     _add_common(p, writes)
+    if name in JSON_COMMANDS: p.add_argument('--json', action='store_true', help='print the record as one JSON '
+                                             'document on stdout; progress and tables go to stderr')
     return p
 
 # %% ../nbs/90_cli.ipynb #4ee4b134
@@ -241,9 +246,12 @@ def _add_bench_file(p):
 
 # %% ../nbs/90_cli.ipynb #21e90dc9
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
-    "Shows each argument's default, except None and False (the help says what happens then)."
+    "Shows each argument's default as it is typed (a list: `1,4,16`), except None and False (the help says what then)."
     def _get_help_string(self, action):
-        return action.help if action.default is None or action.default is False else super()._get_help_string(action)
+        if action.default is None or action.default is False: return action.help
+        if isinstance(action.default, (tuple, list)):
+            return f"{action.help} (default: {','.join(map(str, action.default))})"
+        return super()._get_help_string(action)
 
 # %% ../nbs/90_cli.ipynb #6c4a7ede
 class _Parser(argparse.ArgumentParser):
@@ -255,6 +263,7 @@ class _Parser(argparse.ArgumentParser):
 def parser():
     "The `ppo-trt` argument parser."
     ap = _Parser(prog='ppo-trt', description='PPO policy -> ONNX -> every backend, measured honestly.')
+    ap.add_argument('--version', action='version', version=f'ppo-trt {__version__}')
     sub = ap.add_subparsers(dest='command', required=True, metavar='COMMAND')
     p = _sub(sub, 'run', 'train -> export -> bench -> report in one go'); _add_train(p); _add_export(p); _add_bench(p)
     _add_train(_sub(sub, 'train', 'train a PPO policy'))
@@ -336,7 +345,9 @@ def _check_fast_flags(a):
 # %% ../nbs/90_cli.ipynb #0f98fb1b
 def cmd_train(a):
     from ppo_trt.train.sb3 import train
+    from ppo_trt.envs.specs import env_spec
     if a.fast: return _train_fast(a)
+    env_spec(a.env_id or DEFAULT_ENV_ID)  # an unknown id: one line, before "training ..." is said
     rd = _run_dir(a)
     kw = dict(env_id=a.env_id or DEFAULT_ENV_ID, seed=a.seed, timesteps=a.timesteps, preset_name=a.preset,
               resume=a.resume, force=a.force, eval_freq=a.eval_freq, n_eval_episodes=a.eval_episodes, keep=a.keep,
@@ -471,16 +482,20 @@ def _bench_file(a):
 def cmd_bench(a):
     from ppo_trt.measure.bench import bench
     rd, fresh = _bench_file(a) if getattr(a, 'policy', None) else (_run_dir(a), False)
-    bench(rd, a.backends, _bench_settings(a), env_id=a.env_id, progress=sys.stderr.isatty(), replace=a.replace or fresh)
+    live = sys.stdout.isatty()  # a progress bar on a terminal; piped, a line per backend as it finishes
+    r = bench(rd, a.backends, _bench_settings(a), env_id=a.env_id, progress=live, replace=a.replace or fresh,
+              say=None if live else _say)
     if getattr(a, 'policy', None): _say(f'benched {a.policy} in {rd}, the run folder made for it (the file: only read)')
     _say(f"wrote {RunDir(rd).path('bench_record')}")
+    return r
 
 # %% ../nbs/90_cli.ipynb #c277b7f0
 def cmd_evaluate(a):
     from ppo_trt.measure.evaluate import evaluate, print_evaluation
     rd = _run_dir(a)
-    rep = evaluate(rd, a.backends, a.phases, a.episodes, a.seed, a.deadline_us, progress=sys.stderr.isatty(),
-                   residual_run=a.residual_run, env_id=a.env_id, replace=a.replace)
+    live = sys.stdout.isatty()  # a progress bar on a terminal; piped, a line per phase and policy as it finishes
+    rep = evaluate(rd, a.backends, a.phases, a.episodes, a.seed, a.deadline_us, progress=live,
+                   residual_run=a.residual_run, env_id=a.env_id, replace=a.replace, say=None if live else _say)
     print_evaluation(rep)
     _say(f"wrote {RunDir(rd).path('evaluate_record')}")
     return rep
@@ -545,6 +560,11 @@ def cmd_advise(a):
     print_advice(r)
     return r
 
+# %% ../nbs/90_cli.ipynb #364ddcf3
+def _with_fix(problem, command):
+    "`problem`, then the command that fixes it, unless the problem's text already names that command."
+    return problem if f'`{command}`' in problem else f'{problem}; run `{command}`'
+
 # %% ../nbs/90_cli.ipynb #92f6522d
 def run_folder_rows(run_dir):
     "(artifact, state, detail) per record of a run folder: ok, missing, corrupt, stale or n/a, and the fix."
@@ -553,18 +573,18 @@ def run_folder_rows(run_dir):
     for name, (file, stage) in ARTIFACTS.items():
         if name == 'checkpoints': continue
         mine = [p for p in problems if p[0] in (name, file)]
-        if mine: rows.append((file, 'corrupt' if 'valid' in mine[0][1] else 'stale',
-                              f'{mine[0][1]}; run `{mine[0][2]}`'))
+        if mine: rows.append((file, 'corrupt' if 'valid' in mine[0][1] else 'stale', _with_fix(*mine[0][1:])))
         elif run.has(name): rows.append((file, 'ok', ''))
         elif alone and stage in ('train', 'export'): rows.append((file, 'n/a', 'not needed: a policy-only folder'))
         elif stage not in OPTIONAL_STAGES: rows.append((file, 'missing', f'run `ppo-trt {stage} --run-dir {run.root}`'))
-    rows += [(p[0], 'stale', f'{p[1]}; run `{p[2]}`') for p in problems
+    rows += [(p[0], 'stale', _with_fix(p[1], p[2])) for p in problems
              if p[0] not in {r[0] for r in rows} | set(ARTIFACTS)]
     return rows
 
 # %% ../nbs/90_cli.ipynb #31d2a6b7
 def cmd_doctor(a):
-    from ppo_trt.core.machine import print_doctor
+    "Print the machine's rows, each backend's line and the run folder's state; return them all (what --json prints)."
+    from ppo_trt.core.machine import print_doctor, machine_summary
     from ppo_trt.measure.bench import console
     from ppo_trt.backends import registry as B
     rd = _run_dir(a)
@@ -572,7 +592,11 @@ def cmd_doctor(a):
         raise BadInputError(f'{rd} is a file, not a run folder; pass the folder `ppo-trt run` made as --run-dir')
     rows = print_doctor(B.doctor_rows(), console=console())
     for line in B.backend_lines(): print(line)
-    if not Path(rd).exists(): print(f'run folder {rd} does not exist yet: ppo-trt run --run-dir {rd}'); return rows
+    out = dict(machine=machine_summary(), components=rows,
+               backends=[dict(name=n, family=B.backends()[n].family, available=ok, detail=why)
+                         for n, (ok, why) in B.available().items()],
+               plugins_skipped=B.skipped(), run_folder=dict(path=str(rd), exists=Path(rd).exists(), records=[]))
+    if not Path(rd).exists(): print(f'run folder {rd} does not exist yet: ppo-trt run --run-dir {rd}'); return out
     state = run_folder_rows(rd)
     for file, st, detail in state: print(f'run folder {file:16s} {st:8s} {detail}')
     bad = [r for r in state if r[1] not in ('ok', 'n/a')]
@@ -580,12 +604,15 @@ def cmd_doctor(a):
           + ('consistent: every record is readable and made from the current policy' if not bad else
              f'{len(bad)} to fix: ' + ', '.join(f'{f} ({s})' for f, s, _ in bad)))
     if policy_only(rd): print(f'run folder {rd}: {policy_only_advice(rd)}')
-    return rows
+    out['run_folder']['records'] = [dict(file=f, state=s, fix=d) for f, s, d in state]
+    return out
 
 # %% ../nbs/90_cli.ipynb #3f9f7c8b
 def cmd_enjoy(a):
-    from ppo_trt.measure.enjoy import render_episode, benchmark_loop
     rd = _run_dir(a)
+    _say(f"rendering an episode of the policy in {rd} on {a.backend} into {a.out or Path(rd)/'episode.gif'} ..."
+         if a.mode == 'visual' else f"timing the closed loop of the policy in {rd} on {a.backend}, {a.iters:,} steps")
+    from ppo_trt.measure.enjoy import render_episode, benchmark_loop  # imports MuJoCo and the backends: seconds
     if a.mode == 'visual':
         r = render_episode(rd, a.out, backend=a.backend, env_id=a.env_id, seed=a.seed, max_steps=a.max_steps, fps=a.fps)
         _say(f"wrote {r['path']}: {r['frames']} frames, {r['steps']} steps, "
@@ -599,7 +626,8 @@ def cmd_enjoy(a):
 # %% ../nbs/90_cli.ipynb #1231859a
 def cmd_docs(a):
     from ppo_trt.results.site import build_site
-    index = build_site(a.out, a.run_dir, say=print)
+    # absolute: outside a clone the build runs in the clone the package comes from
+    index = build_site(a.out.absolute(), a.run_dir and a.run_dir.absolute(), say=print)
     _say(f'wrote {index}: open it in a browser (it needs no network)')
     return index
 
@@ -727,21 +755,42 @@ def _one_line(e):
     cause = f'{e.strerror} ({errno.errorcode.get(e.errno, e.errno)})' if e.errno else str(e).splitlines()[0]
     return f'{what}{cause}; free space or fix the permissions, then run again'
 
+# %% ../nbs/90_cli.ipynb #f5f4e3c1
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    "While the body runs, whatever goes to stdout (Python's, or C code's on file descriptor 1) goes to stderr."
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr): yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1); os.close(saved)
+
+# %% ../nbs/90_cli.ipynb #89daf92c
+def _json_text(value):
+    "A command's result as one JSON document: a record (msgspec Struct), rows, paths; NaN as null."
+    import msgspec
+    return msgspec.json.encode(value, enc_hook=str).decode()
+
 # %% ../nbs/90_cli.ipynb #aa6fbb8c
 def main(argv=None):
     "Entry point of the `ppo-trt` console script."
     a = parser().parse_args(argv)
-    rd, created = None, False
+    rd, created, as_json = None, False, getattr(a, 'json', False)
     try:
-        if a.command in ('train', 'run'): _check_fast_flags(a)  # before any folder is made
-        if a.command in READ_ONLY: COMMANDS[a.command](a)
-        else:
-            rd = writable_run_dir(_folder(a)); created = not rd.exists()
-            with run_lock(rd, f'ppo-trt {a.command}', wait=not a.no_wait): COMMANDS[a.command](a)
+        with _stdout_to_stderr() if as_json else contextlib.nullcontext():  # --json: stdout holds the record only
+            if a.command in ('train', 'run'): _check_fast_flags(a)  # before any folder is made
+            if a.command in READ_ONLY: result = COMMANDS[a.command](a)
+            else:
+                rd = writable_run_dir(_folder(a)); created = not rd.exists()
+                with run_lock(rd, f'ppo-trt {a.command}', wait=not a.no_wait): result = COMMANDS[a.command](a)
     except (PpoTrtError, OSError) as e:
         if created: _forget_if_empty(rd)
         print(f'ppo-trt {a.command}: error: {_one_line(e)}', file=sys.stderr)
         return 2
+    if as_json: print(_json_text(result), flush=True)
     return 0
 
 # %% ../nbs/90_cli.ipynb #b0efefd2

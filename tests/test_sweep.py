@@ -129,3 +129,43 @@ def test_tiny_inverted_pendulum_sweep_with_defaults(tmp_path):
     assert rec['settings']['phases'] == ['nominal', 'noise', 'delay', 'mass', 'friction']
     train = json.loads((out/'runs'/'randomized-s0'/'train.json').read_text())
     assert train['randomize'] == env_spec('InvertedPendulum-v4').default_ranges
+
+
+def _ray_version():
+    from importlib.metadata import version
+    return tuple(int(x) for x in version('ray').split('.')[:2])
+
+@pytest.fixture
+def token_cluster():
+    "A real Ray head started as a user starts one, `ray start --head`, which a token in ~/.ray makes ask for it."
+    import shutil, socket, tempfile
+    home = Path(tempfile.mkdtemp(prefix='ray', dir='/tmp'))  # short: Ray's socket paths live under --temp-dir
+    env = {k: v for k, v in os.environ.items() if not k.startswith('RAY_AUTH')} | {'HOME': str(home)}
+    with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
+    ray_cli = shutil.which('ray') or str(Path(sys.executable).with_name('ray'))
+    # a token in ~/.ray (a local ray.init() since Ray 2.60 leaves one) turns authentication on for `ray start --head`
+    subprocess.run([ray_cli, 'get-auth-token', '--generate'], env=env, capture_output=True, check=True)
+    head = subprocess.Popen([ray_cli, 'start', '--head', f'--port={port}', '--num-cpus=1', '--include-dashboard=false',
+                             f'--temp-dir={home/"r"}', '--disable-usage-stats', '--block'], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        for _ in range(120):
+            try: socket.create_connection(('127.0.0.1', port), 1).close(); break
+            except OSError: time.sleep(0.5)
+        yield f'127.0.0.1:{port}', env
+    finally:
+        os.killpg(head.pid, signal.SIGTERM); head.wait(60)
+        shutil.rmtree(home, ignore_errors=True)
+
+@pytest.mark.slow
+@pytest.mark.skipif(_ray_version() < (2, 60), reason='token authentication is on by default from Ray 2.60')
+def test_token_cluster_is_one_line_and_no_sweep_json(token_cluster, tmp_path):
+    "A cluster wanting a token: one line saying to export RAY_AUTH_MODE=token, none of Ray's retry warnings, no record."
+    address, env = token_cluster
+    args = ['sweep', '--address', address, '--seeds', '1', '--variants', 'nominal', '--out', str(tmp_path/'s')]
+    r = subprocess.run([sys.executable, '-m', 'ppo_trt.cli', *args], capture_output=True, text=True,
+                       env={**env, 'RAY_gcs_server_port_wait_time_s': '3'})  # Ray's client retries 3 s, not 20
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(err) == 1 and 'export RAY_AUTH_MODE=token' in err[0], r.stderr[-3000:]
+    assert 'gcs_client' not in r.stderr and 'InvalidAuthToken' not in r.stderr
+    assert not (tmp_path/'s'/'sweep.json').exists()  # nothing ran: no record saying `running`

@@ -54,7 +54,7 @@ class Registry:
 
 # %% ../../nbs/49_registry.ipynb #4394ac62
 def discover(eps=None, extra=()):
-    "The `Registry` of the built-in families, the entry points `eps` (default: the installed ones)' and `extra`'s."
+    "The `Registry` of the built-in families, then those of the entry points `eps` (default: installed) and `extra`."
     found, skipped = _plugins(md.entry_points(group=GROUP) if eps is None else eps)
     families, backends = tuple([(f, 'built-in') for f in BUILTIN] + found + [(f, 'given') for f in extra]), {}
     for fam, origin in families:

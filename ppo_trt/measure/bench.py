@@ -23,8 +23,8 @@ __all__ = ['CDF_POINTS', 'TAIL_POINTS', 'DEFAULT_BATCHES', 'CHECKED_CALL', 'HOT_
            'MODE_ORDER', 'TIE_RATIO', 'timer_overhead_ns', 'time_calls', 'time_pair', 'latency_stats', 'BenchSettings',
            'bench_latency', 'bench_sweep', 'bench_closed_loop', 'bench_soak', 'backend_parity', 'rollout_observations',
            'bench_observations', 'pin_process', 'skipped', 'trained_model_missing', 'failed', 'measure_backend',
-           'merge_bench', 'env_check', 'bench', 'records_by', 'best_kernel_sweep', 'Advice', 'advise', 'print_advice',
-           'fmt_us', 'console', 'print_bench']
+           'merge_bench', 'env_check', 'backend_line', 'bench', 'records_by', 'best_kernel_sweep', 'Advice', 'advise',
+           'measured_on', 'print_advice', 'fmt_us', 'console', 'print_bench']
 
 # %% ../../nbs/50_bench.ipynb #f7704e3e
 def timer_overhead_ns(n=20_000):
@@ -319,11 +319,26 @@ def env_check(meta, env_id):
         return f'cannot make {env_id}: {error_line(e)}'
     return None
 
+# %% ../../nbs/50_bench.ipynb #f372223d
+def backend_line(records, wall_s):
+    "One line on a backend's records: batch-1 p50/p99 and SLA, best actions/s, loop rate; or why it did not run."
+    name, ran = records[0].backend, {r.mode: r for r in records if r.ran}
+    if 'latency' not in ran:
+        return f"bench {name}: {'failed' if records[0].failed else 'skipped'}: {records[0].reason}"
+    lat, loop = ran['latency'], ran.get('closed-loop')
+    best = max((r for r in records if r.ran and r.mode == 'sweep'), key=lambda r: r.throughput_per_s, default=None)
+    parts = [f"p50 {lat.stats.p50_us:.3g} µs, p99 {lat.stats.p99_us:.3g} µs "
+             f"(SLA p99 < {lat.sla_us:g} µs {'met' if lat.sla_pass else 'missed'})",
+             *([f'{best.throughput_per_s:.3g} actions/s at batch {best.batch:,}'] if best else []),
+             *([f'loop {loop.loop_rate_hz:,.0f} Hz'] if loop else []),
+             *(f'{r.mode} failed' for r in records if not r.ran)]
+    return f"bench {name}: {', '.join(parts)} ({wall_s:.1f} s)"
+
 # %% ../../nbs/50_bench.ipynb #ef3c980b
 @locked('bench')
 def bench(run_dir, backend_names=None, settings: BenchSettings | None = None, env_id=None, progress=True,
-          print_table=True, replace=False):
-    "Benchmark backends on the run's policy; merge into (with `replace`: start) `bench.json`, saved after each backend."
+          print_table=True, replace=False, say=None):
+    "Benchmark backends on the run's policy; merge into (`replace`: start) `bench.json` after each; `say` a line each."
     s = settings or BenchSettings()
     run = RunDir(run_dir)
     onnx_path = run.require('onnx')
@@ -342,17 +357,24 @@ def bench(run_dir, backend_names=None, settings: BenchSettings | None = None, en
                   gc_disabled_in_timed_loops=True, pinned_cpu=s.pin_cpu, created=sess.created, session=sid,
                   obs_source=obs_source)
     affinity = pin_process(s.pin_cpu)
+    say = say or (lambda msg: None)
+    say(f"benchmarking {len(names)} backend(s) on {sess.machine}: batch-1 latency, batches "
+        f"{','.join(map(str, s.batches))}" + (f', {s.closed_loop_steps:,}-step closed loop' if s.closed_loop_steps
+                                              else '') + (f', {s.soak_calls:,}-call soak' if s.soak_calls else ''))
     from rich.progress import Progress
     try:
         with Progress(transient=True, disable=not progress) as bar:
             task = bar.add_task('benchmarking', total=len(names))
-            for name in names:
+            for i, name in enumerate(names, 1):
                 bar.update(task, description=f'bench {name}')
+                say(f'bench {name} ({i}/{len(names)}) ...')
+                t_backend = time.perf_counter()
                 recs = [msgspec.structs.replace(r, session=sid)
                         for r in measure_backend(name, run, obs, reference, env_id, s)]
                 result = merge_bench(result, record(BenchFile, **header, records=recs, sessions={sid: sess},
                                                     wall_s=round(time.perf_counter() - t_start, 2)))
                 save_json(run.path('bench_record'), result)
+                say(backend_line(recs, time.perf_counter() - t_backend))
                 bar.advance(task)
     finally:
         if affinity is not None: os.sched_setaffinity(0, affinity)
@@ -395,9 +417,14 @@ def advise(result, tie=TIE_RATIO):
                           runner_up=nxt and nxt.backend, ratio=ratio, tie=ratio is not None and ratio < tie))
     return out
 
+# %% ../../nbs/50_bench.ipynb #0e48d122
+def measured_on(result):
+    "{machine id: machine summary} of the sessions the sweep records of `result` come from."
+    return {s.machine_id: s.machine for r in records_by(result, 'sweep') if (s := result.sessions.get(r.session))}
+
 # %% ../../nbs/50_bench.ipynb #acf93243
 def print_advice(result, con=None):
-    "Rich table of `advise`, with the caveat that it holds for this machine only."
+    "Rich table of `advise`, with the caveat that it holds for the machine it was measured on (named if not this one)."
     from rich.table import Table
     t = Table(title=f"ppo-trt advise: fastest backend per batch size on {result.machine_summary}")
     for c in ('batch', 'fastest', 'actions/s', 'runner-up', 'lead'):
@@ -407,8 +434,13 @@ def print_advice(result, con=None):
         t.add_row(str(a.batch), a.best, f"{a.throughput_per_s:.3g}", a.runner_up or '', lead)
     con = con or console()
     con.print(t)
-    con.print('These rankings come from this machine\'s measurements only; '
-              're-run `ppo-trt bench` on the target machine.')
+    where, here = measured_on(result), machine_id()
+    others = [m for k, m in where.items() if k != here]
+    if not others: con.print('These rankings come from this machine\'s measurements only; '
+                             're-run `ppo-trt bench` on the target machine.')
+    else: con.print(f"These rankings come from measurements on {' and '.join(others)}"
+                    + (', and on this machine' if here in where else ', not on this machine')
+                    + '; run `ppo-trt bench` on the machine you deploy to.')
 
 # %% ../../nbs/50_bench.ipynb #bf99a5a3
 def fmt_us(x):

@@ -21,7 +21,7 @@ from ..envs.controllers import pid_baseline, run_episode
 
 # %% auto #0
 __all__ = ['BACKEND_FAULTS', 'DELAY_STEPS', 'ControlLoop', 'delay_curve', 'merge_evaluation', 'evaluate_phase', 'evaluate',
-           'print_evaluation']
+           'sla_words', 'print_evaluation']
 
 # %% ../../nbs/51_evaluate.ipynb #9a6b607a
 BACKEND_FAULTS = ('deadline', 'nonfinite', 'bad-input')  # event kinds that count against a backend
@@ -168,19 +168,20 @@ def _residual_policy(residual_run, env_id):
     return B.load('torch', residual_run)
 
 # %% ../../nbs/51_evaluate.ipynb #bda989b5
-def evaluate_phase(env_id, phase, params, seeds, pid, extra, runners, deadline_us, sid, advance=lambda: None):
-    "One phase: the PID baseline, any extra policies, and every runner in the safe control loop, on the same `seeds`."
+def evaluate_phase(env_id, phase, params, seeds, pid, extra, runners, deadline_us, sid,
+                   advance=lambda policy, returns: None):
+    "One phase: PID, any extra policies, every runner in the safe control loop, same `seeds`; `advance` after each."
     env = make_phase_env(env_id, phase, **params)
     returns, viol, events = {'pid': [run_episode(env, pid, s)[0] for s in seeds]}, {}, {}
     for k, pol in extra.items(): returns[k] = [run_episode(env, pol, s)[0] for s in seeds]
-    advance()
+    advance(' and '.join(['PID', *extra]), returns['pid'])
     for n, r in runners.items():
         loop = ControlLoop(r, pid, deadline_us, env.unwrapped.dt)
         rets, evs = [], []
         for s in seeds:
             rets.append(run_episode(env, loop, s)[0]); evs += [msgspec.structs.replace(e, seed=s) for e in loop.events]
         returns[f'ppo:{n}'], viol[n], events[n] = rets, sum(e.kind in BACKEND_FAULTS for e in evs), evs[:20]
-        advance()
+        advance(f'PPO on {n}', rets)
     env.close()
     params = {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}
     return record(PhaseRecord, phase=phase, params=params, returns=returns, violations=viol, events=events,
@@ -189,8 +190,8 @@ def evaluate_phase(env_id, phase, params, seeds, pid, extra, runners, deadline_u
 # %% ../../nbs/51_evaluate.ipynb #4df9ba60
 @locked('evaluate')
 def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, deadline_us=None, overrides=None,
-             progress=True, delay_steps=DELAY_STEPS, residual_run=None, env_id=None, replace=False):
-    "Evaluate the policy per phase and backend vs PID (and a residual run's); merge into (or `replace`) evaluate.json."
+             progress=True, delay_steps=DELAY_STEPS, residual_run=None, env_id=None, replace=False, say=None):
+    "Evaluate per phase and backend vs PID (and a residual run); merge into (`replace`) evaluate.json; `say` progress."
     run = RunDir(run_dir)
     meta = onnx_metadata(run.require('onnx'))
     if env_id is not None and env_id != meta['env_id']:
@@ -213,13 +214,21 @@ def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, dead
     onnx_sha = sha256_file(run.path('onnx'))
     sess = session(onnx_sha); sid = session_id(sess)
     results, pid = [], pid_baseline(env_id)  # one object: run_episode / ControlLoop reset it every episode
+    say = say or (lambda msg: None)
+    say(f"evaluating {', '.join(runners)} against PID: {len(phases)} phase(s) x {episodes} episode(s)")
     from rich.progress import Progress
     with Progress(transient=True, disable=not progress) as bar:
-        task = bar.add_task('evaluate', total=len(phases) * (len(runners) + 1))
+        total, done = len(phases) * (len(runners) + 1), []
+        task = bar.add_task('evaluate', total=total)
+        def tick(phase, policy, rets):
+            bar.advance(task); done.append(policy)
+            say(f'evaluate {phase}: {policy} {np.mean(rets):.1f} mean return over {len(rets)} episode(s) '
+                f'({len(done)}/{total})')
         for ph in phases:
             params = {**PHASES[ph][1], **((overrides or {}).get(ph, {}))}
             results.append(evaluate_phase(env_id, ph, params, [seed + i for i in range(episodes)], pid, extra, runners,
-                                          deadline_us, sid, lambda: bar.advance(task)))
+                                          deadline_us, sid, lambda policy, rets, ph=ph: tick(ph, policy, rets)))
+    if delay_steps: say(f'delay curve: PPO on {ref} and PID at {len(delay_steps)} actuation delays ...')
     curve = (delay_curve(run.root, runners[ref], env_id, delay_steps, min(episodes, 5), seed, bench)
              if delay_steps else DelayCurve())
     new = record(EvaluateFile, env_id=env_id, episodes=episodes, seed=seed, deadline_us=deadline_us, reference=ref,
@@ -230,10 +239,16 @@ def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, dead
     save_json(run.path('evaluate_record'), rep)
     return rep
 
+# %% ../../nbs/51_evaluate.ipynb #6d14f986
+def sla_words(sla_pass):
+    "A gate's SLA verdict in words: met, missed, or not measured when bench.json has no record of the backend."
+    return 'SLA not measured (no bench record)' if sla_pass is None else 'SLA met' if sla_pass else 'SLA missed'
+
 # %% ../../nbs/51_evaluate.ipynb #e8938b00
 def print_evaluation(rep, con=None):
     "Rich table: per phase, PID and PPO mean ± std, each backend's gap to the reference, violations; then the gates."
     from rich.table import Table
+    from rich.markup import escape  # a reason holds "ppo_trt[gpu]", which rich would take for markup
     from ppo_trt.measure.bench import console
     t = Table(title=f'ppo-trt evaluate: {rep.env_id}, {rep.episodes} episodes per phase, '
                     f'deadline {rep.deadline_us:g} µs')
@@ -253,6 +268,6 @@ def print_evaluation(rep, con=None):
     if c.delay_steps: con.print('return vs actuation delay (ms): ' + ', '.join(
         f'{ms:g}: PPO {a:.0f} / PID {b:.0f}' for ms, a, b in zip(c.delay_ms, c.ppo, c.pid)))
     for b, g in rep.gates.items():
-        con.print(f"gate {b}: {'[green]PASS[/]' if g.passed else '[red]FAIL[/]'} (SLA {g.sla_pass}, "
-                  f"violations {g.violations}, worst return gap {g.worst_return_gap:.2%})")
-    for b, why in rep.skipped.items(): con.print(f'[yellow]skipped {b}[/]: {why}')
+        con.print(f"gate {b}: {'[green]PASS[/]' if g.passed else '[red]FAIL[/]'}: {sla_words(g.sla_pass)}, "
+                  f"{g.violations} violations, worst return gap {g.worst_return_gap:.2%}")
+    for b, why in rep.skipped.items(): con.print(f'[yellow]skipped {b}[/]: {escape(why)}')

@@ -68,7 +68,7 @@ def load_records(run_dir):
 
 # %% ../../nbs/80_report.ipynb #c3704536
 def record_note(bench, rec, policy_sha256):
-    "'' for a record of this policy.onnx on the bench's latest machine; else what differs and when it was measured."
+    "Nothing (an empty string) for a record of this policy.onnx on the bench's latest machine; else what differs, and when."
     s = bench.sessions.get(rec.session)
     if s is None: return ''
     latest, notes = bench.sessions.get(bench.session, s), []

@@ -205,13 +205,22 @@ def _report_page(report_ipynb, dst):
 
 # %% ../../nbs/82_docs.ipynb #2f30f31f
 def _project():
-    "nbdev's config of the project this command runs in (a clone of the repository), or one clear error."
+    "nbdev's config of the clone this runs in, else of the clone ppo_trt is imported from (run there), or one line."
     from nbdev.config import get_config
-    try: cfg = get_config()
-    except Exception: cfg = None
-    if cfg is None or not (Path(cfg.config_path)/'nbs').is_dir():
-        raise BadInputError('ppo-trt docs builds the site from the notebooks: '
-                            'run it in a clone of the repository (with nbs/)')
+    import ppo_trt
+    def clone_config():
+        try:
+            cfg = get_config()
+            return cfg if (Path(cfg.config_path)/'nbs').is_dir() and cfg.get('lib_name') == 'ppo_trt' else None
+        except Exception: return None  # no settings.ini here: nbdev's defaults do not even interpolate
+    cfg, home = clone_config(), Path(ppo_trt.__file__).resolve().parents[1]  # an editable install's clone
+    if cfg is None and (home/'settings.ini').is_file() and (home/'nbs').is_dir():
+        os.chdir(home)  # nbdev's processors read the config, and run the notebooks, from the working folder
+        get_config.cache_clear()  # nbdev caches the config of the folder it was first asked in
+        cfg = clone_config()
+    if cfg is None:
+        raise BadInputError('ppo-trt docs builds the site from the notebooks: run it in a clone of the repository '
+                            '(with nbs/), or install ppo_trt from one (pip install -e .)')
     return cfg
 
 # %% ../../nbs/82_docs.ipynb #db702208

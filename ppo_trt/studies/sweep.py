@@ -4,8 +4,9 @@
 
 # %% ../../nbs/70_sweep.ipynb #d346d829
 from __future__ import annotations
-import json, os, shutil, socket, time, warnings
-from contextlib import contextmanager
+import json, os, shutil, socket, sys, tempfile, time, warnings
+from contextlib import contextmanager, redirect_stderr
+from rich.markup import escape
 from pathlib import Path
 import numpy as np
 from ..core.files import BadInputError, PpoTrtError, PARTIAL, load_json, save_json
@@ -24,9 +25,9 @@ from ..backends import registry as B
 __all__ = ['HELD_OUT_SEED', 'VARIANTS', 'DEFAULT_PHASES', 'MAX_SEED', 'RUN_SETTINGS', 'check_seeds', 'check_variants',
            'check_address', 'randomize_spec', 'sweep_settings', 'check_same_settings', 'run_name', 'run_finished',
            'reusable_stages', 'train_policy', 'install_run', 'remove_partials', 'run_one', 'run_result',
-           'iqm_estimates', 'improvement_probability', 'score_matrix', 'aggregate', 'cluster_info', 'ray_session',
-           'in_flight', 'task_error', 'run_on_ray', 'load_sweep', 'sweep', 'sweep_rows', 'sweep_table', 'print_sweep',
-           'plot_sweep', 'plot_sweep_delay']
+           'iqm_estimates', 'improvement_probability', 'score_matrix', 'aggregate', 'cluster_info', 'captured_stderr',
+           'ray_failure', 'ray_session', 'in_flight', 'task_error', 'run_on_ray', 'load_sweep', 'sweep', 'sweep_rows',
+           'sweep_table', 'print_sweep', 'plot_sweep', 'plot_sweep_delay']
 
 # %% ../../nbs/70_sweep.ipynb #79fb66ac
 HELD_OUT_SEED = HELD_OUT_SEED_OFFSET  # the first evaluation episode seed of every run: no training selects on it
@@ -297,18 +298,45 @@ def cluster_info(address=None):
     return dict(version=ray.__version__, address=address or 'local', nodes=len(nodes),
                 cpus=int(ray.cluster_resources().get('CPU', 0)))
 
+# %% ../../nbs/70_sweep.ipynb #1e414b63
+@contextmanager
+def captured_stderr():
+    "While the body runs, stderr (Python's and C++ code's, file descriptor 2) goes to a file; yields [its text after]."
+    text = []
+    with tempfile.TemporaryFile('w+', errors='replace') as f:
+        sys.stderr.flush(); saved = os.dup(2); os.dup2(f.fileno(), 2)
+        try:
+            with redirect_stderr(f): yield text
+        finally:
+            sys.stderr.flush(); f.flush(); os.dup2(saved, 2); os.close(saved)
+            f.seek(0); text.append(f.read())
+
+# %% ../../nbs/70_sweep.ipynb #f86d11f3
+def ray_failure(address, error, noise=''):
+    "One line on why Ray did not start or connect: the token authentication the cluster wants, else Ray's reason."
+    where = f' at {address}' if address else ''
+    if 'InvalidAuthToken' in noise or 'InvalidAuthToken' in str(error):
+        return (f'the Ray cluster{where} wants token authentication (on by default for `ray start --head` since '
+                'Ray 2.60): export RAY_AUTH_MODE=token, with the cluster\'s token in ~/.ray/auth_token or '
+                '$RAY_AUTH_TOKEN, and run again')
+    causes = [l.split('GCS server: ', 1)[1].strip() for l in noise.splitlines() if 'GCS server: ' in l]
+    said = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+    return (f'Ray did not start{where}: {said}'
+            + (f' ({causes[-1][:200]}); is a Ray head (`ray start --head`) listening there?' if causes else ''))
+
 # %% ../../nbs/70_sweep.ipynb #9fac0dd0
 @contextmanager
 def ray_session(address=None, num_cpus=None):
-    "Connect to the Ray cluster at `address`, or start a local Ray with `num_cpus`; yield `cluster_info`."
+    "Connect to the Ray cluster at `address`, or start a local Ray with `num_cpus`; yield `cluster_info`; or one line."
     import logging, ray
     started = not ray.is_initialized()
     if started:
         kw = dict(address=address) if address else dict(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False)
-        try: ray.init(log_to_driver=False, logging_level=logging.ERROR, **kw)
-        except (ConnectionError, RuntimeError, ValueError) as e:
-            raise PpoTrtError(f'Ray did not start{f" at {address}" if address else ""}: '
-                              f'{str(e).splitlines()[0][:200]}') from None
+        failed = None
+        with captured_stderr() as noise:  # Ray's C++ client retries for 20 s, a warning a second
+            try: ray.init(log_to_driver=False, logging_level=logging.ERROR, **kw)
+            except (ConnectionError, RuntimeError, ValueError) as e: failed = e
+        if failed is not None: raise PpoTrtError(ray_failure(address, failed, noise[0])) from None
     try: yield cluster_info(address)
     finally:
         if started: ray.shutdown()
@@ -380,7 +408,7 @@ def _previous_sweep(out):
 
 # %% ../../nbs/70_sweep.ipynb #49474a79
 def _say(con, progress, msg):
-    if progress: con.print(f'[ppo-trt] {msg}', highlight=False)
+    if progress: con.print(f'{escape("[ppo-trt]")} {msg}', highlight=False)  # unescaped, rich drops it as markup
 
 # %% ../../nbs/70_sweep.ipynb #3eb86188
 def _save(out, rec):
@@ -415,20 +443,20 @@ def sweep(out_dir, env_id=DEFAULT_ENV_ID, seeds=5, variants=VARIANTS, fast=False
                    ray=(old or {}).get('ray') or dict(version=package_version('ray')),
                    runs={run_name(v, s): run_result(out/'runs'/run_name(v, s), settings, v, s) for v, s in finished},
                    failed={})
-        _save(out, rec)
         if todo:
             def on_done(name, err):
                 v, s = name.rsplit('-s', 1)
                 if err is None and not (out/'runs'/name).is_dir():
                     err = (f'{out/"runs"/name} is not visible here: '
                            'out_dir must be on a filesystem every Ray node shares')
-                if err: rec['failed'][name] = err; _say(con, progress, f'[red]{name} failed[/]: {err}')
+                if err: rec['failed'][name] = err; _say(con, progress, f'[red]{name} failed[/]: {escape(err)}')
                 else:
                     rec['runs'][name] = run_result(out/'runs'/name, settings, v, int(s))
                     _say(con, progress, _result_line(name, rec['runs'][name], settings))
                 _save(out, rec)
-            with ray_session(address, num_cpus) as info:
+            with ray_session(address, num_cpus) as info:  # Ray refused: nothing ran, no sweep.json written
                 rec['ray'] = info
+                _save(out, rec)
                 _say(con, progress, f'{len(pairs)} runs, {len(finished)} finished already; {len(todo)} to make on Ray '
                                     f'{info["version"]} ({info["nodes"]} node(s), {info["cpus"]} CPUs)')
                 run_on_ray(out, settings, todo, on_done, progress, con)

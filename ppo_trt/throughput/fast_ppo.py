@@ -358,6 +358,7 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
     log, start, solved_at, eval_s = [], time.perf_counter(), None, 0.0
     next_obs = env.reset(seed=seed)
     from rich.progress import Progress
+    from rich.markup import escape
     with Progress(transient=True, disable=not progress) as bar:
         task = bar.add_task(f'fast PPO {env_id}', total=num_updates)
         for update in range(num_updates):
@@ -380,7 +381,7 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
                                 steps_per_s=steps / (wall - eval_s),  # evaluations excluded
                                 train_episode_return=stats.mean_and_reset()))
                 if progress:
-                    bar.console.print(f'[ppo-trt] {steps:,} steps: return {log[-1]["mean_return"]:.1f} '
+                    bar.console.print(f'{escape("[ppo-trt]")} {steps:,} steps: return {log[-1]["mean_return"]:.1f} '
                                       f'({log[-1]["steps_per_s"]:,.0f} steps/s)')
                 if target_return is not None and evaluated.mean() >= target_return: solved_at = log[-1]; break
     held_out = eval_returns(agent, norm, env_id, final_eval_episodes, seeds['held_out'], device)
