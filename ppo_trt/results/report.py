@@ -175,7 +175,8 @@ def evaluation_table(ev, policy_sha256=None):
                    *(f'{b} Δ return' for b in others), 'violations'], rows)
     if '†' in t: t += '\n\n† evaluated on another policy.onnx: kept in evaluate.json, not comparable with this policy'
     g = _md_table(['backend', 'SLA', 'violations', 'worst return gap', 'gate'],
-                  [[code(b), x.sla_pass, x.violations, f"{x.worst_return_gap:.2%}",
+                  [[code(b), 'not measured' if x.sla_pass is None else 'met' if x.sla_pass else bold('missed'),
+                    x.violations, f"{x.worst_return_gap:.2%}",
                     'pass' if x.passed else Md(bold('FAIL') + (esc(f" (not in {', '.join(x.phases_missing)})")
                                                              if x.phases_missing else ''))]
                    for b, x in ev.gates.items()])
