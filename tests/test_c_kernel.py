@@ -137,6 +137,9 @@ def test_every_kernel_computes_the_chain(chain, heap, tmp_path, monkeypatch):
 
 def test_the_kernel_is_chosen_by_the_flags_and_portable_c_by_a_macro():
     kernel = c_kernel._kernels(*CHAINS['hopper'])
+    prelude = '\n'.join(c_kernel.MAYBE_UNUSED) + '\n'  # the unused-helper macro comes first, then the ISA chain
+    assert kernel.startswith(prelude)
+    kernel = kernel[len(prelude):]
     guards = [l for l in kernel.splitlines() if l.startswith(('#if', '#elif', '#else', '#endif'))]
     assert guards == ['#if !defined(PPO_POLICY_PORTABLE) && defined(__AVX512F__)',
                       '#elif !defined(PPO_POLICY_PORTABLE) && defined(__AVX2__) && defined(__FMA__)',

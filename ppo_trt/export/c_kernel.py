@@ -15,8 +15,8 @@ from ppo_trt.export.numba_kernel import NativeUnsupportedError, Elementwise, par
     TANH_P, TANH_Q
 
 # %% auto #0
-__all__ = ['CFLAGS', 'PAD', 'DOT', 'ROWS', 'AVX512', 'AVX2', 'SSE2', 'ISAS', 'HSUM8', 'STACK_SCRATCH_MAX', 'c_toolchain', 'Isa',
-           'generate_c', 'CPolicy', 'compile_c_policy']
+__all__ = ['CFLAGS', 'PAD', 'DOT', 'ROWS', 'MAYBE_UNUSED', 'AVX512', 'AVX2', 'SSE2', 'ISAS', 'HSUM8', 'STACK_SCRATCH_MAX',
+           'c_toolchain', 'Isa', 'generate_c', 'CPolicy', 'compile_c_policy']
 
 # %% ../../nbs/34_c_kernel.ipynb #cac7d082
 CFLAGS = ('-O3', '-march=native', '-fno-math-errno', '-fno-trapping-math', '-ffp-contract=fast', '-fPIC', '-shared',
@@ -77,6 +77,8 @@ def _indent(lines, n=4): return [' ' * n + l for l in lines]
 PAD = 16  # floats per packed row unit: whole 16-lane (64-byte) vectors
 DOT = 8   # a layer narrower than this is computed as 8-lane dot products
 ROWS = 6  # rows per tile of the batch kernel
+MAYBE_UNUSED = ['#if defined(__GNUC__) || defined(__clang__)  /* helpers a given ISA or consumer may not call */',
+                '#define PPO_MAYBE_UNUSED __attribute__((unused))', '#else', '#define PPO_MAYBE_UNUSED', '#endif']
 
 def _pad(n, m=PAD):
     "`n` rounded up to a multiple of `m`."
@@ -144,7 +146,7 @@ def _tanh_source():
     "C of `fast_tanh`: the clamped rational tanh, its polynomials by Estrin's scheme."
     c = f'{TANH_CLAMP!r}f'
     fma, lit = (lambda a, b, d: f'({a} * {b} + {d})'), (lambda v: f'{v!r}f')
-    return ['static inline float fast_tanh(float x) {  /* a NaN fails both tests and stays NaN */',
+    return ['PPO_MAYBE_UNUSED static inline float fast_tanh(float x) {  /* a NaN fails both tests and stays NaN */',
             f'    x = x < -{c} ? -{c} : x; x = x > {c} ? {c} : x;',
             '    const float y = x * x, y2 = y * y, y4 = y2 * y2;',
             f'    return x * {_estrin(TANH_P, fma, lit)}', f'        / {_estrin(TANH_Q, fma, lit)};', '}']
@@ -386,7 +388,8 @@ def _scratch(width, obs, act):
                     rows_args='', rows_pass='',
                     rows_decl=[f"    float {arr('t0', f'[{ROWS}][{width}]')}, {arr('t1', f'[{ROWS}][{width}]')};"],
                     driver=[n_fn, *loops('', ''), '    return 0;', '}', '',
-                            'static inline int forward_one(const float *x, float *y) { forward_row(x, y); return 0; }'])
+                            'PPO_MAYBE_UNUSED static inline int forward_one(const float *x, float *y) {',
+                            '    forward_row(x, y); return 0;', '}'])
     heap = lambda floats: f'float *s = aligned_alloc(64, {-(-floats * 4 // 64) * 64}); if (!s) return -1;'
     tile = f'(float (*)[{width}])'
     return dict(row_args=', float *restrict s0, float *restrict s1', row_decl=[], rows_pass=', t0[r], t1[r]',
@@ -473,7 +476,7 @@ def _kernels(steps, dims):
         simd += [f"#{'if' if n == 0 else 'elif'} !defined(PPO_POLICY_PORTABLE) && {isa.guard}",
                  '#include <immintrin.h>', f'#define PPO_KERNEL "{isa.name}"', *_vtanh(isa), *HSUM8, '',
                  *_simd_kernels(isa, plan, dims, s, const_of)]
-    return '\n'.join([*consts, '', *_tanh_source(), '', *simd, '#else', '#define PPO_KERNEL "portable C"',
+    return '\n'.join([*MAYBE_UNUSED, *consts, '', *_tanh_source(), '', *simd, '#else', '#define PPO_KERNEL "portable C"',
                       *_plain_kernels(plan, dims, s, const_of), '#endif', '', *s['driver'], ''])
 
 # %% ../../nbs/34_c_kernel.ipynb #654d6a23
