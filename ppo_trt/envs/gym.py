@@ -14,7 +14,7 @@ from .specs import RANDOMIZABLE, env_spec
 __all__ = ['PHASES', 'EVENTS', 'PUSH_STEPS', 'PUSH_DURATION', 'SELECTION_SEED_OFFSET', 'HELD_OUT_SEED_OFFSET',
            'quiet_gym_warnings', 'make_env', 'env_spaces', 'SensorNoise', 'ActuationDelay', 'Push', 'ModelScale',
            'ActuatorFailure', 'Trip', 'env_phases', 'check_phases', 'make_phase_env', 'parse_randomize',
-           'format_randomize', 'Randomized', 'check_randomize', 'training_seeds']
+           'format_randomize', 'Randomized', 'check_randomize', 'training_seeds', 'rollout_observations']
 
 # %% ../../nbs/11_envs.ipynb #e627ffd2
 def quiet_gym_warnings():
@@ -329,3 +329,19 @@ def training_seeds(seed, n_envs=1):
     "The env seeds of a training with `seed`: its workers', the selection evaluations' and the held-out one's."
     return dict(workers=[seed + rank for rank in range(n_envs)], selection=seed + SELECTION_SEED_OFFSET,
                 held_out=seed + HELD_OUT_SEED_OFFSET)
+
+# %% ../../nbs/11_envs.ipynb #fc0dba52
+def rollout_observations(act, env_id, n=1000, seed=0, on_reset=None):
+    "`n` observations [n, obs_dim] (stored float32) of `env_id`, seeded, along episodes where `act(raw_obs[None])` acts."
+    env = make_env(env_id, seed=seed)
+    obs, _ = env.reset(seed=seed)
+    out = np.empty((n, env.observation_space.shape[0]), np.float32)
+    try:
+        for i in range(n):
+            out[i] = obs
+            obs, _, term, trunc, _ = env.step(act(obs[None])[0])
+            if term or trunc:
+                obs, _ = env.reset()
+                if on_reset is not None: on_reset()  # e.g. a policy whose state is per episode
+    finally: env.close()
+    return out

@@ -15,7 +15,7 @@ from ..core.files import (PpoTrtError, BadArtifactError, BadInputError, atomic_p
                                 save_json, sha256_file)
 from ..core.machine import package_version
 from ..core.records import ExportRecord, Parity, load_artifact, locked, record, require_fresh
-from ..envs.gym import make_env
+from ..envs.gym import make_env, rollout_observations
 from ..core.checkpoint import ObsNorm, load_policy
 
 # %% auto #0
@@ -73,16 +73,8 @@ def load_deployable(run_dir):
 # %% ../../nbs/30_onnx.ipynb #e3762747
 def collect_observations(model, norm: ObsNorm, env_id, n=1000, seed=0):
     "`n` raw observations [n, obs_dim] float32 from stochastic rollouts of `model` in `env_id`."
-    env = make_env(env_id, seed=seed)
-    obs, _ = env.reset(seed=seed)
-    out = np.empty((n, env.observation_space.shape[0]), np.float32)
-    for i in range(n):
-        out[i] = obs
-        act, _ = model.predict(norm(obs[None]).astype(np.float32), deterministic=False)
-        obs, _, term, trunc, _ = env.step(act[0])
-        if term or trunc: obs, _ = env.reset()
-    env.close()
-    return out
+    act = lambda obs: model.predict(norm(obs).astype(np.float32), deterministic=False)[0]
+    return rollout_observations(act, env_id, n, seed)
 
 # %% ../../nbs/30_onnx.ipynb #a33afc70
 def sb3_actions(model, norm: ObsNorm, raw_obs):

@@ -14,7 +14,7 @@ from ..core.machine import probe
 from ..core.records import (BenchFile, BenchRecord, HotPath, LatencyWindow, Parity, Session, Stats, TimerOverhead,
                              record, load_artifact, locked, require_fresh, session, session_id, machine_id,
                              policy_only)
-from ..envs.gym import make_env
+from ..envs.gym import make_env, rollout_observations as gym_rollout
 from ..backends import registry as B
 from ..export.onnx import check_policy_env, onnx_metadata
 
@@ -206,18 +206,10 @@ ROLLOUT_OBS = 1000  # observations drawn from the env when there is no export_ob
 
 def rollout_observations(source, env_id, n=ROLLOUT_OBS, seed=0):
     "`n` observations [n, obs_dim] float32 of `env_id`, seeded, along episodes of the ONNX policy itself run by ORT."
-    policy, env = B.load('ort', source), make_env(env_id, seed=seed)
-    obs, _ = env.reset(seed=seed)
-    out = np.empty((n, policy.obs_dim), np.float32)
-    try:
-        for i in range(n):
-            out[i] = obs
-            obs, _, term, trunc, _ = env.step(policy(out[i:i + 1])[0])
-            if term or trunc:
-                obs, _ = env.reset()
-                if hasattr(policy, 'reset'): policy.reset()  # a residual's expert: its state is per episode
-    finally: env.close(); policy.close()
-    return out
+    policy = B.load('ort', source)
+    act = lambda obs: policy(obs.astype(np.float32))
+    try: return gym_rollout(act, env_id, n, seed, getattr(policy, 'reset', None))  # a residual's expert: per episode
+    finally: policy.close()
 
 # %% ../../nbs/50_bench.ipynb #de35c876
 def bench_observations(run, env_id, seed=0):
