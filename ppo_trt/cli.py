@@ -370,6 +370,12 @@ def _threads_line(plan):
     env = f", {plan.env_threads} env threads" if plan.env_threads else ''
     return f"torch {plan.torch_threads} thread(s){env}; {plan.busy} of {plan.cpus} cores busy at start"
 
+# %% ../nbs/90_cli.ipynb #249cbc0d
+def _profile_line(profile):
+    "A fast-PPO profile (seconds per phase) as one line, the largest share first."
+    total = sum(profile.values()) or 1.0
+    return ', '.join(f'{k} {v:.1f} s ({100 * v / total:.0f} %)' for k, v in sorted(profile.items(), key=lambda kv: -kv[1]))
+
 # %% ../nbs/90_cli.ipynb #0b68941b
 def _train_fast(a):
     import dataclasses
@@ -391,6 +397,7 @@ def _train_fast(a):
          f"return on {r.final_eval_episodes} held-out episodes {r.final_eval_mean:.1f} ± {r.final_eval_std:.1f}"
          + (f"; reached {r.target_return:g} at step {r.solved_at_timesteps:,} after {r.solved_at_wall_s:.1f} s"
             if r.solved else ''))
+    if r.profile: _say(f'where the {r.call_wall_s:.1f} s went: {_profile_line(r.profile)}')
     return r
 
 # %% ../nbs/90_cli.ipynb #63f63569

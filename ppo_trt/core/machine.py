@@ -10,9 +10,9 @@ from pathlib import Path
 from .files import error_line
 
 # %% auto #0
-__all__ = ['PACKAGES', 'FIXES', 'package_version', 'cpu_model', 'cpu_governor', 'cpu_affinity', 'busy_cores', 'ThreadPlan',
-           'thread_plan', 'gpu_info', 'ort_status', 'trt_status', 'cuda_python_status', 'probe', 'machine_summary',
-           'doctor_row', 'doctor_rows', 'print_doctor']
+__all__ = ['TORCH_GRAIN', 'PACKAGES', 'FIXES', 'package_version', 'cpu_model', 'cpu_governor', 'cpu_affinity', 'busy_cores',
+           'ThreadPlan', 'thread_plan', 'gpu_info', 'ort_status', 'trt_status', 'cuda_python_status', 'probe',
+           'machine_summary', 'doctor_row', 'doctor_rows', 'print_doctor']
 
 # %% ../../nbs/02_machine.ipynb #1e0d841c
 def package_version(name):
@@ -86,14 +86,20 @@ def _env_threads_setting():
         if v.isdigit() and int(v) > 0: return int(v), f'{var}={v}'
     return None, None
 
-def thread_plan(num_envs=None, torch_threads=None, env_threads=None, threaded_envs=False, batched=False, busy=None):
-    "The `ThreadPlan` for a trainer (`batched`: its torch work is batched); a flag or OMP/MKL variables win."
+TORCH_GRAIN = 32_768  # elements: torch splits an op over threads only above this (at::internal::GRAIN_SIZE)
+
+def thread_plan(num_envs=None, torch_threads=None, env_threads=None, threaded_envs=False, batched=False, busy=None,
+                tensor_elements=None):
+    "The `ThreadPlan` for a trainer (`batched`: its largest tensors hold `tensor_elements`); a flag or OMP/MKL win."
     cpus = len(cpu_affinity())
     busy = busy_cores() if busy is None else busy
     free = max(1, cpus - busy)
     var_threads, var = _env_threads_setting()
     if torch_threads: t, why_t = torch_threads, 'given (--torch-threads)'
     elif var_threads: t, why_t = var_threads, f'given ({var})'
+    elif batched and (tensor_elements or TORCH_GRAIN) < TORCH_GRAIN:
+        t, why_t = 1, (f"one: its largest tensors ({tensor_elements:,} elements) are below torch's grain size "
+                       f'({TORCH_GRAIN:,}), so more threads would only spin and fight other work for cores')
     elif batched: t, why_t = free, f'the {free} of {cpus} cores not busy (env steps and torch take turns)'
     else: t, why_t = 1, 'one: one env at a time gives torch nothing to split, and idle threads spin'
     if not threaded_envs: e, why_e = None, 'no threaded env stepper'

@@ -95,6 +95,8 @@ class TrainRecord(_Record):
     solved_at_timesteps: int | None = None
     solved_at_wall_s: float | None = None
     discrete_actions: int | None = None  # a discrete-action policy (not deployable): its number of actions
+    profile: dict[str, float] | None = None  # fast PPO: seconds per phase of the whole call (host clock)
+    call_wall_s: float | None = None     # fast PPO: seconds of the whole call (setup, loop, held-out evaluation, save)
 
 # %% ../../nbs/03_records.ipynb #00639896
 class BestRecord(_Record):

@@ -18,12 +18,12 @@ from ..train.sb3 import LOG_FIELDS, _versions
 from ..core.checkpoint import ObsNorm
 from ..envs.controllers import run_episode
 from .batched_envs import make_batched, resolve_device
-from .envpool import BatchDisturbances, batched_mujoco
+from .envpool import BatchDisturbances, EnvPoolBatched, batched_mujoco
 
 # %% auto #0
-__all__ = ['FastSettings', 'fast_preset', 'RunningNorm', 'RewardScale', 'greedy_action', 'greedy_returns', 'gym_returns',
-           'eval_returns', 'Rollout', 'EpisodeStats', 'collect_rollout', 'ppo_update', 'fast_train', 'sb3_vs_fast',
-           'train_throughput']
+__all__ = ['FastSettings', 'fast_preset', 'RunningNorm', 'RewardScale', 'greedy_action', 'first_episode_returns',
+           'greedy_returns', 'gym_returns', 'eval_returns', 'Rollout', 'EpisodeStats', 'PhaseTimes', 'collect_rollout',
+           'ppo_update', 'fast_train', 'cli_train', 'sb3_vs_fast', 'busy_core_throughput', 'train_throughput']
 
 # %% ../../nbs/63_fast_ppo.ipynb #a907294d
 @dataclass
@@ -142,17 +142,22 @@ def greedy_action(agent, norm, obs):
     return agent.env_action(obs, d.probs.argmax(-1) if agent.discrete else d.mean)
 
 # %% ../../nbs/63_fast_ppo.ipynb #4e918c51
-def greedy_returns(agent, norm, env_id, episodes=32, device='cpu', seed=10_000):
-    "Deterministic (mean / argmax) returns of `episodes` first episodes in batched envs (one each)."
+def first_episode_returns(agent, norm, env, seed=None):
+    "Deterministic (mean / argmax) returns of the first episode of each env of a batched env."
     import torch
-    env = make_batched(env_id, episodes, device, seed)
-    obs, ret = env.reset(seed=seed), torch.zeros(episodes, device=env.device)
-    alive = torch.ones(episodes, dtype=torch.bool, device=env.device)
+    obs, ret = env.reset(seed=seed), torch.zeros(env.num_envs, device=env.device)
+    alive, on_host = torch.ones(env.num_envs, dtype=torch.bool, device=env.device), env.device.type == 'cpu'
     with torch.no_grad():
         for _ in range(env.max_episode_steps):
             obs, r, term, trunc, _ = env.step(greedy_action(agent, norm, obs), check=False)
             ret += r * alive; alive &= ~(term | trunc)
+            if on_host and not alive.any(): break  # on a GPU the test would cost a sync per step
     return ret.cpu().numpy()
+
+# %% ../../nbs/63_fast_ppo.ipynb #4b1deb6b
+def greedy_returns(agent, norm, env_id, episodes=32, device='cpu', seed=10_000):
+    "Deterministic returns of `episodes` first episodes in the spec's batched tensor env (one each)."
+    return first_episode_returns(agent, norm, make_batched(env_id, episodes, device, seed), seed)
 
 # %% ../../nbs/63_fast_ppo.ipynb #a6d503c8
 class _GreedyPolicy:
@@ -172,9 +177,11 @@ def gym_returns(agent, norm, env_id, episodes=5, seed=0):
     finally: env.close()
 
 # %% ../../nbs/63_fast_ppo.ipynb #aec3fab1
-def eval_returns(agent, norm, env_id, episodes, seed, device='cpu'):
-    "Deterministic returns: on the batched tensor env where there is one (tested equal to gymnasium's), else gymnasium."
+def eval_returns(agent, norm, env_id, episodes, seed, device='cpu', pool_threads=None):
+    "Deterministic returns: on the spec's batched tensor env, on EnvPool with `pool_threads`, else on gymnasium."
     if env_spec(env_id).batched: return greedy_returns(agent, norm, env_id, episodes, device, seed)
+    if pool_threads:  # tested equal to gymnasium step by step (62_envpool); its reset noise is EnvPool's own
+        return first_episode_returns(agent, norm, EnvPoolBatched(env_id, episodes, seed, min(pool_threads, episodes)))
     return gym_returns(agent, norm, env_id, episodes, seed)
 
 # %% ../../nbs/63_fast_ppo.ipynb #5edf311f
@@ -232,33 +239,50 @@ def _ppo_fns(agent, s, discrete, compile=False, cudagraphs=False):
     def loss_fn(mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns):
         dist = agent.dist(mb_obs)
         newlogprob = dist.log_prob(mb_actions) if discrete else dist.log_prob(mb_actions).sum(-1)
-        entropy = dist.entropy() if discrete else dist.entropy().sum(-1)
         ratio = (newlogprob - mb_logprobs).exp()
         mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
         pg_loss = torch.max(-mb_advantages * ratio, -mb_advantages * ratio.clamp(1 - s.clip, 1 + s.clip)).mean()
         v_loss = ((agent.value(mb_obs) - mb_returns) ** 2).mean()
-        return pg_loss + s.vf_coef * v_loss - s.ent_coef * entropy.mean()
+        loss = pg_loss + s.vf_coef * v_loss
+        if not s.ent_coef: return loss  # no bonus: the entropy's ops (and their gradient, zero) are skipped
+        return loss - s.ent_coef * (dist.entropy() if discrete else dist.entropy().sum(-1)).mean()
     if compile or cudagraphs:
         mode = 'reduce-overhead' if cudagraphs else 'default'
         return torch.compile(policy_step, mode=mode), torch.compile(loss_fn, mode=mode)
     return policy_step, loss_fn
 
+# %% ../../nbs/63_fast_ppo.ipynb #ed601150
+class PhaseTimes:
+    "Seconds per phase of a loop, each charged the time since the previous `lap` of one clock."
+    def __init__(self): self.seconds, self.last = {}, time.perf_counter()
+    def lap(self, phase):
+        "Charge the seconds since the previous lap to `phase`."
+        now = time.perf_counter()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self.last
+        self.last = now
+
 # %% ../../nbs/63_fast_ppo.ipynb #29317281
-def collect_rollout(env, agent, norm, policy_step, rollout, next_obs, gamma, stats, reward_scale=None):
+def collect_rollout(env, agent, norm, policy_step, rollout, next_obs, gamma, stats, reward_scale=None, timer=None):
     "Fill `rollout` with one step of every env per row; return the next observation. No host synchronisation."
     normed = (lambda o: norm(o)) if norm else (lambda o: o)
+    lap, on_host = (timer.lap if timer else lambda phase: None), next_obs.device.type == 'cpu'
     for step in range(rollout.obs.shape[0]):
         if norm: norm.update(next_obs)
         nobs = normed(next_obs)
         action, logprob, value, env_action = policy_step(nobs, next_obs)
+        lap('policy')
         next_obs, reward, _, truncated, info = env.step(env_action, check=False)
+        lap('env step')
         stats.add(reward, info['done'])
         if reward_scale: reward = reward_scale(reward, info['done'])
-        # a truncated episode (time limit) bootstraps from the value of its final observation
-        reward_boot = reward + gamma * agent.value(normed(info['final_obs'])) * truncated
+        # a truncated episode (time limit) bootstraps from the value of its final observation; on the host only a
+        # step that truncated one pays for that value (on a GPU the test would be a sync)
+        if not on_host or truncated.any():
+            reward = reward + gamma * agent.value(normed(info['final_obs'])) * truncated
         (rollout.obs[step], rollout.actions[step], rollout.logprobs[step],
          rollout.values[step]) = nobs, action, logprob, value
-        rollout.rewards[step], rollout.dones[step] = reward_boot, info['done'].float()
+        rollout.rewards[step], rollout.dones[step] = reward, info['done'].float()
+        lap('bookkeeping')
     return next_obs
 
 # %% ../../nbs/63_fast_ppo.ipynb #38073bc9
@@ -319,6 +343,7 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
                progress=True, torch_threads=None):
     "Batched PPO into `run_dir`; stops early at evaluated return >= `target_return`. Returns train.json."
     import torch
+    timer = PhaseTimes()
     # settings and checks
     preset = fast_preset(env_id)
     s = settings or preset['settings']
@@ -336,11 +361,13 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
                               'pass --force to train again or choose another --run-dir')
         remove_derived(run)  # a new policy: nothing made from the old one may stay
     # threads, env, agent, optimizer, normalisers, storage
+    minibatch = s.num_envs * s.n_steps // s.minibatches
     plan = thread_plan(s.num_envs, torch_threads, num_threads, threaded_envs=not env_spec(env_id).batched,
-                       batched=True)
+                       batched=True, tensor_elements=max(s.num_envs, minibatch) * s.hidden)
     torch.manual_seed(seed)
     env, env_backend = _train_env(env_id, s, device, seed, ranges, plan.env_threads)
-    if not env_backend.startswith('envpool'): plan.env_threads, plan.why['env'] = None, 'no threaded env stepper'
+    pool = isinstance(getattr(env, 'env', env), EnvPoolBatched)
+    if not pool: plan.env_threads, plan.why['env'] = None, 'no threaded env stepper'
     threads = plan.apply()
     discrete, seeds = bool(env.discrete_actions), training_seeds(seed)
     ex, res_rec = _expert_settings(expert, env, env_id, residual_scale)
@@ -357,6 +384,7 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
     eval_episodes = eval_episodes or preset['eval_episodes']
     log, start, solved_at, eval_s = [], time.perf_counter(), None, 0.0
     next_obs = env.reset(seed=seed)
+    timer.lap('setup')
     from rich.progress import Progress
     from rich.markup import escape
     with Progress(transient=True, disable=not progress) as bar:
@@ -365,15 +393,18 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
             if s.anneal_lr: optimizer.param_groups[0]['lr'] = s.lr * (1 - update / num_updates)
             with torch.no_grad():
                 next_obs = collect_rollout(env, agent, norm, policy_step, rollout, next_obs, s.gamma, stats,
-                                           reward_scale)
+                                           reward_scale, timer)
                 advantages, returns = _gae(rollout.rewards, rollout.values,
                                            agent.value(norm(next_obs) if norm else next_obs),
                                            rollout.dones, s.gamma, s.gae_lambda)
+            timer.lap('advantages')
             ppo_update(agent, optimizer, loss_fn, rollout.batch(advantages, returns), s, device)
+            timer.lap('update')
             bar.advance(task)
             if (update + 1) % eval_every == 0 or update == num_updates - 1:
                 eval_start = time.perf_counter()
-                evaluated = eval_returns(agent, norm, env_id, eval_episodes, seeds['selection'], device)
+                evaluated = eval_returns(agent, norm, env_id, eval_episodes, seeds['selection'], device,
+                                         plan.env_threads if pool else None)
                 eval_s += time.perf_counter() - eval_start
                 steps, wall = (update + 1) * s.num_envs * s.n_steps, time.perf_counter() - start
                 log.append(dict(timesteps=steps, mean_return=float(evaluated.mean()),
@@ -383,10 +414,12 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
                 if progress:
                     bar.console.print(f'{escape("[ppo-trt]")} {steps:,} steps: return {log[-1]["mean_return"]:.1f} '
                                       f'({log[-1]["steps_per_s"]:,.0f} steps/s)')
+                timer.lap('evaluation')
                 if target_return is not None and evaluated.mean() >= target_return: solved_at = log[-1]; break
-    held_out = eval_returns(agent, norm, env_id, final_eval_episodes, seeds['held_out'], device)
+    held_out = eval_returns(agent, norm, env_id, final_eval_episodes, seeds['held_out'], device)  # on gymnasium
+    timer.lap('held-out evaluation')
     return _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target_return, device, compile, cudagraphs,
-                     res_rec, residual_scale, held_out, env_backend, ranges, seeds, threads)
+                     res_rec, residual_scale, held_out, env_backend, ranges, seeds, threads, timer)
 
 # %% ../../nbs/63_fast_ppo.ipynb #ca06a7db
 def _to_sb3(agent, env_id, s, norm, log_std_init):
@@ -408,7 +441,7 @@ def _to_sb3(agent, env_id, s, norm, log_std_init):
 
 # %% ../../nbs/63_fast_ppo.ipynb #2c8144af
 def _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target, dev, compile, cudagraphs, res_rec, scale,
-              held_out, env_backend, ranges, seeds, threads):
+              held_out, env_backend, ranges, seeds, threads, timer):
     import torch
     run.root.mkdir(parents=True, exist_ok=True)
     last = log[-1]
@@ -443,29 +476,62 @@ def _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target, dev, co
         (norm.obs_norm() if norm else ObsNorm(np.zeros(spaces['obs_dim']), np.ones(spaces['obs_dim']) - 1e-8,
                                               1e9, 1e-8)).save(run.path('obs_norm'))
         rec.update(policy_sha256=sha256_file(run.path('policy')), obs_norm_sha256=sha256_file(run.path('obs_norm')))
-    rec = record(TrainRecord, **rec)
+    timer.lap('save')
+    rec = record(TrainRecord, **rec, profile={k: round(v, 3) for k, v in timer.seconds.items()},
+                 call_wall_s=round(sum(timer.seconds.values()), 2))
     save_json(run.path('train_record'), rec)
     return rec
 
 # %% ../../nbs/63_fast_ppo.ipynb #e4fd8e97
-def sb3_vs_fast(env_id='Hopper-v4', sb3_timesteps=20_480, fast_timesteps=204_800, randomize=None, num_threads=None,
-                progress=True):
-    "Training steps/s of SB3's PPO (`train.train`) and of `fast_train` on `env_id`, one after the other in one process."
+def cli_train(run_dir, *args):
+    "Run `ppo-trt train ARGS --run-dir RUN_DIR` in a fresh process, as typed; (its train.json, the command's seconds)."
+    import subprocess, sys
+    from ppo_trt.core.records import read_record
+    cmd = [sys.executable, '-m', 'ppo_trt.cli', 'train', *map(str, args), '--run-dir', str(run_dir)]
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        why = (done.stderr.strip().splitlines() or [f'exit status {done.returncode}'])[-1]
+        raise PpoTrtError(f"ppo-trt train {' '.join(map(str, args))} failed: {why}")
+    return read_record(Path(run_dir)/'train.json'), time.perf_counter() - start
+
+# %% ../../nbs/63_fast_ppo.ipynb #32112765
+def sb3_vs_fast(env_id='Hopper-v4', sb3_timesteps=20_480, fast_timesteps=204_800, randomize=None, progress=True):
+    "Training steps/s of `ppo-trt train` (SB3) and `ppo-trt train --fast` on `env_id`, one command after the other."
     import tempfile
-    from ppo_trt.train.sb3 import train
+    extra = ['--randomize', randomize] if randomize else []
+    runs = (('SB3 PPO', ['--env-id', env_id, '--timesteps', sb3_timesteps]),
+            ('fast PPO', ['--fast', '--env-id', env_id, '--timesteps', fast_timesteps]))
     rows = []
     with tempfile.TemporaryDirectory() as d:
-        if progress: print(f'[ppo-trt] SB3 PPO, {sb3_timesteps:,} steps of {env_id} ...', flush=True)
-        rec = train(Path(d)/'sb3', env_id, timesteps=sb3_timesteps, eval_freq=sb3_timesteps, n_eval_episodes=1,
-                    final_eval_episodes=1, progress=False)
-        rows.append(dict(trainer='SB3 PPO', envs='gymnasium, 1 env', torch_threads=rec.torch_threads,
-                         timesteps=rec.timesteps, wall_s=rec.wall_s, steps_per_s=rec.steps_per_s))
-        if progress: print(f'[ppo-trt] fast PPO, {fast_timesteps:,} steps of {env_id} ...', flush=True)
-        rec = fast_train(Path(d)/'fast', env_id, fast_timesteps, randomize=randomize, num_threads=num_threads,
-                         eval_every=10 ** 9, eval_episodes=1, final_eval_episodes=1, progress=False)
-        rows.append(dict(trainer='fast PPO', envs=rec.env_backend, torch_threads=rec.torch_threads,
-                         timesteps=rec.timesteps, wall_s=rec.wall_s, steps_per_s=rec.steps_per_s))
+        for trainer, args in runs:
+            if progress: print(f"[ppo-trt] ppo-trt train {' '.join(map(str, args + extra))} ...", flush=True)
+            rec, seconds = cli_train(Path(d)/trainer.split()[0], *args, *extra)
+            rows.append(dict(trainer=trainer, envs=rec.env_backend or 'gymnasium, 1 env', timesteps=rec.timesteps,
+                             torch_threads=rec.torch_threads, wall_s=rec.wall_s, command_s=round(seconds, 1),
+                             steps_per_s=round(rec.timesteps / rec.wall_s, 1)))
     for r in rows: r['vs_sb3'] = r['steps_per_s'] / rows[0]['steps_per_s']
+    return rows
+
+# %% ../../nbs/63_fast_ppo.ipynb #39daf952
+def busy_core_throughput(env_id='Hopper-v4', timesteps=131_072, extra=()):
+    "`ppo-trt train --fast` steps/s with no other work, then beside a process spinning on one core; the ratio."
+    import subprocess, sys, tempfile
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for busy in (False, True):
+            spinner = subprocess.Popen([sys.executable, '-c', 'while True: pass']) if busy else None
+            try:
+                if spinner: time.sleep(1.0)  # let the spinner show in /proc/stat before the plan is made
+                rec, seconds = cli_train(Path(d)/f'busy{int(busy)}', '--fast', '--env-id', env_id,
+                                         '--timesteps', timesteps, *extra)
+            finally:
+                if spinner: spinner.kill(); spinner.wait()
+            plan = rec.thread_plan
+            rows.append(dict(machine='one core busy' if busy else 'quiet', busy_at_start=plan.busy,
+                             torch_threads=plan.torch_threads, env_threads=plan.env_threads,
+                             steps_per_s=rec.steps_per_s, command_s=round(seconds, 1)))
+    for r in rows: r['vs_quiet'] = r['steps_per_s'] / rows[0]['steps_per_s']
     return rows
 
 # %% ../../nbs/63_fast_ppo.ipynb #8cbeca3d
