@@ -11,9 +11,11 @@ from ..envs.gym import make_env, check_randomize, Randomized
 
 
 # %% auto #0
-__all__ = ['TENSOR_RANDOMIZABLE', 'import_envpool', 'envpool_env_ids', 'check_envpool_env', 'check_actions', 'EnvPoolBatched',
-           'envpool_trajectories', 'perturbed_gaps', 'BatchDisturbances', 'GymnasiumBatched', 'batched_mujoco',
-           'envpool_throughput']
+__all__ = ['TENSOR_RANDOMIZABLE', 'MUJOCO_BATCHED_ENVS', 'import_envpool', 'envpool_env_ids', 'check_envpool_env',
+           'check_actions', 'EnvPoolBatched', 'envpool_trajectories', 'perturbed_gaps', 'BatchDisturbances',
+           'GymnasiumBatched', 'import_mujoco_batch', 'stepper_comparison', 'hopper_obs', 'hopper_outcome',
+           'EpisodeDraws', 'MujocoBatched', 'mujoco_batched_trajectories', 'batched_mujoco', 'envpool_throughput',
+           'randomized_throughput']
 
 # %% ../../nbs/62_envpool.ipynb #19dc9a59
 def import_envpool():
@@ -228,21 +230,233 @@ class GymnasiumBatched:
         return t(obs), t(reward), t(terminated), t(truncated), dict(final_obs=t(final), done=t(done))
 
 
+# %% ../../nbs/62_envpool.ipynb #66a74bbc
+from ..envs.gym import PUSH_DURATION
+
+# %% ../../nbs/62_envpool.ipynb #6535d4f9
+def import_mujoco_batch():
+    "MuJoCo's `mujoco.batch` module, or one line saying which MuJoCo has it."
+    import mujoco
+    try: from mujoco import batch
+    except ImportError:
+        raise BadInputError(f'MuJoCo {mujoco.__version__} has no mujoco.batch (3.17 and later have it); '
+                            'pip install -U mujoco') from None
+    return batch
+
+# %% ../../nbs/62_envpool.ipynb #f684a432
+def stepper_comparison(env_id='Hopper-v4', num_envs=16, num_threads=2, steps=200, seed=0):
+    "µs per env step and largest |Δ qpos, qvel| from gymnasium of `mujoco.rollout` and `mujoco.batch`."
+    import copy, time, mujoco
+    from mujoco import rollout
+    envs = [make_env(env_id, seed=seed + i) for i in range(num_envs)]
+    hs = [e.unwrapped for e in envs]
+    m, k, full = hs[0].model, hs[0].frame_skip, mujoco.mjtState.mjSTATE_FULLPHYSICS
+    def states(spec):
+        rows = np.empty((num_envs, mujoco.mj_stateSize(m, spec)))
+        for h, row in zip(hs, rows): mujoco.mj_getState(h.model, h.data, row, spec)
+        return rows
+    models, datas = [copy.copy(m) for _ in range(num_envs)], [mujoco.MjData(m) for _ in range(num_threads)]
+    pool, rolled = rollout.Rollout(nthread=num_threads), states(full)
+    out, sensors = np.empty((num_envs, k, rolled.shape[1])), np.empty((num_envs, k, m.nsensordata))
+    sims = import_mujoco_batch().Batch(m, num_envs, num_threads)
+    sims.set_models(models); sims.state[:] = states(mujoco.mjtState.mjSTATE_INTEGRATION)
+    q, rng = slice(1, 1 + m.nq + m.nv), np.random.default_rng(seed)  # qpos, qvel in a full-physics row (after time)
+    secs, gaps = dict(rollout=0.0, batch=0.0), dict(rollout=0.0, batch=0.0)
+    for _ in range(steps):
+        a = rng.uniform(-1, 1, (num_envs, m.nu))
+        t0 = time.perf_counter()
+        pool.rollout(models, datas, rolled, np.repeat(a[:, None], k, axis=1), skip_checks=True, nstep=k, state=out,
+                     sensordata=sensors)
+        rolled = out[:, -1].copy()
+        t1 = time.perf_counter()
+        sims.ctrl[:] = a; sims.step(nstep=k)
+        secs['rollout'], secs['batch'] = secs['rollout'] + t1 - t0, secs['batch'] + time.perf_counter() - t1
+        for h, row in zip(hs, a): h.do_simulation(row, k)
+        ref = states(full)[:, q]
+        gaps['rollout'] = max(gaps['rollout'], float(np.abs(rolled[:, q] - ref).max()))
+        gaps['batch'] = max(gaps['batch'], float(np.abs(np.hstack([sims.qpos, sims.qvel]) - ref).max()))
+    pool.close()
+    return [dict(stepper=f'mujoco.{s}', us_per_env_step=secs[s] / steps / num_envs * 1e6, max_state_gap=gaps[s])
+            for s in secs]
+
+# %% ../../nbs/62_envpool.ipynb #71e03a0c
+MUJOCO_BATCHED_ENVS = {'Hopper-v4': True, 'Hopper-v5': False}  # env id: healthy reward paid on the falling step too?
+
+# %% ../../nbs/62_envpool.ipynb #08674579
+def hopper_obs(hopper, qpos, qvel):
+    "Observations [n, obs_dim] of `n` Hopper states, as gymnasium's `HopperEnv._get_obs` makes them (float64)."
+    position = qpos[:, 1:] if hopper._exclude_current_positions_from_observation else qpos
+    return np.concatenate([position, np.clip(qvel, -10, 10)], axis=1)
+
+# %% ../../nbs/62_envpool.ipynb #f90f6ac2
+def hopper_outcome(hopper, x_before, qpos, qvel, actions, reward_on_fall):
+    "(obs, reward, terminated) of `n` Hopper steps, computed as gymnasium's `HopperEnv.step` does (float64)."
+    h, z, angle = hopper, qpos[:, 1], qpos[:, 2]
+    state = np.concatenate([qpos, qvel], axis=1)[:, 2:]
+    (s_lo, s_hi), (z_lo, z_hi), (a_lo, a_hi) = h._healthy_state_range, h._healthy_z_range, h._healthy_angle_range
+    healthy = ((s_lo < state) & (state < s_hi)).all(axis=1) & (z_lo < z) & (z < z_hi) & (a_lo < angle) & (angle < a_hi)
+    healthy_reward = (healthy | (reward_on_fall and h._terminate_when_unhealthy)) * h._healthy_reward
+    forward_reward = h._forward_reward_weight * ((qpos[:, 0] - x_before) / h.dt)
+    reward = (forward_reward + healthy_reward) - h._ctrl_cost_weight * np.sum(np.square(actions), axis=1)
+    return hopper_obs(h, qpos, qvel), reward, ~healthy & h._terminate_when_unhealthy
+
+# %% ../../nbs/62_envpool.ipynb #0fc89093
+class EpisodeDraws:
+    "One env's per-episode draws as gymnasium makes them: `Randomized`'s parameters, then `MujocoEnv`'s reset noise."
+    draw = Randomized.draw  # Randomized's own code, run on this object's `ranges` and `rng`
+    def __init__(self, hopper, ranges, seed): self.hopper, self.ranges, self.seed = hopper, ranges, seed
+
+    def reseed(self, seed):
+        "Seed both streams as `reset(seed=seed)` of `Randomized(env, ranges, self.seed)` seeds them."
+        from gymnasium.utils import seeding
+        self.rng, (self.np_random, _) = np.random.default_rng([seed, self.seed]), seeding.np_random(seed)
+
+    def next(self):
+        "The next episode's (parameters, qpos, qvel), in `Randomized.reset`'s and `reset_model`'s order."
+        h = self.hopper
+        params = self.draw() if self.ranges else {}
+        low, high = -h._reset_noise_scale, h._reset_noise_scale
+        qpos = h.init_qpos + self.np_random.uniform(low=low, high=high, size=h.model.nq)
+        return params, qpos, h.init_qvel + self.np_random.uniform(low=low, high=high, size=h.model.nv)
+
+# %% ../../nbs/62_envpool.ipynb #30909be5
+class MujocoBatched:
+    "`num_envs` gymnasium Hopper envs (`Randomized` by `ranges`), stepped as one `mujoco.batch.Batch`: torch tensors."
+    discrete_actions = 0
+    def __init__(self, env_id, num_envs, seed=0, ranges=None, num_threads=None):
+        import os, torch
+        ranges, batch = check_randomize(env_id, ranges) or {}, import_mujoco_batch()
+        if env_id not in MUJOCO_BATCHED_ENVS:
+            raise BadInputError(f'MujocoBatched reproduces {", ".join(MUJOCO_BATCHED_ENVS)} only, not {env_id}; '
+                                'GymnasiumBatched steps the others')
+        if num_envs < 1: raise BadInputError(f'num_envs must be >= 1, got {num_envs}')
+        gym_env = make_env(env_id)
+        h, space = gym_env.unwrapped, gym_env.action_space
+        threads = num_threads or min(num_envs, len(os.sched_getaffinity(0)))
+        self.env_id, self.num_envs, self.num_threads, self.seed, self.ranges = env_id, num_envs, threads, seed, ranges
+        self.hopper, self.max_episode_steps, self.device = h, gym_env.spec.max_episode_steps, torch.device('cpu')
+        self.obs_dim, self.act_dim = gym_env.observation_space.shape[0], space.shape[0]
+        self.action_low, self.action_high = space.low.astype(np.float32), space.high.astype(np.float32)
+        self.sims = batch.Batch(h.model, num_envs, threads)
+        self.qpos, self.qvel, self.ctrl, self.xfrc = map(self.sims.bind, ('qpos', 'qvel', 'ctrl', 'xfrc_applied'))
+        self.mass = self.sims.expand('body_mass') if 'mass' in ranges else None
+        self.friction = self.sims.expand('geom_friction') if 'friction' in ranges else None
+        self.push_body = h.model.body(env_spec(env_id).push_body).id if 'push' in ranges else None
+        self.push_step, self.push_force = np.zeros(num_envs, np.int64), np.zeros(num_envs)
+        self.t = np.zeros(num_envs, np.int64)  # steps since the episode began: Push's clock and TimeLimit's
+        self.draws = [EpisodeDraws(h, ranges, seed + i) for i in range(num_envs)]
+        self.params = [{} for _ in range(num_envs)]  # each env's episode draws, as `Randomized.params`
+        self.reset_float64(seed)
+
+    def _start(self, ids):
+        "New episodes in envs `ids`: MuJoCo's reset, then each env's draws (model rows, push, start state)."
+        import mujoco
+        self.sims.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
+        nominal = self.hopper.model  # ModelScale scales from the nominal model: draws never compound
+        for i in ids:
+            p, self.qpos[i], self.qvel[i] = self.draws[i].next()
+            self.params[i] = p
+            if 'mass' in p: self.mass[i] = nominal.body_mass * p['mass']
+            if 'friction' in p: self.friction[i, :, 0] = nominal.geom_friction[:, 0] * p['friction']
+            if 'push' in p: self.push_step[i], self.push_force[i] = p['push_step'], p['push']
+        self.t[ids] = 0
+
+    def reset_float64(self, seed=None):
+        "Reset every env (env i seeded `seed + i`, as `GymnasiumBatched`); the first observations, float64."
+        seed = self.seed if seed is None else seed
+        for i, d in enumerate(self.draws): d.reseed(seed + i)
+        self._start(np.arange(self.num_envs))
+        return hopper_obs(self.hopper, self.qpos, self.qvel)
+
+    def step_float64(self, actions):
+        "Step every env: (obs, reward, terminated, truncated, final_obs), float64; finished envs restart."
+        a = check_actions(actions, self.num_envs, self.act_dim)
+        x_before = self.qpos[:, 0].copy()
+        self.ctrl[:] = a
+        if self.push_body is not None:  # Push: the force along x for PUSH_DURATION steps from push_step, else none
+            on = (self.push_step <= self.t) & (self.t < self.push_step + PUSH_DURATION)
+            self.xfrc[:, self.push_body, :3] = 0.0
+            self.xfrc[:, self.push_body, 0] = np.where(on, self.push_force, 0.0)
+        self.sims.step(nstep=self.hopper.frame_skip)
+        self.t += 1
+        obs, reward, terminated = hopper_outcome(self.hopper, x_before, self.qpos, self.qvel, a,
+                                                 MUJOCO_BATCHED_ENVS[self.env_id])
+        truncated = self.t >= self.max_episode_steps
+        done, next_obs = terminated | truncated, obs
+        if done.any():
+            ids = np.flatnonzero(done)
+            self._start(ids)
+            next_obs = obs.copy()
+            next_obs[ids] = hopper_obs(self.hopper, self.qpos[ids], self.qvel[ids])
+        return next_obs, reward, terminated, truncated, obs
+
+    def reset(self, seed=None):
+        "Reset every env (env i seeded `seed + i`); the first observations [num_envs, obs_dim]."
+        import torch
+        return torch.from_numpy(self.reset_float64(seed).astype(np.float32))
+
+    def step(self, actions, check=True):
+        "Step every env: (obs, reward, terminated, truncated, info{'final_obs', 'done'}); finished envs restart."
+        import torch  # actions are always checked (in step_float64): a microsecond beside 16 MuJoCo steps
+        obs, reward, terminated, truncated, final = self.step_float64(actions)
+        t = lambda x: torch.from_numpy(x.astype(np.float32))
+        return (t(obs), t(reward), torch.from_numpy(terminated), torch.from_numpy(truncated),
+                dict(final_obs=t(final), done=torch.from_numpy(terminated | truncated)))
+
+# %% ../../nbs/62_envpool.ipynb #e64baa56
+def mujoco_batched_trajectories(env_id='Hopper-v4', ranges=None, num_envs=8, steps=300, seed=0, pid_envs=0):
+    "`MujocoBatched` vs `GymnasiumBatched`, same actions, step by step in float64: largest gaps, mismatch counts."
+    from ppo_trt.envs.controllers import pid_baseline
+    env, ref = MujocoBatched(env_id, num_envs, seed, ranges), GymnasiumBatched(env_id, num_envs, seed, ranges)
+    for e in ref.vec.envs:  # draw noise and delay, apply neither (their wrappers start at zero and stay there)
+        if isinstance(e, Randomized): e.wrappers = {k: w for k, w in e.wrappers.items() if k not in TENSOR_RANDOMIZABLE}
+    pids, rng = [pid_baseline(env_id) for _ in range(pid_envs)], np.random.default_rng(seed)
+    ref_obs, _ = ref.vec.reset(seed=seed)
+    out = dict(steps=steps, episodes=0, truncations=0, obs_gap=float(np.abs(env.reset_float64() - ref_obs).max()),
+               reward_gap=0.0, terminated_mismatches=0, truncated_mismatches=0, draw_mismatches=0)
+    for _ in range(steps):
+        actions = rng.uniform(ref.action_low, ref.action_high, (num_envs, ref.act_dim))
+        for i, pid in enumerate(pids): actions[i] = pid.act(ref_obs[i])
+        obs, reward, term, trunc, final = env.step_float64(actions)
+        ref_obs, ref_reward, ref_term, ref_trunc, info = ref.vec.step(actions)
+        done = ref_term | ref_trunc
+        ref_final = ref_obs.copy()
+        if done.any(): ref_final[done] = np.stack(info['final_obs'][done])
+        for i in np.flatnonzero(done[:pid_envs]): pids[i].reset()
+        out['obs_gap'] = max(out['obs_gap'], float(np.abs(obs - ref_obs).max()), float(np.abs(final - ref_final).max()))
+        out['reward_gap'] = max(out['reward_gap'], float(np.abs(reward - ref_reward).max()))
+        out['terminated_mismatches'] += int((term != ref_term).sum())
+        out['truncated_mismatches'] += int((trunc != ref_trunc).sum())
+        out['draw_mismatches'] += sum(p != getattr(e, 'params', {}) for p, e in zip(env.params, ref.vec.envs))
+        out['episodes'] += int(done.sum())
+        out['truncations'] += int(ref_trunc.sum())
+    return out
+
 # %% ../../nbs/62_envpool.ipynb #d19b8a43
 def batched_mujoco(env_id, num_envs, seed=0, ranges=None, num_threads=None):
-    "(batched env, what steps it): EnvPool (+ noise/delay in tensors) when it can serve, else `GymnasiumBatched`."
+    "(batched env, what steps it): EnvPool, or `MujocoBatched` if the model changes (+ noise/delay in tensors)."
     ranges = check_randomize(env_id, ranges)
     needs_model = sorted(set(ranges or {}) - set(TENSOR_RANDOMIZABLE))
-    try: import_envpool()
-    except BadInputError: why = 'EnvPool is not installed: pip install "ppo_trt[fast]"'
+    in_tensors = set(ranges or {}) & set(TENSOR_RANDOMIZABLE)
+    disturbed = lambda env: BatchDisturbances(env, ranges, seed) if in_tensors else env
+    if needs_model:
+        why = f"randomizing {', '.join(needs_model)} changes the MuJoCo model, out of EnvPool's reach"
+        try: import_mujoco_batch()
+        except BadInputError as e: why += f'; {e}'
+        else:
+            if env_id not in MUJOCO_BATCHED_ENVS: why += f'; mujoco.batch runs {", ".join(MUJOCO_BATCHED_ENVS)} only'
+            else:
+                import mujoco
+                env = MujocoBatched(env_id, num_envs, seed, ranges, num_threads)
+                return disturbed(env), f'mujoco.batch {mujoco.__version__}, per-env models ({env.num_threads} threads)'
     else:
-        why = (f'EnvPool has no {env_id}' if env_id not in envpool_env_ids() else needs_model
-               and f"randomizing {', '.join(needs_model)} changes the MuJoCo model, out of EnvPool's reach")
+        try: import_envpool()
+        except BadInputError: why = 'EnvPool is not installed: pip install "ppo_trt[fast]"'
+        else: why = env_id not in envpool_env_ids() and f'EnvPool has no {env_id}'
     if why: return GymnasiumBatched(env_id, num_envs, seed, ranges), f'gymnasium SyncVectorEnv ({why})'
     import envpool
     env = EnvPoolBatched(env_id, num_envs, seed, num_threads)
-    how = f'envpool {envpool.__version__} ({env.num_threads} threads)'
-    return (BatchDisturbances(env, ranges, seed) if ranges else env), how
+    return disturbed(env), f'envpool {envpool.__version__} ({env.num_threads} threads)'
 
 
 # %% ../../nbs/62_envpool.ipynb #2e1c44de
@@ -262,4 +476,28 @@ def envpool_throughput(env_id='Hopper-v4', num_envs=(1, 8, 32), seconds=1.0, num
         _, _, term, trunc, _ = gym_env.step(zero); steps += 1
         if term or trunc: gym_env.reset()
     rows.append(dict(impl='gymnasium', num_envs=1, threads=1, steps_per_s=steps / (time.perf_counter() - start)))
+    return rows
+
+# %% ../../nbs/62_envpool.ipynb #995f382d
+def randomized_throughput(env_id='Hopper-v4', num_envs=16, num_threads=2, seconds=0.5, rounds=3):
+    "Env steps/s (best of interleaved rounds) of EnvPool nominal, and of the batch and gymnasium randomized in `all`."
+    import time, torch
+    nominal = EnvPoolBatched(env_id, num_envs, 0, num_threads)
+    envs = {'EnvPoolBatched, nominal': nominal,
+            'MujocoBatched, randomize all': batched_mujoco(env_id, num_envs, 0, 'all', num_threads)[0],
+            'GymnasiumBatched, randomize all': GymnasiumBatched(env_id, num_envs, 0, 'all')}
+    low, high = torch.from_numpy(nominal.action_low), torch.from_numpy(nominal.action_high)
+    g = torch.Generator().manual_seed(0)
+    actions = {'zero': [torch.zeros(num_envs, len(low))],
+               'random': [low + (high - low) * torch.rand(num_envs, len(low), generator=g) for _ in range(64)]}
+    rows = []
+    for kind, acts in actions.items():
+        best = dict.fromkeys(envs, 0.0)
+        for _ in range(rounds):
+            for name, env in envs.items():
+                env.reset(); steps, start = 0, time.perf_counter()
+                while time.perf_counter() - start < seconds: env.step(acts[steps % len(acts)]); steps += 1
+                best[name] = max(best[name], steps * num_envs / (time.perf_counter() - start))
+        rows += [dict(actions=kind, env=name, steps_per_s=s, vs_envpool=s / best['EnvPoolBatched, nominal'])
+                 for name, s in best.items()]
     return rows
