@@ -18,7 +18,8 @@ from ..train.sb3 import LOG_FIELDS, _versions
 from ..core.checkpoint import ObsNorm
 from ..envs.controllers import run_episode
 from .batched_envs import make_batched, resolve_device
-from .envpool import BatchDisturbances, EnvPoolBatched, batched_mujoco
+from .envpool import (BatchDisturbances, EnvPoolBatched, MujocoBatched, batched_mujoco,
+                                       envpool_env_ids, import_envpool)
 
 # %% auto #0
 __all__ = ['FastSettings', 'fast_preset', 'RunningNorm', 'RewardScale', 'greedy_action', 'first_episode_returns',
@@ -335,6 +336,14 @@ def _train_env(env_id, s, device, seed, ranges, num_threads=None):
     return batched_mujoco(env_id, s.num_envs, seed, ranges, num_threads)
 
 
+# %% ../../nbs/63_fast_ppo.ipynb #d06b0e1d
+def _eval_pool_threads(env_id, plan):
+    "EnvPool's threads for the selection evaluations, or None where EnvPool cannot serve `env_id` (then gymnasium)."
+    if env_spec(env_id).batched: return None
+    try: import_envpool()
+    except BadInputError: return None
+    return (plan.env_threads or 1) if env_id in envpool_env_ids() else None
+
 # %% ../../nbs/63_fast_ppo.ipynb #5c2a3d32
 @locked('train')
 def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cpu', settings=None, expert=None,
@@ -366,9 +375,9 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
                        batched=True, tensor_elements=max(s.num_envs, minibatch) * s.hidden)
     torch.manual_seed(seed)
     env, env_backend = _train_env(env_id, s, device, seed, ranges, plan.env_threads)
-    pool = isinstance(getattr(env, 'env', env), EnvPoolBatched)
-    if not pool: plan.env_threads, plan.why['env'] = None, 'no threaded env stepper'
-    threads = plan.apply()
+    if not isinstance(getattr(env, 'env', env), (EnvPoolBatched, MujocoBatched)):
+        plan.env_threads, plan.why['env'] = None, 'no threaded env stepper'
+    threads, eval_pool_threads = plan.apply(), _eval_pool_threads(env_id, plan)
     discrete, seeds = bool(env.discrete_actions), training_seeds(seed)
     ex, res_rec = _expert_settings(expert, env, env_id, residual_scale)
     agent = _make_agent(env, s, ex, residual_scale, device)
@@ -404,7 +413,7 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
             if (update + 1) % eval_every == 0 or update == num_updates - 1:
                 eval_start = time.perf_counter()
                 evaluated = eval_returns(agent, norm, env_id, eval_episodes, seeds['selection'], device,
-                                         plan.env_threads if pool else None)
+                                         eval_pool_threads)
                 eval_s += time.perf_counter() - eval_start
                 steps, wall = (update + 1) * s.num_envs * s.n_steps, time.perf_counter() - start
                 log.append(dict(timesteps=steps, mean_return=float(evaluated.mean()),
