@@ -374,7 +374,8 @@ def _threads_line(plan):
 def _profile_line(profile):
     "A fast-PPO profile (seconds per phase) as one line, the largest share first."
     total = sum(profile.values()) or 1.0
-    return ', '.join(f'{k} {v:.1f} s ({100 * v / total:.0f} %)' for k, v in sorted(profile.items(), key=lambda kv: -kv[1]))
+    largest_first = sorted(profile.items(), key=lambda kv: -kv[1])
+    return ', '.join(f'{k} {v:.1f} s ({100 * v / total:.0f} %)' for k, v in largest_first)
 
 # %% ../nbs/90_cli.ipynb #0b68941b
 def _train_fast(a):

@@ -19,7 +19,7 @@ from ..core.checkpoint import ObsNorm
 from ..envs.controllers import run_episode
 from .batched_envs import make_batched, resolve_device
 from .envpool import (BatchDisturbances, EnvPoolBatched, MujocoBatched, batched_mujoco,
-                                       envpool_env_ids, import_envpool)
+                                        envpool_env_ids, import_envpool)
 
 # %% auto #0
 __all__ = ['FastSettings', 'fast_preset', 'RunningNorm', 'RewardScale', 'greedy_action', 'first_episode_returns',
