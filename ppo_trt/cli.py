@@ -679,7 +679,8 @@ def _add_sweep(sub):
                                    "rliable into OUT/sweep.json", formatter_class=_Help)
     p.add_argument('--env-id', default=DEFAULT_ENV_ID, help='gymnasium env id (a PID baseline must exist for it)')
     p.add_argument('--seeds', type=number(int, 1, 1000), default=5, help='training seeds 0 .. N-1')
-    p.add_argument('--variants', default='nominal,randomized', help='nominal, randomized or both')
+    p.add_argument('--variants', default='nominal,randomized',
+                   help='any of nominal, randomized, randomized+history (the policy also sees its last actions)')
     p.add_argument('--randomize', default=None, metavar='SPEC',
                    help='the randomized variant\'s ranges (default: all, every disturbance the env can take)')
     p.add_argument('--fast', action='store_true', help='train with fast PPO (EnvPool on MuJoCo) instead of SB3')
