@@ -102,6 +102,9 @@ def _add_train(p):
     p.add_argument('--randomize', default=None, metavar='SPEC',
                    help="randomize every training episode: phases (noise, delay, mass, friction, push) or 'all', "
                         "each with an optional range, e.g. 'noise,delay=0:2,mass=0.8:1.2'")
+    p.add_argument('--history', type=number(int, 0, 16), default=0, metavar='K',
+                   help='the policy also sees its last K actions (Markov again under a delay of up to K steps); '
+                        'policy.onnx takes them after the observation and deployed runners keep them')
     p.add_argument('--fast', action='store_true', help='batched PPO (ppo_trt.throughput.fast_ppo): torch envs (CartPole-v1, '
                    'Pendulum-v1, MountainCarContinuous-v0) or MuJoCo on EnvPool (Hopper-v4, Walker2d-v4, ...)')
     p.add_argument('--env-threads', type=number(int, 1, 1024), default=None,
@@ -351,7 +354,7 @@ def cmd_train(a):
     rd = _run_dir(a)
     kw = dict(env_id=a.env_id or DEFAULT_ENV_ID, seed=a.seed, timesteps=a.timesteps, preset_name=a.preset,
               resume=a.resume, force=a.force, eval_freq=a.eval_freq, n_eval_episodes=a.eval_episodes, keep=a.keep,
-              progress=True, randomize=a.randomize, torch_threads=a.torch_threads)
+              progress=True, randomize=a.randomize, torch_threads=a.torch_threads, history=a.history)
     _say(f'training {a.env_id or DEFAULT_ENV_ID} (preset {a.preset}) into {rd}')
     if a.expert:
         from ppo_trt.studies.residual import train_residual
@@ -392,7 +395,7 @@ def _train_fast(a):
     _say(f'fast on-device PPO on {env_id} ({st.num_envs} envs on {a.device}) into {rd}')
     r = fast_train(rd, env_id, a.timesteps, a.seed, a.device, st, a.expert, a.residual_scale, a.compile, a.cudagraphs,
                    randomize=a.randomize, num_threads=a.env_threads, force=a.force, progress=sys.stderr.isatty(),
-                   torch_threads=a.torch_threads)
+                   torch_threads=a.torch_threads, history=a.history)
     _say(f"{r.timesteps:,} steps in {r.wall_s:.1f} s ({r.steps_per_s:,.0f} steps/s, env + inference + "
          f"training; envs: {r.env_backend}; {_threads_line(r.thread_plan)}); "
          f"return on {r.final_eval_episodes} held-out episodes {r.final_eval_mean:.1f} ± {r.final_eval_std:.1f}"
@@ -676,7 +679,8 @@ def _add_sweep(sub):
                                    "rliable into OUT/sweep.json", formatter_class=_Help)
     p.add_argument('--env-id', default=DEFAULT_ENV_ID, help='gymnasium env id (a PID baseline must exist for it)')
     p.add_argument('--seeds', type=number(int, 1, 1000), default=5, help='training seeds 0 .. N-1')
-    p.add_argument('--variants', default='nominal,randomized', help='nominal, randomized or both')
+    p.add_argument('--variants', default='nominal,randomized',
+                   help='any of nominal, randomized, randomized+history (the policy also sees its last actions)')
     p.add_argument('--randomize', default=None, metavar='SPEC',
                    help='the randomized variant\'s ranges (default: all, every disturbance the env can take)')
     p.add_argument('--fast', action='store_true', help='train with fast PPO (EnvPool on MuJoCo) instead of SB3')

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from ..core.files import BadInputError, error_line
 from ..core.machine import doctor_rows as machine_rows, doctor_row
 from ..export.deployment import make_expert, ResidualComposer
-from .runner import Runner, Backend, Family, BackendUnavailable, check_obs, _source
+from .runner import Runner, Backend, Family, BackendUnavailable, HistoryRunner, check_obs, _source
 from .torch import FAMILY as TORCH
 from .onnxruntime import FAMILY as ONNXRUNTIME
 from .numba import FAMILY as NUMBA
@@ -153,6 +153,15 @@ def _residual_settings(cls, src):
     res = src.meta.get('residual')
     return res and dict(res, env_id=src.meta['env_id'])
 
+# %% ../../nbs/49_registry.ipynb #779b49e9
+def _history_settings(cls, src):
+    "(k, action low, action high) of a policy that acts on its last k actions, or None for a memoryless one."
+    if cls.needs_run:
+        rec = src.train_record(cls.name)
+        return (rec.history_actions, rec.action_low, rec.action_high) if rec.history_actions else None
+    k = src.meta.get('history_actions')
+    return (k, src.meta['action_low'], src.meta['action_high']) if k else None
+
 # %% ../../nbs/49_registry.ipynb #180e5ad8
 def load(name, source, network_only=False, **opts):
     "Load backend `name` for a run folder or policy.onnx file (`source`), or raise `BackendUnavailable` saying why."
@@ -161,6 +170,8 @@ def load(name, source, network_only=False, **opts):
     if not ok: raise BackendUnavailable(f'backend {name} cannot run here: {why}')
     src = _source(source)
     runner = b.runner(src, **opts)
+    hist = _history_settings(b.runner, src)
+    if hist: return runner if network_only else HistoryRunner(runner, *hist)
     res = _residual_settings(b.runner, src)
     if not res: return runner
     # policy.onnx holds the expert when it folds; a `residual_only` runner (sb3) predicts the residual alone

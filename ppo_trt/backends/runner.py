@@ -17,8 +17,8 @@ from ..core.records import load_artifact
 from ..export.onnx import check_finite_policy, policy_metadata
 
 # %% auto #0
-__all__ = ['check_obs', 'hot_path_shape', 'hot_path_dtype', 'BackendUnavailable', 'Runner', 'module_available', 'PolicySource',
-           'Backend', 'Family']
+__all__ = ['check_obs', 'hot_path_shape', 'hot_path_dtype', 'BackendUnavailable', 'Runner', 'HistoryRunner', 'module_available',
+           'PolicySource', 'Backend', 'Family']
 
 # %% ../../nbs/40_runner.ipynb #918f7b6e
 _F32 = np.dtype(np.float32)
@@ -98,6 +98,56 @@ class Runner:
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
     def __repr__(self): return f'{type(self).__name__}({self.info})'
+
+# %% ../../nbs/40_runner.ipynb #7a62e8be
+class HistoryRunner(Runner):
+    "A runner of [obs, last `k` actions] made stateful: it keeps each row's history; `reset()` starts new episodes."
+    concurrent_run = False  # the history is shared state
+    def __init__(self, inner, k, action_low, action_high):
+        self.inner, self.k = inner, int(k)
+        obs_dim = inner.obs_dim - self.k * inner.act_dim
+        if self.k < 1 or obs_dim < 1:
+            raise BadArtifactError(f'a history of {k} actions of width {inner.act_dim} does not fit the policy\'s '
+                                   f'input of width {inner.obs_dim}: the metadata and the graph disagree; re-export')
+        self.name, self.device, self.precision = inner.name, inner.device, inner.precision
+        super().__init__(obs_dim, inner.act_dim, **{k: v for k, v in inner.info.items()
+                                                    if k not in ('backend', 'device', 'precision', 'cpu')},
+                         history_actions=self.k)
+        self.low, self.high = (np.asarray(b, np.float32) for b in (action_low, action_high))
+        self.wide, self.pending, self.has_pending = None, None, False  # wide: [obs | history] per row, reused
+    @property
+    def history(self):
+        "Each row's last k actions [B, k * act_dim], newest first (None before the first call)."
+        return None if self.wide is None else self.wide[:, self.obs_dim:]
+    def reset(self):
+        "Forget every row's history (call at episode start); a batch of another size may follow."
+        self.wide, self.pending, self.has_pending = None, None, False
+        if hasattr(self.inner, 'reset'): self.inner.reset()
+    def _rows(self, rows):
+        "Start the memory for `rows` rows, or check that the batch is the one it holds."
+        if self.wide is None:
+            self.wide = np.zeros((rows, self.inner.obs_dim), np.float32)
+            self.pending = np.zeros((rows, self.act_dim), np.float32)
+        elif rows != len(self.wide):
+            raise BadInputError(f'this policy keeps a history for {len(self.wide)} rows but got {rows}; call '
+                                'reset() before starting episodes with another batch size')
+    def commit(self, actions):
+        "The actions [B, act_dim] really applied this step, if not the ones the policy gave (a fallback's)."
+        actions = np.asarray(actions, np.float32).reshape(-1, self.act_dim)
+        self._rows(len(actions))
+        np.clip(actions, self.low, self.high, out=self.pending); self.has_pending = True
+    def run(self, obs):
+        self._rows(len(obs))
+        if self.has_pending:  # the previous step's actions become the newest (numpy copes with the overlap)
+            history = self.wide[:, self.obs_dim:]
+            history[:, self.act_dim:] = history[:, :-self.act_dim]
+            history[:, :self.act_dim] = self.pending
+        self.wide[:, :self.obs_dim] = obs
+        out = self.inner.run(self.wide)
+        out = out.copy() if self.inner.reuses_output else out
+        np.clip(out, self.low, self.high, out=self.pending); self.has_pending = True
+        return out
+    def close(self): self.inner.close()
 
 # %% ../../nbs/40_runner.ipynb #c44142ca
 def module_available(mod, fix):

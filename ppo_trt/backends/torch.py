@@ -17,9 +17,9 @@ __all__ = ['TORCH_CUDA_FIX', 'FAMILY', 'SB3Runner', 'TorchRunner', 'TorchCompile
 
 # %% ../../nbs/41_torch.ipynb #e8a17594
 def _trained(src, backend):
-    "(run folder, obs_dim, act_dim) for a backend that runs the trained model."
+    "(run folder, input width, act_dim) for a backend that runs the trained model (the input ends with any history)."
     rec = src.train_record(backend)
-    return src.run, rec.obs_dim, rec.act_dim
+    return src.run, rec.obs_dim + rec.history_actions * rec.act_dim, rec.act_dim
 
 # %% ../../nbs/41_torch.ipynb #5763fb76
 class SB3Runner(Runner):

@@ -41,6 +41,7 @@ class ConfigRecord(_Record):
     preset: str
     residual: dict | None = None
     randomize: dict[str, list[int | float]] | None = None  # {knob: [low, high]}; delay in whole steps (int)
+    history_actions: int = 0
     created: str = ''
     versions: dict = {}
 
@@ -72,6 +73,7 @@ class TrainRecord(_Record):
     action_high: list[float] = []
     residual: dict | None = None  # deployment.residual_record: the expert + residual settings, as given to train
     randomize: dict[str, list[int | float]] | None = None  # ranges drawn every training episode
+    history_actions: int = 0  # the policy's input ends with its last K actions (obs_dim counts them)
     selection_eval_seed: int | None = None  # env seed of the periodic evaluations that chose the kept policy
     final_eval_seed: int | None = None      # env seed of the held-out evaluation final_eval_* report
     deployable: bool = True

@@ -75,6 +75,7 @@ class RunConfig:
     preset: str = 'seed'
     residual: dict | None = None  # expert + residual settings when the policy is a residual on an expert
     randomize: dict | None = None  # {phase: [low, high]} drawn every training episode (envs.parse_randomize)
+    history_actions: int = 0       # the policy also sees its last K actions (envs.gym.ActionHistory)
     created: str = field(default_factory=lambda: time.strftime('%Y-%m-%dT%H:%M:%S%z'))
     versions: dict = field(default_factory=dict)
 

@@ -11,10 +11,11 @@ from ..core.files import BadInputError
 from .specs import RANDOMIZABLE, env_spec
 
 # %% auto #0
-__all__ = ['PHASES', 'EVENTS', 'PUSH_STEPS', 'PUSH_DURATION', 'SELECTION_SEED_OFFSET', 'HELD_OUT_SEED_OFFSET',
+__all__ = ['PHASES', 'EVENTS', 'PUSH_STEPS', 'PUSH_DURATION', 'MAX_HISTORY', 'SELECTION_SEED_OFFSET', 'HELD_OUT_SEED_OFFSET',
            'quiet_gym_warnings', 'make_env', 'env_spaces', 'SensorNoise', 'ActuationDelay', 'Push', 'ModelScale',
            'ActuatorFailure', 'Trip', 'env_phases', 'check_phases', 'make_phase_env', 'parse_randomize',
-           'format_randomize', 'Randomized', 'check_randomize', 'training_seeds', 'rollout_observations']
+           'format_randomize', 'Randomized', 'check_randomize', 'ActionHistory', 'check_history', 'training_seeds',
+           'rollout_observations']
 
 # %% ../../nbs/11_envs.ipynb #e627ffd2
 def quiet_gym_warnings():
@@ -321,6 +322,41 @@ def check_randomize(env_id, spec):
                             f"({why}); drop {'them' if len(cannot) > 1 else 'it'} or use 'all'")
     return ranges
 
+# %% ../../nbs/11_envs.ipynb #a636efc9
+class ActionHistory(gym.Wrapper):
+    "Observations with the last `k` actions sent appended (newest first, clipped to the bounds, zeros after reset)."
+    def __init__(self, env, k):
+        if int(k) < 1: raise BadInputError(f'an action history needs k >= 1 actions, got {k}')
+        super().__init__(env)
+        self.k, box = int(k), env.observation_space
+        self.low, self.high = env.action_space.low.astype(np.float32), env.action_space.high.astype(np.float32)
+        self.history = np.zeros((self.k, env.action_space.shape[0]), np.float32)
+        pad = np.full(self.history.size, np.inf, np.float32)
+        self.observation_space = gym.spaces.Box(np.concatenate([box.low.astype(np.float32), -pad]),
+                                                np.concatenate([box.high.astype(np.float32), pad]), dtype=np.float32)
+    def _with_history(self, obs): return np.concatenate([np.asarray(obs, np.float32), self.history.ravel()])
+    def reset(self, **kw):
+        self.history[:] = 0.0
+        obs, info = self.env.reset(**kw)
+        return self._with_history(obs), info
+    def step(self, action):
+        self.history[1:] = self.history[:-1].copy()
+        self.history[0] = np.clip(np.asarray(action, np.float32), self.low, self.high)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self._with_history(obs), reward, terminated, truncated, info
+
+# %% ../../nbs/11_envs.ipynb #6ee56b6b
+MAX_HISTORY = 16
+
+def check_history(k, residual=None):
+    "`k` as the number of past actions the policy sees (0: none), or one clear error."
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= MAX_HISTORY:
+        raise BadInputError(f'--history must be a whole number of past actions from 0 to {MAX_HISTORY}, got {k!r}')
+    if k and residual:
+        raise BadInputError('--history cannot be combined with --expert yet (the residual policy\'s memory would have '
+                            'to hold the composed actions); drop one of them')
+    return int(k)
+
 # %% ../../nbs/11_envs.ipynb #3e0c1a35
 SELECTION_SEED_OFFSET = 10_000     # the periodic evaluations that choose the kept policy
 HELD_OUT_SEED_OFFSET = 1_000_000   # the final evaluation that reports the kept policy's return
@@ -331,9 +367,10 @@ def training_seeds(seed, n_envs=1):
                 held_out=seed + HELD_OUT_SEED_OFFSET)
 
 # %% ../../nbs/11_envs.ipynb #fc0dba52
-def rollout_observations(act, env_id, n=1000, seed=0, on_reset=None):
+def rollout_observations(act, env_id, n=1000, seed=0, on_reset=None, history=0):
     "`n` observations [n, obs_dim] (stored float32) of `env_id`, seeded, along episodes where `act(raw_obs[None])` acts."
     env = make_env(env_id, seed=seed)
+    if history: env = ActionHistory(env, history)  # the policy's input: the observation and its last actions
     obs, _ = env.reset(seed=seed)
     out = np.empty((n, env.observation_space.shape[0]), np.float32)
     try:

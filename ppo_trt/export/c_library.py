@@ -28,6 +28,9 @@ def library_kernel(onnx_path):
     if res and not res.get('folded'):
         raise BadInputError(f'{onnx_path} holds the residual network only (its {res.get("expert")!r} expert runs '
                             'on the host): the C library needs the expert folded into policy.onnx')
+    if meta.get('history_actions'):
+        raise BadInputError(f"{onnx_path} acts on its last {meta['history_actions']} actions, a memory the C library "
+                            'does not keep yet: deploy it through a Python runner (ppo-trt evaluate / enjoy)')
     steps, dims = parse_chain(proto)
     scratch = 2 * ROWS * _scratch_width(_stages(steps), dims) * 4
     if scratch > STACK_SCRATCH_MAX:

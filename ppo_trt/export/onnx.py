@@ -71,10 +71,10 @@ def load_deployable(run_dir):
     return build_deployable(load_policy(run.root), ObsNorm.load(run.require('obs_norm')))
 
 # %% ../../nbs/30_onnx.ipynb #e3762747
-def collect_observations(model, norm: ObsNorm, env_id, n=1000, seed=0):
-    "`n` raw observations [n, obs_dim] float32 from stochastic rollouts of `model` in `env_id`."
+def collect_observations(model, norm: ObsNorm, env_id, n=1000, seed=0, history=0):
+    "`n` raw observations [n, obs_dim] float32 from stochastic rollouts of `model` in `env_id` (+ its last actions)."
     act = lambda obs: model.predict(norm(obs).astype(np.float32), deterministic=False)[0]
-    return rollout_observations(act, env_id, n, seed)
+    return rollout_observations(act, env_id, n, seed, history=history)
 
 # %% ../../nbs/30_onnx.ipynb #a33afc70
 def sb3_actions(model, norm: ObsNorm, raw_obs):
@@ -148,9 +148,10 @@ def check_policy_env(meta, env_id):
     env = make_env(env_id)
     obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
     env.close()
-    if meta.get('env_id') != env_id or meta.get('obs_dim') != obs_dim or meta.get('act_dim') != act_dim:
+    policy_obs = meta.get('env_obs_dim', meta.get('obs_dim'))  # a history policy's input is wider than the env's obs
+    if meta.get('env_id') != env_id or policy_obs != obs_dim or meta.get('act_dim') != act_dim:
         raise BadInputError(f"policy was exported for {meta.get('env_id')} "
-                            f"(obs {meta.get('obs_dim')}, act {meta.get('act_dim')}) "
+                            f"(obs {policy_obs}, act {meta.get('act_dim')}) "
                             f"but the environment is {env_id} (obs {obs_dim}, act {act_dim}); "
                             f"use --env-id {meta.get('env_id')} or train and export a policy for {env_id}")
     return True
@@ -247,15 +248,17 @@ def plain_deployment(run_dir):
     run = RunDir(run_dir)
     model, norm = load_policy(run.root), ObsNorm.load(run.require('obs_norm'))
     ref_norm, ref_what = reference_normalizer(run.root)
+    history = load_artifact(run, 'train_record').history_actions if run.has('train_record') else 0
     return Deployment(build_deployable(model, norm),
-                      lambda env_id, n, seed: collect_observations(model, norm, env_id, n, seed),
+                      lambda env_id, n, seed: collect_observations(model, norm, env_id, n, seed, history),
                       lambda obs: sb3_actions(model, ref_norm, obs), reference_norm=ref_what)
 
 # %% ../../nbs/30_onnx.ipynb #c523af0f
 def _check_norm(run, rec_train):
-    "obs_norm.json must fit what the policy observes: the env's observation (plus the expert's action when appended)."
+    "obs_norm.json must fit what the policy observes: the env's observation (+ the expert's action, + past actions)."
     res = rec_train.residual or {}
     width = rec_train.obs_dim + (rec_train.act_dim if res.get('append_expert_obs') else 0)
+    width += rec_train.history_actions * rec_train.act_dim
     ObsNorm.load(run.require('obs_norm')).check(width, str(run.path('obs_norm')))
 
 # %% ../../nbs/30_onnx.ipynb #91df30c5
@@ -296,6 +299,8 @@ def export(run_dir, n_obs=1000, seed=123, tol=PARITY_TOL, opset=OPSET, deploymen
                 clip_obs=norm.clip_obs, producer='ppo_trt', ppo_trt_version=package_version('ppo_trt') or '?',
                 policy_sha256=sha256_file(run.path('policy')), obs_norm_sha256=sha256_file(run.path('obs_norm')),
                 randomize=rec_train.randomize, **dep.meta)
+    if rec_train.history_actions:  # the input ends with the last K actions; a deployment keeps them (HistoryRunner)
+        meta.update(history_actions=rec_train.history_actions, env_obs_dim=rec_train.obs_dim)
     set_metadata(proto, **meta)
     onnx.checker.check_model(proto)
     blob = proto.SerializeToString()

@@ -171,7 +171,9 @@ def bench_closed_loop(runner, env_id, s: BenchSettings, warmup_steps=200):
             t1 = pc()
             obs, r, term, trunc, _ = env.step(a[0])
             ep_ret += r
-            if term or trunc: returns.append(ep_ret); ep_ret = 0.0; obs, _ = env.reset()
+            if term or trunc:
+                returns.append(ep_ret); ep_ret = 0.0; obs, _ = env.reset()
+                if hasattr(runner, 'reset'): runner.reset()  # a policy with a memory starts the episode afresh
             infer[i], loop[i] = t1 - t0, pc() - t0
     finally:
         if enabled: gc.enable()
@@ -247,6 +249,13 @@ def failed(name, what, e, mode='all'):
     "The record of a backend (or of one `mode` of it) that raised: `what` went wrong, with the exception's first line."
     return BenchRecord(backend=name, mode=mode, batch=None, ran=False, reason=f'{what}: {error_line(e)}', failed=True)
 
+# %% ../../nbs/50_bench.ipynb #8775d488
+def _with_memory(runner, run):
+    "`runner` of the bare network as deployed: inside a `HistoryRunner` when the policy acts on its last actions."
+    meta = onnx_metadata(run.require('onnx'))
+    k = meta.get('history_actions')
+    return B.HistoryRunner(runner, k, meta['action_low'], meta['action_high']) if k else runner
+
 # %% ../../nbs/50_bench.ipynb #4bad7df3
 def measure_backend(name, run, obs, reference, env_id, s: BenchSettings):
     "Every record of backend `name` (latency with parity, sweep, closed loop, soak), or records saying why not."
@@ -263,7 +272,8 @@ def measure_backend(name, run, obs, reference, env_id, s: BenchSettings):
                 lat.kernel_only = latency_stats(np.asarray(runner.kernel_us(1, s.iters)) * 1e3)
             recs = [lat, *bench_sweep(runner, obs, s)]
         except Exception as e: return [failed(name, 'failed while measured', e)]  # a finding, not the end of bench
-        for mode, todo in (('closed-loop', s.closed_loop_steps and (lambda: bench_closed_loop(runner, env_id, s))),
+        deployed = _with_memory(runner, run)  # the closed loop runs the policy as deployed, its memory included
+        for mode, todo in (('closed-loop', s.closed_loop_steps and (lambda: bench_closed_loop(deployed, env_id, s))),
                            ('soak', s.soak_calls and (lambda: bench_soak(runner, obs, s)))):
             if not todo: continue
             try: recs.append(todo())

@@ -72,6 +72,7 @@ class ControlLoop:
         if action is None: action = safe
         if action is None or not np.isfinite(action).all():
             self._event('unsafe-fallback'); action = np.zeros(self.runner.act_dim, np.float32)  # actuators off
+        if hasattr(self.runner, 'commit'): self.runner.commit(action)  # a policy with a memory keeps what was applied
         if self.realtime and self.period_s: time.sleep(max(0.0, self.period_s - (time.perf_counter() - t_start)))
         self.t += 1
         return action

@@ -15,25 +15,28 @@ from ..core.records import (LOCK_NAME, HOLDER_NAME, load_artifact, lineage_probl
                                   require_fresh, run_lock)
 from ..core.machine import package_version
 from ..envs.specs import env_spec, env_ids
-from ..envs.gym import check_randomize, format_randomize, check_phases, env_phases, HELD_OUT_SEED_OFFSET
+from ..envs.gym import (check_randomize, format_randomize, parse_randomize, check_phases, env_phases,
+                             HELD_OUT_SEED_OFFSET)
 from ..train.sb3 import train, preset
 from ..export.onnx import export
 from ..measure.evaluate import evaluate, DELAY_STEPS
 from ..backends import registry as B
 
 # %% auto #0
-__all__ = ['HELD_OUT_SEED', 'VARIANTS', 'DEFAULT_PHASES', 'MAX_SEED', 'RUN_SETTINGS', 'check_seeds', 'check_variants',
-           'check_address', 'randomize_spec', 'sweep_settings', 'check_same_settings', 'run_name', 'run_finished',
-           'reusable_stages', 'train_policy', 'install_run', 'remove_partials', 'run_one', 'run_result',
-           'iqm_estimates', 'improvement_probability', 'score_matrix', 'aggregate', 'cluster_info', 'captured_stderr',
-           'ray_failure', 'ray_session', 'in_flight', 'task_error', 'run_on_ray', 'load_sweep', 'sweep', 'sweep_rows',
-           'sweep_table', 'print_sweep', 'plot_sweep', 'plot_sweep_delay']
+__all__ = ['HELD_OUT_SEED', 'VARIANTS', 'DEFAULT_VARIANTS', 'DEFAULT_PHASES', 'MAX_SEED', 'RUN_SETTINGS', 'check_seeds',
+           'check_variants', 'check_address', 'randomize_spec', 'history_actions', 'sweep_settings',
+           'check_same_settings', 'run_name', 'run_finished', 'reusable_stages', 'train_policy', 'install_run',
+           'remove_partials', 'run_one', 'run_result', 'iqm_estimates', 'improvement_probability', 'score_matrix',
+           'aggregate', 'cluster_info', 'captured_stderr', 'ray_failure', 'ray_session', 'in_flight', 'task_error',
+           'run_on_ray', 'load_sweep', 'sweep', 'sweep_rows', 'sweep_table', 'print_sweep', 'plot_sweep',
+           'plot_sweep_delay']
 
 # %% ../../nbs/70_sweep.ipynb #79fb66ac
 HELD_OUT_SEED = HELD_OUT_SEED_OFFSET  # the first evaluation episode seed of every run: no training selects on it
 
 # %% ../../nbs/70_sweep.ipynb #e9eef140
-VARIANTS = ('nominal', 'randomized')
+VARIANTS = ('nominal', 'randomized', 'randomized+history')
+DEFAULT_VARIANTS = ('nominal', 'randomized')
 DEFAULT_PHASES = ('nominal', 'noise', 'delay', 'push', 'mass', 'friction')  # those the env's spec can take
 MAX_SEED = 100_000  # training's own evaluation seeds (seed + 10 000) stay far from HELD_OUT_SEED
 
@@ -91,8 +94,14 @@ def _trainer(fast):
     from ppo_trt.throughput.fast_ppo import fast_train
     return fast_train
 
+# %% ../../nbs/70_sweep.ipynb #883b4c07
+def history_actions(settings):
+    "K of the `+history` variants: the randomized delay's upper bound (at least 1), else 3."
+    delay = (parse_randomize(settings['randomize']) or {}).get('delay')
+    return max(1, int(delay[1])) if delay else 3
+
 # %% ../../nbs/70_sweep.ipynb #b8cc9259
-def sweep_settings(env_id=DEFAULT_ENV_ID, seeds=5, variants=VARIANTS, fast=False, timesteps=None, randomize=None,
+def sweep_settings(env_id=DEFAULT_ENV_ID, seeds=5, variants=DEFAULT_VARIANTS, fast=False, timesteps=None, randomize=None,
                    phases=None, episodes=10, preset_name='seed', backend='ort', deadline_us=1e6,
                    train_kwargs=None, delay_steps=DELAY_STEPS):
     "The checked settings of a sweep, as recorded in sweep.json (default `phases`: those of `DEFAULT_PHASES` it takes)."
@@ -162,10 +171,11 @@ def reusable_stages(run_dir, settings, seed):
 
 # %% ../../nbs/70_sweep.ipynb #d949bb99
 def train_policy(run_dir, settings, variant, seed):
-    "Train one run with SB3 PPO or fast PPO; the randomized variant with `randomize=settings['randomize']`."
+    "Train one run with SB3 PPO or fast PPO; randomized variants with `randomize=`, `+history` ones with `history=`."
     kw = dict(env_id=settings['env_id'], seed=seed, timesteps=settings['timesteps'], progress=False,
               **settings['train_kwargs'])
-    if variant == 'randomized': kw['randomize'] = settings['randomize']
+    if variant.startswith('randomized'): kw['randomize'] = settings['randomize']
+    if variant.endswith('+history'): kw['history'] = history_actions(settings)
     if settings['fast']: kw.setdefault('num_threads', 1)  # EnvPool threads: one per task, as Ray counts it
     else: kw['preset_name'] = settings['preset_name']
     return _trainer(settings['fast'])(run_dir, **kw)
@@ -276,7 +286,7 @@ def score_matrix(runs, variant, seeds, phases):
 
 # %% ../../nbs/70_sweep.ipynb #5806a6eb
 def aggregate(runs, settings, reps=2000, seed=0, ci=0.95):
-    "IQM with CIs per variant, per phase and per delay step, and P(randomized > nominal) per phase."
+    "IQM with CIs per variant, per phase and per delay step; P(randomized > nominal), P(+history > randomized)."
     phases, seeds = settings['phases'], settings['seeds']
     scores = {v: score_matrix(runs, v, seeds, phases) for v in settings['variants']}
     out = dict(metric="IQM of the runs' mean returns", ci=ci, reps=reps, bootstrap_seed=seed,
@@ -288,6 +298,9 @@ def aggregate(runs, settings, reps=2000, seed=0, ci=0.95):
     if {'nominal', 'randomized'} <= set(scores):
         out['p_randomized_beats_nominal'] = improvement_probability(scores['randomized'], scores['nominal'], phases,
                                                                     reps, seed, ci)
+    if {'randomized', 'randomized+history'} <= set(scores):  # what the memory adds to the same randomization
+        out['p_history_beats_randomized'] = improvement_probability(scores['randomized+history'],
+                                                                    scores['randomized'], phases, reps, seed, ci)
     return out
 
 # %% ../../nbs/70_sweep.ipynb #3cdf5670
@@ -423,7 +436,7 @@ def _result_line(name, result, settings):
     return f'{name}: return {rets} (trained {result["train_wall_s"]:.0f} s, {result["steps_per_s"]:,.0f} steps/s)'
 
 # %% ../../nbs/70_sweep.ipynb #9331b5cc
-def sweep(out_dir, env_id=DEFAULT_ENV_ID, seeds=5, variants=VARIANTS, fast=False, timesteps=None, randomize=None,
+def sweep(out_dir, env_id=DEFAULT_ENV_ID, seeds=5, variants=DEFAULT_VARIANTS, fast=False, timesteps=None, randomize=None,
           address=None, phases=None, episodes=10, preset_name='seed', backend='ort', deadline_us=1e6,
           num_cpus=None, reps=2000, train_kwargs=None, delay_steps=DELAY_STEPS, progress=True, con=None):
     "Train, export and evaluate every (seed, variant) on Ray into `out_dir/runs`; aggregate into `out_dir/sweep.json`."
@@ -479,10 +492,13 @@ def sweep_rows(sweep):
     "(header, rows) of the sweep's aggregates: per phase each variant's IQM [95 % CI], and P(randomized > nominal)."
     s = load_sweep(sweep)
     agg, st = s['aggregates'], s['settings']
-    poi = agg.get('p_randomized_beats_nominal')
     pct = f"{agg['ci']:.0%}".replace('%', ' %')
-    header = ['phase', *(f'{v} IQM [{pct} CI]' for v in agg['iqm']), *(['P(randomized > nominal)'] if poi else [])]
-    rows = [[p, *(_fmt_ci(agg['iqm'][v][p], 'iqm') for v in agg['iqm']), *([_fmt_ci(poi[p], 'p', 2)] if poi else [])]
+    pois = {label: agg[key] for key, label in (('p_randomized_beats_nominal', 'P(randomized > nominal)'),
+                                                ('p_history_beats_randomized', 'P(+history > randomized)'))
+            if key in agg}
+    header = ['phase', *(f'{v} IQM [{pct} CI]' for v in agg['iqm']), *pois]
+    rows = [[p, *(_fmt_ci(agg['iqm'][v][p], 'iqm') for v in agg['iqm']), *(_fmt_ci(poi[p], 'p', 2)
+                                                                            for poi in pois.values())]
             for p in [*st['phases'], 'all']]
     return header, rows
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 import numpy as np
 from ..core.files import BadInputError
 from ..envs.specs import env_spec, env_ids
-from ..envs.gym import make_env, check_randomize, Randomized
+from ..envs.gym import make_env, check_randomize, check_history, Randomized
 
 
 # %% auto #0
 __all__ = ['TENSOR_RANDOMIZABLE', 'MUJOCO_BATCHED_ENVS', 'import_envpool', 'envpool_env_ids', 'check_envpool_env',
            'check_actions', 'EnvPoolBatched', 'envpool_trajectories', 'perturbed_gaps', 'BatchDisturbances',
            'GymnasiumBatched', 'import_mujoco_batch', 'stepper_comparison', 'hopper_obs', 'hopper_outcome',
-           'EpisodeDraws', 'MujocoBatched', 'mujoco_batched_trajectories', 'batched_mujoco', 'envpool_throughput',
-           'randomized_throughput']
+           'EpisodeDraws', 'MujocoBatched', 'mujoco_batched_trajectories', 'batched_mujoco', 'BatchActionHistory',
+           'envpool_throughput', 'randomized_throughput']
 
 # %% ../../nbs/62_envpool.ipynb #19dc9a59
 def import_envpool():
@@ -449,6 +449,35 @@ def batched_mujoco(env_id, num_envs, seed=0, ranges=None, num_threads=None):
     env = EnvPoolBatched(env_id, num_envs, seed, num_threads)
     return disturbed(env), f'envpool {envpool.__version__} ({env.num_threads} threads)'
 
+
+# %% ../../nbs/62_envpool.ipynb #d80d8fcc
+class BatchActionHistory:
+    "A batched env's observations with each env's last `k` actions appended (newest first, clipped, zeros at reset)."
+    def __init__(self, env, k):
+        import torch
+        if getattr(env, 'discrete_actions', 0):
+            raise BadInputError(f'--history needs continuous actions; {env.env_id} has discrete ones')
+        self.env, self.k = env, check_history(k)
+        if not self.k: raise BadInputError('BatchActionHistory needs k >= 1 actions')
+        bound = lambda b: torch.as_tensor(np.broadcast_to(np.asarray(b, np.float32), (env.act_dim,)).copy(),
+                                          device=env.device)
+        self.low, self.high = bound(env.action_low), bound(env.action_high)
+        self.history = torch.zeros(env.num_envs, self.k * env.act_dim, device=env.device)
+        self.obs_dim = env.obs_dim + self.k * env.act_dim
+    def __getattr__(self, name): return getattr(self.env, name)
+    def reset(self, seed=None):
+        import torch
+        self.history.zero_()
+        return torch.cat([self.env.reset(seed), self.history], 1)
+    def step(self, actions, check=True):
+        "Step the env; every env's history gains its clipped action, and restarts (zeros) where an episode ended."
+        import torch
+        newest = torch.maximum(torch.minimum(actions.to(self.history.dtype), self.high), self.low)
+        history = torch.cat([newest, self.history[:, :-self.env.act_dim]], 1)
+        obs, reward, terminated, truncated, info = self.env.step(actions, check=check)
+        self.history = history * ~info['done'][:, None]
+        info = dict(info, final_obs=torch.cat([info['final_obs'], history], 1))
+        return torch.cat([obs, self.history], 1), reward, terminated, truncated, info
 
 # %% ../../nbs/62_envpool.ipynb #2e1c44de
 def envpool_throughput(env_id='Hopper-v4', num_envs=(1, 8, 32), seconds=1.0, num_threads=None):

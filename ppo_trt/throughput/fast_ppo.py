@@ -13,13 +13,13 @@ from ..core.files import BadInputError, PpoTrtError, atomic_path, save_json, sha
 from ..core.records import TrainRecord, locked, record, remove_derived
 from ..core.machine import thread_plan
 from ..envs.specs import env_spec
-from ..envs.gym import make_env, env_spaces, training_seeds, check_randomize
+from ..envs.gym import make_env, env_spaces, training_seeds, check_randomize, check_history, ActionHistory
 from ..train.sb3 import LOG_FIELDS, _versions
 from ..core.checkpoint import ObsNorm
 from ..envs.controllers import run_episode
 from .batched_envs import make_batched, resolve_device
-from .envpool import (BatchDisturbances, EnvPoolBatched, MujocoBatched, batched_mujoco,
-                                        envpool_env_ids, import_envpool)
+from .envpool import (BatchDisturbances, BatchActionHistory, EnvPoolBatched, MujocoBatched,
+                                        batched_mujoco, envpool_env_ids, import_envpool)
 
 # %% auto #0
 __all__ = ['FastSettings', 'fast_preset', 'RunningNorm', 'RewardScale', 'greedy_action', 'first_episode_returns',
@@ -156,9 +156,10 @@ def first_episode_returns(agent, norm, env, seed=None):
     return ret.cpu().numpy()
 
 # %% ../../nbs/63_fast_ppo.ipynb #4b1deb6b
-def greedy_returns(agent, norm, env_id, episodes=32, device='cpu', seed=10_000):
+def greedy_returns(agent, norm, env_id, episodes=32, device='cpu', seed=10_000, history=0):
     "Deterministic returns of `episodes` first episodes in the spec's batched tensor env (one each)."
-    return first_episode_returns(agent, norm, make_batched(env_id, episodes, device, seed), seed)
+    env = make_batched(env_id, episodes, device, seed)
+    return first_episode_returns(agent, norm, BatchActionHistory(env, history) if history else env, seed)
 
 # %% ../../nbs/63_fast_ppo.ipynb #a6d503c8
 class _GreedyPolicy:
@@ -171,19 +172,21 @@ class _GreedyPolicy:
             return greedy_action(self.agent, self.norm, x)[0].cpu().numpy(), None
 
 # %% ../../nbs/63_fast_ppo.ipynb #406d14db
-def gym_returns(agent, norm, env_id, episodes=5, seed=0):
+def gym_returns(agent, norm, env_id, episodes=5, seed=0, history=0):
     "Deterministic returns of `episodes` episodes of gymnasium's own env (seeds `seed`, `seed + 1`, ...)."
     env, policy = make_env(env_id), _GreedyPolicy(agent, norm)
+    if history: env = ActionHistory(env, history)
     try: return np.asarray([run_episode(env, policy, seed + episode)[0] for episode in range(episodes)])
     finally: env.close()
 
 # %% ../../nbs/63_fast_ppo.ipynb #aec3fab1
-def eval_returns(agent, norm, env_id, episodes, seed, device='cpu', pool_threads=None):
+def eval_returns(agent, norm, env_id, episodes, seed, device='cpu', pool_threads=None, history=0):
     "Deterministic returns: on the spec's batched tensor env, on EnvPool with `pool_threads`, else on gymnasium."
-    if env_spec(env_id).batched: return greedy_returns(agent, norm, env_id, episodes, device, seed)
+    if env_spec(env_id).batched: return greedy_returns(agent, norm, env_id, episodes, device, seed, history)
     if pool_threads:  # tested equal to gymnasium step by step (62_envpool); its reset noise is EnvPool's own
-        return first_episode_returns(agent, norm, EnvPoolBatched(env_id, episodes, seed, min(pool_threads, episodes)))
-    return gym_returns(agent, norm, env_id, episodes, seed)
+        pool = EnvPoolBatched(env_id, episodes, seed, min(pool_threads, episodes))
+        return first_episode_returns(agent, norm, BatchActionHistory(pool, history) if history else pool)
+    return gym_returns(agent, norm, env_id, episodes, seed, history)
 
 # %% ../../nbs/63_fast_ppo.ipynb #5edf311f
 @dataclass
@@ -349,8 +352,8 @@ def _eval_pool_threads(env_id, plan):
 def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cpu', settings=None, expert=None,
                residual_scale=0.5, compile=False, cudagraphs=False, target_return=None, eval_every=None,
                eval_episodes=None, final_eval_episodes=10, randomize=None, num_threads=None, force=False,
-               progress=True, torch_threads=None):
-    "Batched PPO into `run_dir`; stops early at evaluated return >= `target_return`. Returns train.json."
+               progress=True, torch_threads=None, history=0):
+    "Batched PPO into `run_dir`; stops at evaluated return >= `target_return`; `history`: see BatchActionHistory."
     import torch
     timer = PhaseTimes()
     # settings and checks
@@ -358,7 +361,7 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
     s = settings or preset['settings']
     timesteps = int(timesteps or preset['timesteps'])
     target_return = preset['target'] if target_return is None else target_return
-    ranges = check_randomize(env_id, randomize)
+    ranges, history = check_randomize(env_id, randomize), check_history(history, expert)
     device = resolve_device(device)
     if cudagraphs and device.type != 'cuda':
         raise BadInputError(f'--cudagraphs needs a CUDA device, but the device is {device}; '
@@ -375,7 +378,9 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
                        batched=True, tensor_elements=max(s.num_envs, minibatch) * s.hidden)
     torch.manual_seed(seed)
     env, env_backend = _train_env(env_id, s, device, seed, ranges, plan.env_threads)
-    if not isinstance(getattr(env, 'env', env), (EnvPoolBatched, MujocoBatched)):
+    stepper = getattr(env, 'env', env)
+    if history: env = BatchActionHistory(env, history)
+    if not isinstance(stepper, (EnvPoolBatched, MujocoBatched)):
         plan.env_threads, plan.why['env'] = None, 'no threaded env stepper'
     threads, eval_pool_threads = plan.apply(), _eval_pool_threads(env_id, plan)
     discrete, seeds = bool(env.discrete_actions), training_seeds(seed)
@@ -413,7 +418,7 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
             if (update + 1) % eval_every == 0 or update == num_updates - 1:
                 eval_start = time.perf_counter()
                 evaluated = eval_returns(agent, norm, env_id, eval_episodes, seeds['selection'], device,
-                                         eval_pool_threads)
+                                         eval_pool_threads, history)
                 eval_s += time.perf_counter() - eval_start
                 steps, wall = (update + 1) * s.num_envs * s.n_steps, time.perf_counter() - start
                 log.append(dict(timesteps=steps, mean_return=float(evaluated.mean()),
@@ -425,17 +430,18 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
                                       f'({log[-1]["steps_per_s"]:,.0f} steps/s)')
                 timer.lap('evaluation')
                 if target_return is not None and evaluated.mean() >= target_return: solved_at = log[-1]; break
-    held_out = eval_returns(agent, norm, env_id, final_eval_episodes, seeds['held_out'], device)  # on gymnasium
+    held_out = eval_returns(agent, norm, env_id, final_eval_episodes, seeds['held_out'], device,
+                            history=history)  # on gymnasium
     timer.lap('held-out evaluation')
     return _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target_return, device, compile, cudagraphs,
-                     res_rec, residual_scale, held_out, env_backend, ranges, seeds, threads, timer)
+                     res_rec, residual_scale, held_out, env_backend, ranges, seeds, threads, timer, history)
 
 # %% ../../nbs/63_fast_ppo.ipynb #ca06a7db
-def _to_sb3(agent, env_id, s, norm, log_std_init):
+def _to_sb3(agent, env_id, s, norm, log_std_init, history=0):
     "An SB3 PPO model holding the agent's actor and critic weights."
     import torch
     from stable_baselines3 import PPO
-    env = make_env(env_id)
+    env = ActionHistory(make_env(env_id), history) if history else make_env(env_id)
     model = PPO('MlpPolicy', env, device='cpu', n_steps=s.n_steps, batch_size=64, seed=0,
                 policy_kwargs=dict(net_arch=dict(pi=[s.hidden] * 2, vf=[s.hidden] * 2), activation_fn=torch.nn.Tanh,
                                    log_std_init=log_std_init))
@@ -450,13 +456,13 @@ def _to_sb3(agent, env_id, s, norm, log_std_init):
 
 # %% ../../nbs/63_fast_ppo.ipynb #2c8144af
 def _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target, dev, compile, cudagraphs, res_rec, scale,
-              held_out, env_backend, ranges, seeds, threads, timer):
+              held_out, env_backend, ranges, seeds, threads, timer, history=0):
     import torch
     run.root.mkdir(parents=True, exist_ok=True)
     last = log[-1]
     total = last['timesteps']
     RunConfig(env_id=env_id, seed=seed, timesteps=total, preset='fast', residual=res_rec, randomize=ranges,
-              versions=_versions()).save(run.root)
+              history_actions=history, versions=_versions()).save(run.root)
     with atomic_path(run.path('train_log')) as tmp, open(tmp, 'w', newline='') as f:
         w = csv.DictWriter(f, LOG_FIELDS, extrasaction='ignore'); w.writeheader(); w.writerows(log)
     rec = dict(env_id=env_id, seed=seed, preset='fast', trainer='ppo_trt.throughput.fast_ppo', env_backend=env_backend,
@@ -470,7 +476,7 @@ def _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target, dev, co
                solved_at_wall_s=round(solved_at['wall_s'], 2) if solved_at else None,
                torch_threads=torch.get_num_threads(), thread_plan=threads, hyperparameters=asdict(s),
                policy_kwargs=dict(net_arch=dict(pi=[s.hidden] * 2, vf=[s.hidden] * 2), activation_fn='tanh'),
-               residual=res_rec, randomize=ranges, versions=_versions())
+               residual=res_rec, randomize=ranges, history_actions=history, versions=_versions())
     if agent.discrete:
         torch.save(agent.state_dict(), run.root/'fast_agent.pt')
         rec.update(obs_dim=agent.policy_net[0].in_features, act_dim=1, discrete_actions=agent.action_net.out_features,
@@ -480,10 +486,11 @@ def _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target, dev, co
     else:
         e = make_env(env_id); spaces = env_spaces(e); e.close()
         rec.update(**spaces, deployable=True)
-        model = _to_sb3(agent, env_id, s, norm, s.log_std_init)
+        model = _to_sb3(agent, env_id, s, norm, s.log_std_init, history)
         with atomic_path(run.path('policy')) as tmp: model.save(tmp)
-        (norm.obs_norm() if norm else ObsNorm(np.zeros(spaces['obs_dim']), np.ones(spaces['obs_dim']) - 1e-8,
-                                              1e9, 1e-8)).save(run.path('obs_norm'))
+        width = spaces['obs_dim'] + history * spaces['act_dim']  # the policy's input
+        plain = ObsNorm(np.zeros(width), np.ones(width) - 1e-8, 1e9, 1e-8)
+        (norm.obs_norm() if norm else plain).save(run.path('obs_norm'))
         rec.update(policy_sha256=sha256_file(run.path('policy')), obs_norm_sha256=sha256_file(run.path('obs_norm')))
     timer.lap('save')
     rec = record(TrainRecord, **rec, profile={k: round(v, 3) for k, v in timer.seconds.items()},

@@ -15,7 +15,7 @@ from ..core.machine import package_version, thread_plan
 from ..core.records import BestRecord, TrainRecord, read_record, record, load_artifact, locked, remove_derived
 from ..envs.specs import env_spec
 from ..envs.gym import (quiet_gym_warnings, make_env, env_spaces, Randomized, check_randomize, format_randomize,
-                              SELECTION_SEED_OFFSET, HELD_OUT_SEED_OFFSET)
+                              ActionHistory, check_history, SELECTION_SEED_OFFSET, HELD_OUT_SEED_OFFSET)
 from ..core.checkpoint import ObsNorm
 
 # %% auto #0
@@ -160,8 +160,11 @@ def _best_logged(run):
     return float(read_train_log(run.path('train_log'))['mean_return'].max()) if run.has('train_log') else -np.inf
 
 # %% ../../nbs/20_train.ipynb #a2ab0c50
-def _check_same_training(run, old, residual, randomize):
-    "Refuse resuming with other residual settings or randomize ranges than config.json's `old`."
+def _check_same_training(run, old, residual, randomize, history=0):
+    "Refuse resuming with other residual settings, randomize ranges or history than config.json's `old`."
+    if old.history_actions != history:
+        raise BadInputError(f"{run.root} was trained with --history {old.history_actions}, not {history}; "
+                            'resume with the same --history, or pass --force to start over')
     if old.residual != residual:
         raise BadInputError(f"{run.root} was trained with residual settings {old.residual}, not {residual}; "
                             'resume with the same --expert/--residual-scale, or pass --force to start over')
@@ -175,7 +178,7 @@ def _last_logged(run):
     return float(read_train_log(run.path('train_log'))['mean_return'][-1]) if run.has('train_log') else -np.inf
 
 # %% ../../nbs/20_train.ipynb #fd13bfed
-def _check_start(run, env_id, resume, force, residual, randomize=None):
+def _check_start(run, env_id, resume, force, residual, randomize=None, history=0):
     "Refuse a start that would mix two trainings in one folder; clear the old policy's artifacts on --force."
     if resume and not run.has('config'):
         raise BadInputError(f'{run.root} holds no training to resume (no config.json); '
@@ -184,7 +187,7 @@ def _check_start(run, env_id, resume, force, residual, randomize=None):
         old = load_artifact(run, 'config')
         if old.env_id != env_id:
             raise BadInputError(f"{run.root} holds a run for {old.env_id}, not {env_id}; use another --run-dir")
-        if resume: _check_same_training(run, old, residual, randomize)
+        if resume: _check_same_training(run, old, residual, randomize, history)
     if run.has('policy') and not resume and not force:
         raise PpoTrtError(f'{run.root} already holds a trained policy; pass --resume to continue it, '
                           '--force to train again from scratch, or choose another --run-dir')
@@ -262,20 +265,22 @@ def _held_out_evaluation(model, norm, env_id, seed, wrap_env, episodes):
 @locked('train')
 def train(run_dir, env_id='Hopper-v4', seed=0, timesteps=None, preset_name='seed', resume=False, force=False,
           eval_freq=None, n_eval_episodes=5, final_eval_episodes=10, checkpoint_freq=None, progress=True,
-          torch_threads=None, keep='best', verbose=0, residual=None, wrap_env=None, init_model=None, randomize=None):
-    "Train PPO in `run_dir` -> train.json; `randomize`: see envs.parse_randomize; `residual`, `wrap_env`: see residual."
+          torch_threads=None, keep='best', verbose=0, residual=None, wrap_env=None, init_model=None, randomize=None,
+          history=0):
+    "Train PPO in `run_dir` -> train.json; `randomize`, `history`: see envs; `residual`, `wrap_env`: see residual."
     quiet_gym_warnings()
     p = preset(preset_name)
     if keep not in ('best', 'last'): raise BadInputError(f"keep must be 'best' or 'last', got {keep!r}")
     timesteps = check_timesteps(timesteps if timesteps is not None else p['timesteps'])
     env_spec(env_id)
-    randomize = check_randomize(env_id, randomize)
+    randomize, history = check_randomize(env_id, randomize), check_history(history, residual or wrap_env)
+    if history: wrap_env = lambda env: ActionHistory(env, history)  # outermost: it records the actions sent
     run = RunDir(run_dir); run.root.mkdir(parents=True, exist_ok=True)
-    _check_start(run, env_id, resume, force, residual, randomize)
+    _check_start(run, env_id, resume, force, residual, randomize, history)
     ckpt = latest_checkpoint(run.path('checkpoints')) if resume else None
     if resume: _truncate_timeline(run, ckpt[0] if ckpt else 0)
     RunConfig(env_id=env_id, seed=seed, timesteps=timesteps, preset=preset_name, residual=residual,
-              randomize=randomize, versions=_versions()).save(run.root)
+              randomize=randomize, history_actions=history, versions=_versions()).save(run.root)
     threads = thread_plan(torch_threads=torch_threads).apply()  # SB3 steps one env in this thread
     say = (lambda m: print(f'[ppo-trt] {m}', flush=True)) if progress else None
     if say and randomize: say(f'randomizing every training episode: {format_randomize(randomize)}')
@@ -297,8 +302,8 @@ def train(run_dir, env_id='Hopper-v4', seed=0, timesteps=None, preset_name='seed
                  torch_threads=threads['torch_threads'], thread_plan=threads, hyperparameters=p['ppo'],
                  policy_kwargs=p['policy_kwargs'],
                  # the env's spaces, not a wrapper's
-                 **env_spaces(venv.envs[0].unwrapped), residual=residual, randomize=randomize, versions=_versions(),
-                 policy_sha256=sha256_file(run.path('policy')), obs_norm_sha256=sha256_file(run.path('obs_norm')))
+                 **env_spaces(venv.envs[0].unwrapped), residual=residual, randomize=randomize, history_actions=history,
+                 versions=_versions(), policy_sha256=sha256_file(run.path('policy')), obs_norm_sha256=sha256_file(run.path('obs_norm')))
     save_json(run.path('train_record'), rec)
     venv.close(); eval_env.close()
     return rec
