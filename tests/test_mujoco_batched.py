@@ -61,13 +61,15 @@ def test_refused_action_changes_nothing():
     assert all(np.array_equal(x, y) for x, y in zip(a.step_float64(act), b.step_float64(act)))
 
 
-def test_batched_mujoco_picks_the_batch_for_the_model_knobs():
+def test_batched_mujoco_picks_the_batch_for_hopper():
     env, how = batched_mujoco('Hopper-v4', 4, seed=0, ranges='all', num_threads=2)
     assert isinstance(env, BatchDisturbances) and isinstance(env.env, MujocoBatched), how
     assert how.startswith('mujoco.batch ') and how.endswith('per-env models (2 threads)'), how
     env, how = batched_mujoco('Hopper-v5', 4, ranges='mass,push')
     assert type(env) is MujocoBatched and how.startswith('mujoco.batch'), how
-    env, how = batched_mujoco('Hopper-v4', 4, ranges=None, num_threads=1)
+    env, how = batched_mujoco('Hopper-v4', 4, ranges=None, num_threads=1)  # nominal Hopper: the batch as well
+    assert type(env) is MujocoBatched and how.startswith('mujoco.batch') and '(1 threads)' in how, how
+    env, how = batched_mujoco('Walker2d-v4', 4, ranges=None, num_threads=1)
     assert type(env) is EnvPoolBatched and how.startswith('envpool'), how
     env, how = batched_mujoco('Walker2d-v4', 4, ranges='friction')
     assert type(env) is GymnasiumBatched and 'mujoco.batch runs Hopper-v4, Hopper-v5 only' in how, how

@@ -14,8 +14,8 @@ from ..envs.gym import make_env, check_randomize, check_history, Randomized
 __all__ = ['TENSOR_RANDOMIZABLE', 'MUJOCO_BATCHED_ENVS', 'import_envpool', 'envpool_env_ids', 'check_envpool_env',
            'check_actions', 'EnvPoolBatched', 'envpool_trajectories', 'perturbed_gaps', 'BatchDisturbances',
            'GymnasiumBatched', 'import_mujoco_batch', 'stepper_comparison', 'hopper_obs', 'hopper_outcome',
-           'EpisodeDraws', 'MujocoBatched', 'mujoco_batched_trajectories', 'batched_mujoco', 'BatchActionHistory',
-           'envpool_throughput', 'randomized_throughput']
+           'EpisodeDraws', 'MujocoBatched', 'mujoco_batched_trajectories', 'mujoco_batch_missing', 'batched_mujoco',
+           'BatchActionHistory', 'envpool_throughput', 'randomized_throughput']
 
 # %% ../../nbs/62_envpool.ipynb #19dc9a59
 def import_envpool():
@@ -424,22 +424,26 @@ def mujoco_batched_trajectories(env_id='Hopper-v4', ranges=None, num_envs=8, ste
     return out
 
 # %% ../../nbs/62_envpool.ipynb #d19b8a43
+def mujoco_batch_missing(env_id):
+    "Why `MujocoBatched` cannot step `env_id` here, or None when it can."
+    if env_id not in MUJOCO_BATCHED_ENVS: return f'mujoco.batch runs {", ".join(MUJOCO_BATCHED_ENVS)} only'
+    try: import_mujoco_batch()
+    except BadInputError as e: return str(e)
+    return None
+
 def batched_mujoco(env_id, num_envs, seed=0, ranges=None, num_threads=None):
-    "(batched env, what steps it): EnvPool, or `MujocoBatched` if the model changes (+ noise/delay in tensors)."
+    "(batched env, what steps it): `MujocoBatched` for Hopper, else EnvPool or, if the model changes, gymnasium."
     ranges = check_randomize(env_id, ranges)
     needs_model = sorted(set(ranges or {}) - set(TENSOR_RANDOMIZABLE))
     in_tensors = set(ranges or {}) & set(TENSOR_RANDOMIZABLE)
     disturbed = lambda env: BatchDisturbances(env, ranges, seed) if in_tensors else env
+    batch_why = mujoco_batch_missing(env_id)
+    if not batch_why:  # gymnasium's own dynamics, and the faster stepper inside training (see below)
+        import mujoco
+        env = MujocoBatched(env_id, num_envs, seed, ranges, num_threads)
+        return disturbed(env), f'mujoco.batch {mujoco.__version__}, per-env models ({env.num_threads} threads)'
     if needs_model:
-        why = f"randomizing {', '.join(needs_model)} changes the MuJoCo model, out of EnvPool's reach"
-        try: import_mujoco_batch()
-        except BadInputError as e: why += f'; {e}'
-        else:
-            if env_id not in MUJOCO_BATCHED_ENVS: why += f'; mujoco.batch runs {", ".join(MUJOCO_BATCHED_ENVS)} only'
-            else:
-                import mujoco
-                env = MujocoBatched(env_id, num_envs, seed, ranges, num_threads)
-                return disturbed(env), f'mujoco.batch {mujoco.__version__}, per-env models ({env.num_threads} threads)'
+        why = f"randomizing {', '.join(needs_model)} changes the MuJoCo model, out of EnvPool's reach; {batch_why}"
     else:
         try: import_envpool()
         except BadInputError: why = 'EnvPool is not installed: pip install "ppo_trt[fast]"'

@@ -19,7 +19,7 @@ from ..core.checkpoint import ObsNorm
 from ..envs.controllers import run_episode
 from .batched_envs import make_batched, resolve_device
 from .envpool import (BatchDisturbances, BatchActionHistory, EnvPoolBatched, MujocoBatched,
-                                        batched_mujoco, envpool_env_ids, import_envpool)
+                                        batched_mujoco, mujoco_batch_missing, envpool_env_ids, import_envpool)
 
 # %% auto #0
 __all__ = ['FastSettings', 'fast_preset', 'RunningNorm', 'RewardScale', 'greedy_action', 'first_episode_returns',
@@ -181,11 +181,11 @@ def gym_returns(agent, norm, env_id, episodes=5, seed=0, history=0):
 
 # %% ../../nbs/63_fast_ppo.ipynb #aec3fab1
 def eval_returns(agent, norm, env_id, episodes, seed, device='cpu', pool_threads=None, history=0):
-    "Deterministic returns: on the spec's batched tensor env, on EnvPool with `pool_threads`, else on gymnasium."
+    "Deterministic returns: on the spec's batched tensor env, batched with `pool_threads`, else on gymnasium."
     if env_spec(env_id).batched: return greedy_returns(agent, norm, env_id, episodes, device, seed, history)
-    if pool_threads:  # tested equal to gymnasium step by step (62_envpool); its reset noise is EnvPool's own
-        pool = EnvPoolBatched(env_id, episodes, seed, min(pool_threads, episodes))
-        return first_episode_returns(agent, norm, BatchActionHistory(pool, history) if history else pool)
+    if pool_threads:  # the trainer's MuJoCo stepper, tested equal to gymnasium step by step (62_envpool)
+        env = batched_mujoco(env_id, episodes, seed, None, min(pool_threads, episodes))[0]
+        return first_episode_returns(agent, norm, BatchActionHistory(env, history) if history else env)
     return gym_returns(agent, norm, env_id, episodes, seed, history)
 
 # %% ../../nbs/63_fast_ppo.ipynb #5edf311f
@@ -341,8 +341,9 @@ def _train_env(env_id, s, device, seed, ranges, num_threads=None):
 
 # %% ../../nbs/63_fast_ppo.ipynb #d06b0e1d
 def _eval_pool_threads(env_id, plan):
-    "EnvPool's threads for the selection evaluations, or None where EnvPool cannot serve `env_id` (then gymnasium)."
+    "Threads for batched selection evaluations (MuJoCo's batch, EnvPool), or None where only gymnasium serves."
     if env_spec(env_id).batched: return None
+    if mujoco_batch_missing(env_id) is None: return plan.env_threads or 1
     try: import_envpool()
     except BadInputError: return None
     return (plan.env_threads or 1) if env_id in envpool_env_ids() else None
