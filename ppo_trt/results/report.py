@@ -586,11 +586,13 @@ def claim_sweep(recs, bench):
     for phase in (p for p in st['phases'] if p != 'nominal'):
         out.append(f"Under {code(phase)} each variant keeps " + ', '.join(
             f"{_kept(iqm, v, phase):.0%} of its nominal IQM ({esc(v)}: {ci(v, phase)})" for v in iqm) + '.')
-    poi = agg.get('p_randomized_beats_nominal')
-    if poi:
-        a = poi['all']
-        out.append(f"A randomized run beats a nominal one with probability {a['p']:.2f} "
-                   f"[{a['ci'][0]:.2f}, {a['ci'][1]:.2f}] averaged over the phases.")
+    for key, who in (('p_randomized_beats_nominal', 'A randomized run beats a nominal one'),
+                     ('p_history_beats_randomized', 'A randomized run that sees its last actions beats one that '
+                                                    'does not')):
+        if key in agg:
+            a = agg[key]['all']
+            out.append(f"{who} with probability {a['p']:.2f} [{a['ci'][0]:.2f}, {a['ci'][1]:.2f}] averaged over the "
+                       'phases.')
     return out
 
 # %% ../../nbs/80_report.ipynb #db6a894e
@@ -758,7 +760,7 @@ def section_sweep(recs):
     s = recs.sweep
     if not s or 'aggregates' not in s: return []
     st, ray = s['settings'], s.get('ray') or {}
-    out = [_md(f"## Robustness over seeds: nominal vs randomized training\n\n`ppo-trt sweep`: {len(st['seeds'])} seeds "
+    out = [_md(f"## Robustness over seeds: {esc(' vs '.join(st['variants']))} training\n\n`ppo-trt sweep`: {len(st['seeds'])} seeds "
                f"x {esc(', '.join(st['variants']))}, every run evaluated on the same held-out episodes (seeds from "
                f"{st['eval_seed']:,}); randomized ranges {code(st['randomize'])}; Ray {esc(ray.get('version', '?'))}, "
                f"{esc(ray.get('nodes', '?'))} node(s), {esc(ray.get('cpus', '?'))} CPUs.\n\n"
