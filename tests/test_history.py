@@ -14,7 +14,7 @@ from ppo_trt.throughput.fast_ppo import fast_train
 from ppo_trt.train.sb3 import train
 
 K = 2
-CPU_BACKENDS = ('sb3', 'torch', 'ort', 'ort-iobind', 'native', 'native-c')
+CPU_BACKENDS = ('sb3', 'torch', 'torch-compile', 'ort', 'ort-iobind', 'native', 'native-c')
 
 
 @pytest.fixture(scope='module')
