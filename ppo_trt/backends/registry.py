@@ -9,7 +9,8 @@ from dataclasses import dataclass, replace
 from ..core.files import BadInputError, error_line
 from ..core.machine import doctor_rows as machine_rows, doctor_row
 from ..export.deployment import make_expert, ResidualComposer
-from .runner import Runner, Backend, Family, BackendUnavailable, HistoryRunner, check_obs, _source
+from .runner import (Runner, Backend, Family, BackendUnavailable, HistoryRunner, check_obs, _source,
+                                    wrapped_info)
 from .torch import FAMILY as TORCH
 from .onnxruntime import FAMILY as ONNXRUNTIME
 from .numba import FAMILY as NUMBA
@@ -19,7 +20,7 @@ from .tensorrt import FAMILY as TENSORRT
 
 # %% auto #0
 __all__ = ['GROUP', 'BUILTIN', 'Registry', 'discover', 'registry', 'refresh', 'backends', 'names', 'skipped', 'check_name',
-           'available', 'packages', 'ResidualRunner', 'load', 'doctor_rows', 'backend_lines']
+           'available', 'packages', 'ResidualRunner', 'with_memory', 'load', 'doctor_rows', 'backend_lines']
 
 # %% ../../nbs/49_registry.ipynb #1663afae
 GROUP = 'ppo_trt.backends'
@@ -132,8 +133,7 @@ class ResidualRunner(Runner):
         ex = make_expert(residual['expert'], residual['env_id'])
         self.composer = ResidualComposer(ex, residual['residual_scale'], residual['append_expert_obs'])
         self.name, self.device, self.precision = inner.name, inner.device, inner.precision
-        super().__init__(ex.obs_dim, ex.act_dim,
-                         **{k: v for k, v in inner.info.items() if k not in ('backend', 'device', 'precision', 'cpu')},
+        super().__init__(ex.obs_dim, ex.act_dim, **wrapped_info(inner),
                          expert_on_host=dict(expert=ex.spec, kind=ex.kind, why=residual.get('fold_reason')))
     def reset(self):
         "Reset the expert's state (call at episode start)."
@@ -161,6 +161,11 @@ def _history_settings(cls, src):
         return (rec.history_actions, rec.action_low, rec.action_high) if rec.history_actions else None
     k = src.meta.get('history_actions')
     return (k, src.meta['action_low'], src.meta['action_high']) if k else None
+
+def with_memory(runner, name, source):
+    "Backend `name`'s bare network `runner` as deployed: in a `HistoryRunner` when the policy acts on its last actions."
+    hist = _history_settings(registry().backends[check_name(name)].runner, _source(source))
+    return HistoryRunner(runner, *hist) if hist else runner
 
 # %% ../../nbs/49_registry.ipynb #180e5ad8
 def load(name, source, network_only=False, **opts):

@@ -17,8 +17,8 @@ from ..core.records import load_artifact
 from ..export.onnx import check_finite_policy, policy_metadata
 
 # %% auto #0
-__all__ = ['check_obs', 'hot_path_shape', 'hot_path_dtype', 'BackendUnavailable', 'Runner', 'HistoryRunner', 'module_available',
-           'PolicySource', 'Backend', 'Family']
+__all__ = ['check_obs', 'hot_path_shape', 'hot_path_dtype', 'BackendUnavailable', 'Runner', 'wrapped_info', 'HistoryRunner',
+           'module_available', 'PolicySource', 'Backend', 'Family']
 
 # %% ../../nbs/40_runner.ipynb #918f7b6e
 _F32 = np.dtype(np.float32)
@@ -99,6 +99,11 @@ class Runner:
     def __exit__(self, *exc): self.close()
     def __repr__(self): return f'{type(self).__name__}({self.info})'
 
+# %% ../../nbs/40_runner.ipynb #33630dfb
+def wrapped_info(inner):
+    "What a wrapping runner passes on of `inner.info`: all but the fields `Runner.__init__` fills in itself."
+    return {k: v for k, v in inner.info.items() if k not in ('backend', 'device', 'precision', 'cpu')}
+
 # %% ../../nbs/40_runner.ipynb #7a62e8be
 class HistoryRunner(Runner):
     "A runner of [obs, last `k` actions] made stateful: it keeps each row's history; `reset()` starts new episodes."
@@ -110,9 +115,7 @@ class HistoryRunner(Runner):
             raise BadArtifactError(f'a history of {k} actions of width {inner.act_dim} does not fit the policy\'s '
                                    f'input of width {inner.obs_dim}: the metadata and the graph disagree; re-export')
         self.name, self.device, self.precision = inner.name, inner.device, inner.precision
-        super().__init__(obs_dim, inner.act_dim, **{k: v for k, v in inner.info.items()
-                                                    if k not in ('backend', 'device', 'precision', 'cpu')},
-                         history_actions=self.k)
+        super().__init__(obs_dim, inner.act_dim, **wrapped_info(inner), history_actions=self.k)
         self.low, self.high = (np.asarray(b, np.float32) for b in (action_low, action_high))
         self.wide, self.pending, self.has_pending = None, None, False  # wide: [obs | history] per row, reused
     @property

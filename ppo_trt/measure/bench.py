@@ -249,13 +249,6 @@ def failed(name, what, e, mode='all'):
     "The record of a backend (or of one `mode` of it) that raised: `what` went wrong, with the exception's first line."
     return BenchRecord(backend=name, mode=mode, batch=None, ran=False, reason=f'{what}: {error_line(e)}', failed=True)
 
-# %% ../../nbs/50_bench.ipynb #8775d488
-def _with_memory(runner, run):
-    "`runner` of the bare network as deployed: inside a `HistoryRunner` when the policy acts on its last actions."
-    meta = onnx_metadata(run.require('onnx'))
-    k = meta.get('history_actions')
-    return B.HistoryRunner(runner, k, meta['action_low'], meta['action_high']) if k else runner
-
 # %% ../../nbs/50_bench.ipynb #4bad7df3
 def measure_backend(name, run, obs, reference, env_id, s: BenchSettings):
     "Every record of backend `name` (latency with parity, sweep, closed loop, soak), or records saying why not."
@@ -272,7 +265,7 @@ def measure_backend(name, run, obs, reference, env_id, s: BenchSettings):
                 lat.kernel_only = latency_stats(np.asarray(runner.kernel_us(1, s.iters)) * 1e3)
             recs = [lat, *bench_sweep(runner, obs, s)]
         except Exception as e: return [failed(name, 'failed while measured', e)]  # a finding, not the end of bench
-        deployed = _with_memory(runner, run)  # the closed loop runs the policy as deployed, its memory included
+        deployed = B.with_memory(runner, name, run.root)  # the closed loop runs the policy as deployed
         for mode, todo in (('closed-loop', s.closed_loop_steps and (lambda: bench_closed_loop(deployed, env_id, s))),
                            ('soak', s.soak_calls and (lambda: bench_soak(runner, obs, s)))):
             if not todo: continue

@@ -15,7 +15,7 @@ __all__ = ['TENSOR_RANDOMIZABLE', 'MUJOCO_BATCHED_ENVS', 'import_envpool', 'envp
            'check_actions', 'EnvPoolBatched', 'envpool_trajectories', 'perturbed_gaps', 'BatchDisturbances',
            'GymnasiumBatched', 'import_mujoco_batch', 'stepper_comparison', 'hopper_obs', 'hopper_outcome',
            'EpisodeDraws', 'MujocoBatched', 'mujoco_batched_trajectories', 'mujoco_batch_missing', 'batched_mujoco',
-           'BatchActionHistory', 'envpool_throughput', 'randomized_throughput']
+           'BatchActionHistory', 'envpool_throughput', 'randomized_throughput', 'thread_scaling']
 
 # %% ../../nbs/62_envpool.ipynb #19dc9a59
 def import_envpool():
@@ -525,3 +525,18 @@ def randomized_throughput(env_id='Hopper-v4', num_envs=16, num_threads=2, second
         rows += [dict(actions=kind, env=name, steps_per_s=s, vs_envpool=s / best['EnvPoolBatched, nominal'])
                  for name, s in best.items()]
     return rows
+
+# %% ../../nbs/62_envpool.ipynb #876c546e
+def thread_scaling(env_id='Hopper-v4', num_envs=16, threads=(1, 2), seconds=0.5, rounds=3):
+    "µs per env step of EnvPool and of the MuJoCo batch on each thread count (best of interleaved rounds)."
+    import time, torch
+    envs = {(name, t): make(env_id, num_envs, 0, num_threads=t) for t in threads
+            for name, make in (('EnvPoolBatched', EnvPoolBatched), ('MujocoBatched', MujocoBatched))}
+    best = dict.fromkeys(envs, float('inf'))
+    for _ in range(rounds):
+        for key, env in envs.items():
+            env.reset(); zeros, steps, start = torch.zeros(num_envs, env.act_dim), 0, time.perf_counter()
+            while time.perf_counter() - start < seconds: env.step(zeros); steps += 1
+            best[key] = min(best[key], (time.perf_counter() - start) / (steps * num_envs) * 1e6)
+    return [dict(stepper=name, threads=t, us_per_env_step=us, vs_one_thread=best[name, threads[0]] / us)
+            for (name, t), us in best.items()]
