@@ -105,6 +105,12 @@ def _add_train(p):
     p.add_argument('--history', type=number(int, 0, 16), default=0, metavar='K',
                    help='the policy also sees its last K actions (Markov again under a delay of up to K steps); '
                         'policy.onnx takes them after the observation and deployed runners keep them')
+    p.add_argument('--privileged-critic', action='store_true',
+                   help='--fast with --randomize: the critic also sees what each episode drew (never deployed)')
+    p.add_argument('--curriculum', action='store_true',
+                   help='--fast with --randomize: start undisturbed, widen the ranges while training returns hold')
+    p.add_argument('--curriculum-return', type=number(float), default=None, metavar='R',
+                   help="the training return at which a curriculum widens (default: the env spec's)")
     p.add_argument('--fast', action='store_true', help='batched PPO (ppo_trt.throughput.fast_ppo): torch envs (CartPole-v1, '
                    'Pendulum-v1, MountainCarContinuous-v0) or MuJoCo on EnvPool (Hopper-v4, Walker2d-v4, ...)')
     p.add_argument('--env-threads', type=number(int, 1, 1024), default=None,
@@ -333,7 +339,8 @@ def _bench_settings(a):
 def _say(msg): print(f'[ppo-trt] {msg}', flush=True)
 
 # %% ../nbs/90_cli.ipynb #e493487f
-FAST_ONLY = ('num_envs', 'env_threads', 'device', 'compile', 'cudagraphs')
+FAST_ONLY = ('num_envs', 'env_threads', 'device', 'compile', 'cudagraphs', 'privileged_critic', 'curriculum',
+             'curriculum_return')
 
 def _check_fast_flags(a):
     "Flags of the fast trainer are refused without --fast (they would be ignored), and --resume with it."
@@ -395,7 +402,8 @@ def _train_fast(a):
     _say(f'fast on-device PPO on {env_id} ({st.num_envs} envs on {a.device}) into {rd}')
     r = fast_train(rd, env_id, a.timesteps, a.seed, a.device, st, a.expert, a.residual_scale, a.compile, a.cudagraphs,
                    randomize=a.randomize, num_threads=a.env_threads, force=a.force, progress=sys.stderr.isatty(),
-                   torch_threads=a.torch_threads, history=a.history)
+                   torch_threads=a.torch_threads, history=a.history, privileged_critic=a.privileged_critic,
+                   curriculum=a.curriculum_return if a.curriculum_return is not None else a.curriculum or None)
     _say(f"{r.timesteps:,} steps in {r.wall_s:.1f} s ({r.steps_per_s:,.0f} steps/s, env + inference + "
          f"training; envs: {r.env_backend}; {_threads_line(r.thread_plan)}); "
          f"return on {r.final_eval_episodes} held-out episodes {r.final_eval_mean:.1f} ± {r.final_eval_std:.1f}"
@@ -680,7 +688,8 @@ def _add_sweep(sub):
     p.add_argument('--env-id', default=DEFAULT_ENV_ID, help='gymnasium env id (a PID baseline must exist for it)')
     p.add_argument('--seeds', type=number(int, 1, 1000), default=5, help='training seeds 0 .. N-1')
     p.add_argument('--variants', default='nominal,randomized',
-                   help='any of nominal, randomized, randomized+history (the policy also sees its last actions)')
+                   help='any of nominal, randomized, randomized+history (the policy also sees its last actions), '
+                        'randomized+history+critic+curriculum (--fast: privileged critic, range curriculum)')
     p.add_argument('--randomize', default=None, metavar='SPEC',
                    help='the randomized variant\'s ranges (default: all, every disturbance the env can take)')
     p.add_argument('--fast', action='store_true', help='train with fast PPO (EnvPool on MuJoCo) instead of SB3')

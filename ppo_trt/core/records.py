@@ -42,6 +42,8 @@ class ConfigRecord(_Record):
     residual: dict | None = None
     randomize: dict[str, list[int | float]] | None = None  # {knob: [low, high]}; delay in whole steps (int)
     history_actions: int = 0
+    privileged_critic: bool = False         # fast PPO: the critic also saw each episode's draws
+    curriculum_return: float | None = None  # fast PPO: the ranges widened while training earned this
     created: str = ''
     versions: dict = {}
 
@@ -74,6 +76,8 @@ class TrainRecord(_Record):
     residual: dict | None = None  # deployment.residual_record: the expert + residual settings, as given to train
     randomize: dict[str, list[int | float]] | None = None  # ranges drawn every training episode
     history_actions: int = 0  # the policy's input ends with its last K actions (obs_dim counts them)
+    privileged_critic: dict | None = None  # fast PPO: the critic's extra inputs (never in policy.zip or policy.onnx)
+    curriculum: dict | None = None  # fast PPO: throughput.fast_ppo.RangeCurriculum.record(), the ranges it reached
     selection_eval_seed: int | None = None  # env seed of the periodic evaluations that chose the kept policy
     final_eval_seed: int | None = None      # env seed of the held-out evaluation final_eval_* report
     deployable: bool = True

@@ -76,6 +76,8 @@ class RunConfig:
     residual: dict | None = None  # expert + residual settings when the policy is a residual on an expert
     randomize: dict | None = None  # {phase: [low, high]} drawn every training episode (envs.parse_randomize)
     history_actions: int = 0       # the policy also sees its last K actions (envs.gym.ActionHistory)
+    privileged_critic: bool = False         # fast PPO: the critic also saw each episode's draws
+    curriculum_return: float | None = None  # fast PPO: the ranges widened while training returns reached this
     created: str = field(default_factory=lambda: time.strftime('%Y-%m-%dT%H:%M:%S%z'))
     versions: dict = field(default_factory=dict)
 

@@ -14,8 +14,8 @@ from .specs import RANDOMIZABLE, env_spec
 __all__ = ['PHASES', 'EVENTS', 'PUSH_STEPS', 'PUSH_DURATION', 'MAX_HISTORY', 'SELECTION_SEED_OFFSET', 'HELD_OUT_SEED_OFFSET',
            'quiet_gym_warnings', 'make_env', 'env_spaces', 'SensorNoise', 'ActuationDelay', 'Push', 'ModelScale',
            'ActuatorFailure', 'Trip', 'env_phases', 'check_phases', 'make_phase_env', 'parse_randomize',
-           'format_randomize', 'Randomized', 'check_randomize', 'ActionHistory', 'check_history', 'training_seeds',
-           'rollout_observations']
+           'format_randomize', 'Randomized', 'check_randomize', 'scale_ranges', 'ActionHistory', 'check_history',
+           'training_seeds', 'rollout_observations']
 
 # %% ../../nbs/11_envs.ipynb #e627ffd2
 def quiet_gym_warnings():
@@ -321,6 +321,16 @@ def check_randomize(env_id, spec):
         raise BadInputError(f'{env_id} can randomize {", ".join(s.randomizable)} only, not {", ".join(cannot)} '
                             f"({why}); drop {'them' if len(cannot) > 1 else 'it'} or use 'all'")
     return ranges
+
+# %% ../../nbs/11_envs.ipynb #1a1efcdc
+def scale_ranges(ranges, level):
+    "`ranges` shrunk toward each knob's nominal value: level 0 is the undisturbed env, 1 the ranges as given."
+    if not 0.0 <= level <= 1.0: raise BadInputError(f'a curriculum level lies in [0, 1], got {level}')
+    def scaled(knob, bound):
+        nominal = RANDOMIZABLE[knob].nominal
+        x = nominal + level * (bound - nominal)
+        return int(np.floor(x + 0.5)) if RANDOMIZABLE[knob].integer else float(x)  # halves round up
+    return {knob: [scaled(knob, lo), scaled(knob, hi)] for knob, (lo, hi) in (ranges or {}).items()}
 
 # %% ../../nbs/11_envs.ipynb #a636efc9
 class ActionHistory(gym.Wrapper):

@@ -5,7 +5,7 @@
 # %% ../../nbs/10_env_specs.ipynb #1fc175e3
 from __future__ import annotations
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 import gymnasium as gym
 from ..core.files import BadInputError
@@ -16,18 +16,19 @@ __all__ = ['RANDOMIZABLE', 'MUJOCO_FAST', 'HOPPER_PID', 'INVERTED_PENDULUM_PID',
 
 # %% ../../nbs/10_env_specs.ipynb #262ce267
 class Knob(NamedTuple):
-    "A randomizable disturbance: its default range, its bounds, whether it is whole, what it means."
+    "A randomizable disturbance: its default range, its bounds, whether it is whole, what it means, its nominal value."
     default: tuple
     bounds: tuple
     integer: bool
     what: str
+    nominal: float = 0.0  # the undisturbed env's value: where a curriculum's ranges start
 
 # %% ../../nbs/10_env_specs.ipynb #78cea56b
 RANDOMIZABLE = {
     'noise':    Knob((0.0, 0.1), (0.0, 1.0), False, 'sigma of the Gaussian noise on every observation'),
     'delay':    Knob((0, 3), (0, 10), True, 'actuation delay in control steps'),
-    'mass':     Knob((0.7, 1.4), (0.1, 5.0), False, 'scale of every body mass'),
-    'friction': Knob((0.4, 1.2), (0.05, 5.0), False, 'scale of the sliding friction'),
+    'mass':     Knob((0.7, 1.4), (0.1, 5.0), False, 'scale of every body mass', 1.0),
+    'friction': Knob((0.4, 1.2), (0.05, 5.0), False, 'scale of the sliding friction', 1.0),
     'push':     Knob((0.0, 200.0), (0.0, 1000.0), False, "N on the env's push body along ±x"),
 }
 
@@ -40,6 +41,7 @@ class FastPreset:
     eval_every: int | None = None  # evaluate every k updates (None: ten evaluations in all)
     eval_episodes: int = 5         # episodes per evaluation
     settings: dict = field(default_factory=dict)  # throughput.fast_ppo.FastSettings fields, where not its defaults
+    curriculum_return: float | None = None  # a curriculum widens the ranges while training episodes earn this
 
 # %% ../../nbs/10_env_specs.ipynb #e392b80b
 MUJOCO_FAST = FastPreset(settings=dict(num_envs=16, n_steps=128, epochs=10, minibatches=8, lr=3e-4, gamma=0.99,
@@ -90,12 +92,15 @@ INVERTED_PENDULUM_PID = (  # positive feedback on the pole angle (obs 1) and the
     dict(obs_index=0, action_index=0, kp=-1.0, kd=-1.0, rate_index=2))
 
 # %% ../../nbs/10_env_specs.ipynb #50e60570
-def _mujoco(env_id, push_body, pid=None, obs_is_state=True):
+def _mujoco(env_id, push_body, pid=None, obs_is_state=True, curriculum_return=None):
     "The spec of a MuJoCo env that EnvPool has under the same id, with the shared fast-PPO preset."
-    return EnvSpec(env_id, pid, push_body, MUJOCO_FAST, envpool_id=env_id, obs_is_state=obs_is_state)
+    fast = replace(MUJOCO_FAST, curriculum_return=curriculum_return)
+    return EnvSpec(env_id, pid, push_body, fast, envpool_id=env_id, obs_is_state=obs_is_state)
 
 SPECS = {s.env_id: s for s in (
-    _mujoco('Hopper-v4', 'torso', HOPPER_PID), _mujoco('Hopper-v5', 'torso', HOPPER_PID),
+    # Hopper: standing still earns about 1,000 over an episode, hopping 2,000 and more
+    _mujoco('Hopper-v4', 'torso', HOPPER_PID, curriculum_return=2000.0),
+    _mujoco('Hopper-v5', 'torso', HOPPER_PID, curriculum_return=2000.0),
     _mujoco('Walker2d-v4', 'torso'), _mujoco('Walker2d-v5', 'torso'),
     _mujoco('HalfCheetah-v4', 'torso'), _mujoco('HalfCheetah-v5', 'torso'),
     _mujoco('Ant-v4', 'torso', obs_is_state=False),  # its observation leaves out x and y

@@ -301,6 +301,10 @@ def export(run_dir, n_obs=1000, seed=123, tol=PARITY_TOL, opset=OPSET, deploymen
                 randomize=rec_train.randomize, **dep.meta)
     if rec_train.history_actions:  # the input ends with the last K actions; a deployment keeps them (HistoryRunner)
         meta.update(history_actions=rec_train.history_actions, env_obs_dim=rec_train.obs_dim)
+    if rec_train.privileged_critic:  # how it was trained; the critic itself is not in the file
+        meta.update(privileged_critic=rec_train.privileged_critic['features'])
+    if rec_train.curriculum:
+        meta.update(curriculum={k: rec_train.curriculum[k] for k in ('threshold', 'final_level', 'final_ranges')})
     set_metadata(proto, **meta)
     onnx.checker.check_model(proto)
     blob = proto.SerializeToString()

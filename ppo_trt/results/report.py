@@ -16,7 +16,7 @@ from ..core.records import (BenchFile, CLoopRecord, ConfigRecord, EngineRecord, 
 from ..train.sb3 import read_train_log
 from ..measure.bench import records_by, best_kernel_sweep, advise, TIE_RATIO, fmt_us as _us
 from ..studies.residual import first_reaching
-from ..studies.sweep import load_sweep, sweep_rows, plot_sweep, plot_sweep_delay
+from ..studies.sweep import load_sweep, sweep_rows, plot_sweep, plot_sweep_delay, plot_sweep_curves, COMPARISONS
 
 # %% auto #0
 __all__ = ['SWEEP_DIR', 'CLAIMS', 'SECTIONS', 'PARAMETER', 'REPORT_TAGS', 'RunRecords', 'load_records', 'record_note',
@@ -586,13 +586,15 @@ def claim_sweep(recs, bench):
     for phase in (p for p in st['phases'] if p != 'nominal'):
         out.append(f"Under {code(phase)} each variant keeps " + ', '.join(
             f"{_kept(iqm, v, phase):.0%} of its nominal IQM ({esc(v)}: {ci(v, phase)})" for v in iqm) + '.')
-    for key, who in (('p_randomized_beats_nominal', 'A randomized run beats a nominal one'),
-                     ('p_history_beats_randomized', 'A randomized run that sees its last actions beats one that '
-                                                    'does not')):
+    for variant, base, key, _ in COMPARISONS:
         if key in agg:
             a = agg[key]['all']
-            out.append(f"{who} with probability {a['p']:.2f} [{a['ci'][0]:.2f}, {a['ci'][1]:.2f}] averaged over the "
-                       'phases.')
+            out.append(f"A {esc(variant)} run beats a {esc(base)} one with probability {a['p']:.2f} "
+                       f"[{a['ci'][0]:.2f}, {a['ci'][1]:.2f}] averaged over the phases.")
+    levels = [r['curriculum']['final_level'] for r in s['runs'].values() if r.get('curriculum')]
+    if levels:
+        out.append(f"The curriculum widened the randomization ranges to {min(levels):.0%}–{max(levels):.0%} of "
+                   f"{code(st['randomize'])} over its {len(levels)} runs (the learning curves below show when).")
     return out
 
 # %% ../../nbs/80_report.ipynb #db6a894e
@@ -768,6 +770,9 @@ def section_sweep(recs):
            _sweep_figure(s)]
     if s['aggregates'].get('delay_iqm'):
         out.append(figure_html(plot_sweep_delay(s), 'IQM return against injected actuation delay, per variant'))
+    if s['aggregates'].get('curve_iqm'):
+        out.append(figure_html(plot_sweep_curves(s), 'Learning curves per variant, and how far each curriculum '
+                                                     'widened its ranges'))
     return out + [_md('Runs:\n\n' + sweep_runs_table(s))]
 
 # %% ../../nbs/80_report.ipynb #81681288

@@ -17,25 +17,30 @@ from ..core.machine import package_version
 from ..envs.specs import env_spec, env_ids
 from ..envs.gym import (check_randomize, format_randomize, parse_randomize, check_phases, env_phases,
                              HELD_OUT_SEED_OFFSET)
-from ..train.sb3 import train, preset
+from ..train.sb3 import train, preset, read_train_log
 from ..export.onnx import export
 from ..measure.evaluate import evaluate, DELAY_STEPS
 from ..backends import registry as B
 
 # %% auto #0
-__all__ = ['HELD_OUT_SEED', 'VARIANTS', 'DEFAULT_VARIANTS', 'DEFAULT_PHASES', 'MAX_SEED', 'RUN_SETTINGS', 'check_seeds',
-           'check_variants', 'check_address', 'randomize_spec', 'history_actions', 'sweep_settings',
+__all__ = ['HELD_OUT_SEED', 'VARIANTS', 'COMPARISONS', 'DEFAULT_VARIANTS', 'DEFAULT_PHASES', 'MAX_SEED', 'RUN_SETTINGS',
+           'check_seeds', 'check_variants', 'check_address', 'randomize_spec', 'history_actions', 'sweep_settings',
            'check_same_settings', 'run_name', 'run_finished', 'reusable_stages', 'train_policy', 'install_run',
            'remove_partials', 'run_one', 'run_result', 'iqm_estimates', 'improvement_probability', 'score_matrix',
-           'aggregate', 'cluster_info', 'captured_stderr', 'ray_failure', 'ray_session', 'in_flight', 'task_error',
-           'run_on_ray', 'load_sweep', 'sweep', 'sweep_rows', 'sweep_table', 'print_sweep', 'plot_sweep',
-           'plot_sweep_delay']
+           'learning_curve_iqm', 'aggregate', 'cluster_info', 'captured_stderr', 'ray_failure', 'ray_session',
+           'in_flight', 'task_error', 'run_on_ray', 'load_sweep', 'sweep', 'sweep_rows', 'sweep_table', 'print_sweep',
+           'plot_sweep', 'plot_sweep_delay', 'plot_sweep_curves']
 
 # %% ../../nbs/70_sweep.ipynb #79fb66ac
 HELD_OUT_SEED = HELD_OUT_SEED_OFFSET  # the first evaluation episode seed of every run: no training selects on it
 
 # %% ../../nbs/70_sweep.ipynb #e9eef140
-VARIANTS = ('nominal', 'randomized', 'randomized+history')
+VARIANTS = ('nominal', 'randomized', 'randomized+history', 'randomized+history+critic+curriculum')
+# (variant, the variant it adds to, its aggregates key, its column): P(variant > base) per phase
+COMPARISONS = (('randomized', 'nominal', 'p_randomized_beats_nominal', 'P(randomized > nominal)'),
+               ('randomized+history', 'randomized', 'p_history_beats_randomized', 'P(+history > randomized)'),
+               ('randomized+history+critic+curriculum', 'randomized+history', 'p_critic_curriculum_beats_history',
+                'P(+critic+curriculum > +history)'))
 DEFAULT_VARIANTS = ('nominal', 'randomized')
 DEFAULT_PHASES = ('nominal', 'noise', 'delay', 'push', 'mass', 'friction')  # those the env's spec can take
 MAX_SEED = 100_000  # training's own evaluation seeds (seed + 10 000) stay far from HELD_OUT_SEED
@@ -113,7 +118,12 @@ def sweep_settings(env_id=DEFAULT_ENV_ID, seeds=5, variants=DEFAULT_VARIANTS, fa
     if isinstance(episodes, bool) or not isinstance(episodes, (int, np.integer)) or episodes < 1:
         raise BadInputError(f'episodes must be an integer >= 1, got {episodes!r}')
     if timesteps is not None: check_timesteps(timesteps)
-    if not fast: preset(preset_name)
+    if not fast:
+        preset(preset_name)
+        fast_only = [v for v in variants if {'critic', 'curriculum'} & set(v.split('+'))]
+        if fast_only:
+            raise BadInputError(f'{", ".join(fast_only)} trains with fast PPO only (a privileged critic and a '
+                                'curriculum are fast_ppo options): add --fast, or drop the variant')
     backend = B.check_name(backend)
     delay_steps = sorted({int(k) for k in delay_steps if int(k) == k and 0 <= k <= 50}) if delay_steps else []
     return dict(env_id=env_id, fast=bool(fast), preset_name=None if fast else preset_name, timesteps=timesteps,
@@ -171,11 +181,14 @@ def reusable_stages(run_dir, settings, seed):
 
 # %% ../../nbs/70_sweep.ipynb #d949bb99
 def train_policy(run_dir, settings, variant, seed):
-    "Train one run with SB3 PPO or fast PPO; randomized variants with `randomize=`, `+history` ones with `history=`."
+    "Train one (variant, seed) with SB3 PPO or fast PPO: each `+part` of the variant's name adds its option."
     kw = dict(env_id=settings['env_id'], seed=seed, timesteps=settings['timesteps'], progress=False,
               **settings['train_kwargs'])
-    if variant.startswith('randomized'): kw['randomize'] = settings['randomize']
-    if variant.endswith('+history'): kw['history'] = history_actions(settings)
+    parts = variant.split('+')
+    if parts[0] == 'randomized': kw['randomize'] = settings['randomize']
+    if 'history' in parts: kw['history'] = history_actions(settings)
+    if 'critic' in parts: kw['privileged_critic'] = True
+    if 'curriculum' in parts: kw['curriculum'] = True
     if settings['fast']: kw.setdefault('num_threads', 1)  # EnvPool threads: one per task, as Ray counts it
     else: kw['preset_name'] = settings['preset_name']
     return _trainer(settings['fast'])(run_dir, **kw)
@@ -222,6 +235,12 @@ def run_one(out_dir, settings, variant, seed):
         raise
     return dict(name=final.name, kept=list(keep))
 
+# %% ../../nbs/70_sweep.ipynb #07dc2f26
+def _learning_curve(run):
+    "[[timesteps, evaluated mean return], ...] of a run's train_log.csv (its selection evaluations)."
+    log = read_train_log(run.path('train_log'))
+    return [[int(t), round(float(r), 1)] for t, r in zip(log['timesteps'], log['mean_return'])]
+
 # %% ../../nbs/70_sweep.ipynb #9c0510c6
 def run_result(run_dir, settings, variant, seed):
     "One run's summary for sweep.json: per-phase and per-delay mean returns (PPO and PID), training time and speed."
@@ -234,7 +253,9 @@ def run_result(run_dir, settings, variant, seed):
                 pid_returns={p: by_phase[p]['pid'] for p in settings['phases']},
                 train_wall_s=rec.wall_s, steps_per_s=rec.steps_per_s, timesteps=rec.timesteps,
                 final_eval_mean=rec.final_eval_mean, env_backend=rec.env_backend or 'gymnasium (SB3)',
-                delay_returns=curve.ppo, pid_delay_returns=curve.pid, evaluated=rep.created)
+                delay_returns=curve.ppo, pid_delay_returns=curve.pid, evaluated=rep.created,
+                learning_curve=_learning_curve(run),
+                curriculum=rec.curriculum and {k: rec.curriculum[k] for k in ('final_level', 'widened')})
 
 # %% ../../nbs/70_sweep.ipynb #586e4019
 @contextmanager
@@ -284,9 +305,23 @@ def score_matrix(runs, variant, seeds, phases):
     "The mean returns of `variant`'s runs as [seeds, phases], rows in seed order."
     return np.array([[runs[run_name(variant, s)]['returns'][p] for p in phases] for s in seeds], float)
 
+# %% ../../nbs/70_sweep.ipynb #0707d53a
+def learning_curve_iqm(runs, settings, reps=2000, seed=0, ci=0.95):
+    "Per variant: its runs' evaluated returns at each evaluation step, IQM over runs with a CI (runs evaluated alike)."
+    out = {}
+    for v in settings['variants']:
+        curves = [runs[run_name(v, s)].get('learning_curve') for s in settings['seeds']]
+        steps = {tuple(t for t, _ in c) for c in curves if c}
+        if len(steps) != 1 or not all(curves): continue  # evaluated at other steps (an early stop): no common curve
+        steps = list(next(iter(steps)))
+        est = iqm_estimates({v: [[r for _, r in c] for c in curves]}, [str(t) for t in steps], reps, seed, ci)[v]
+        out[v] = dict(timesteps=steps, iqm=[est[str(t)]['iqm'] for t in steps],
+                      ci=[[est[str(t)]['ci'][j] for t in steps] for j in (0, 1)])
+    return out
+
 # %% ../../nbs/70_sweep.ipynb #5806a6eb
 def aggregate(runs, settings, reps=2000, seed=0, ci=0.95):
-    "IQM with CIs per variant, per phase and per delay step; P(randomized > nominal), P(+history > randomized)."
+    "IQM with CIs per variant, per phase and per delay step; P(variant > base) for each pair of `COMPARISONS` run."
     phases, seeds = settings['phases'], settings['seeds']
     scores = {v: score_matrix(runs, v, seeds, phases) for v in settings['variants']}
     out = dict(metric="IQM of the runs' mean returns", ci=ci, reps=reps, bootstrap_seed=seed,
@@ -295,12 +330,10 @@ def aggregate(runs, settings, reps=2000, seed=0, ci=0.95):
         curves = {v: np.array([runs[run_name(v, s)]['delay_returns'] for s in seeds], float) for v in scores}
         est = iqm_estimates(curves, [str(k) for k in settings['delay_steps']], reps, seed, ci)
         out['delay_iqm'] = {v: {k: e for k, e in by.items() if k != 'all'} for v, by in est.items()}
-    if {'nominal', 'randomized'} <= set(scores):
-        out['p_randomized_beats_nominal'] = improvement_probability(scores['randomized'], scores['nominal'], phases,
-                                                                    reps, seed, ci)
-    if {'randomized', 'randomized+history'} <= set(scores):  # what the memory adds to the same randomization
-        out['p_history_beats_randomized'] = improvement_probability(scores['randomized+history'],
-                                                                    scores['randomized'], phases, reps, seed, ci)
+    out['curve_iqm'] = learning_curve_iqm(runs, settings, reps, seed, ci)
+    for variant, base, key, _ in COMPARISONS:  # what each addition buys over the variant it adds to
+        if {variant, base} <= set(scores):
+            out[key] = improvement_probability(scores[variant], scores[base], phases, reps, seed, ci)
     return out
 
 # %% ../../nbs/70_sweep.ipynb #3cdf5670
@@ -493,9 +526,7 @@ def sweep_rows(sweep):
     s = load_sweep(sweep)
     agg, st = s['aggregates'], s['settings']
     pct = f"{agg['ci']:.0%}".replace('%', ' %')
-    pois = {label: agg[key] for key, label in (('p_randomized_beats_nominal', 'P(randomized > nominal)'),
-                                                ('p_history_beats_randomized', 'P(+history > randomized)'))
-            if key in agg}
+    pois = {label: agg[key] for _, _, key, label in COMPARISONS if key in agg}
     header = ['phase', *(f'{v} IQM [{pct} CI]' for v in agg['iqm']), *pois]
     rows = [[p, *(_fmt_ci(agg['iqm'][v][p], 'iqm') for v in agg['iqm']), *(_fmt_ci(poi[p], 'p', 2)
                                                                             for poi in pois.values())]
@@ -562,3 +593,28 @@ def plot_sweep_delay(sweep_json, ax=None):
            title=f"{s['settings']['env_id']}: return vs latency")
     ax.legend(); ax.figure.tight_layout()
     return ax.figure
+
+# %% ../../nbs/70_sweep.ipynb #97d8b706
+def plot_sweep_curves(sweep_json):
+    "Each variant's learning curve (IQM over runs of the evaluated return, 95 % CI band); curriculum levels beside."
+    import matplotlib.pyplot as plt
+    s = load_sweep(sweep_json)
+    curves, runs = s['aggregates'].get('curve_iqm') or {}, s['runs']
+    levels = {n: r['curriculum'] for n, r in runs.items() if r.get('curriculum')}
+    fig, axes = plt.subplots(1, 2 if levels else 1, figsize=(11 if levels else 6, 3.4), dpi=100, squeeze=False)
+    ax = axes[0, 0]
+    for v, c in curves.items():
+        ax.plot(c['timesteps'], c['iqm'], 'o-', ms=3, label=f'{v} (IQM, {len(s["settings"]["seeds"])} seeds)')
+        ax.fill_between(c['timesteps'], *c['ci'], alpha=0.2)
+    ax.set(xlabel='training steps', ylabel='evaluated return (undisturbed env)', title='learning curves')
+    ax.legend(fontsize=8)
+    if levels:
+        for name, cur in levels.items():
+            steps = [0] + [w['timesteps'] for w in cur['widened']] + [runs[name]['timesteps']]
+            level = [0.0] + [w['level'] for w in cur['widened']]
+            axes[0, 1].step(steps, level + level[-1:], where='post', label=f"{runs[name]['variant']}, seed {runs[name]['seed']}")
+        axes[0, 1].set(xlabel='training steps', ylabel='fraction of the --randomize ranges',
+                       title='curriculum: ranges widened', ylim=(-0.05, 1.05))
+        axes[0, 1].legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -15,7 +15,8 @@ __all__ = ['TENSOR_RANDOMIZABLE', 'MUJOCO_BATCHED_ENVS', 'import_envpool', 'envp
            'check_actions', 'EnvPoolBatched', 'envpool_trajectories', 'perturbed_gaps', 'BatchDisturbances',
            'GymnasiumBatched', 'import_mujoco_batch', 'stepper_comparison', 'hopper_obs', 'hopper_outcome',
            'EpisodeDraws', 'MujocoBatched', 'mujoco_batched_trajectories', 'mujoco_batch_missing', 'batched_mujoco',
-           'BatchActionHistory', 'envpool_throughput', 'randomized_throughput', 'thread_scaling']
+           'BatchActionHistory', 'env_layers', 'PrivilegedObs', 'set_env_ranges', 'envpool_throughput',
+           'randomized_throughput', 'thread_scaling']
 
 # %% ../../nbs/62_envpool.ipynb #19dc9a59
 def import_envpool():
@@ -154,8 +155,22 @@ class BatchDisturbances:
         self.delay = torch.zeros(n, dtype=torch.int64, device=device)
         self.queue = torch.zeros(max_delay + 1, n, env.act_dim, device=device)  # queue[k]: chosen k steps ago
         self.rows = torch.arange(n, device=device)
+        self.param_names = [k for k in TENSOR_RANDOMIZABLE if k in self.ranges]  # what episode_params holds
+        self.clean_obs = None  # the last observation before noise (a privileged critic may see it)
         self._resample(torch.ones(n, dtype=torch.bool, device=device))
     def __getattr__(self, name): return getattr(self.env, name)
+
+    def episode_params(self):
+        "Each env's noise sigma and delay of its current episode, [num_envs, len(param_names)] (no host sync)."
+        import torch
+        draws = dict(noise=self.sigma, delay=self.delay)
+        return torch.stack([draws[k].float() for k in self.param_names], 1)
+
+    def set_ranges(self, ranges, redraw=False):
+        "Draw from `ranges` from now on (a curriculum's); `redraw`: every env at once, else at its episode's end."
+        import torch
+        self.ranges.update({k: v for k, v in ranges.items() if k in self.ranges})
+        if redraw: self._resample(torch.ones(self.env.num_envs, dtype=torch.bool, device=self.sigma.device))
 
     def _resample(self, envs):
         "New noise σ and delay for the envs in mask `envs`; their action queues emptied. No host sync."
@@ -176,15 +191,18 @@ class BatchDisturbances:
         if 'noise' not in self.ranges: return obs
         return obs + self.sigma[:, None] * torch.randn(obs.shape, generator=self.generator, device=obs.device)
 
-    def reset(self, seed=None): return self._noisy(self.env.reset(seed))
+    def reset(self, seed=None):
+        self.clean_obs = self.env.reset(seed)
+        return self._noisy(self.clean_obs)
 
     def step(self, actions, check=True):
         "Apply each env's action of `delay` steps ago, step, add noise; a finished env draws new parameters."
         import torch
         self.queue = torch.cat([actions[None].to(self.queue.dtype), self.queue[:-1]])
         obs, reward, terminated, truncated, info = self.env.step(self.queue[self.delay, self.rows], check=check)
-        info = dict(info, final_obs=self._noisy(info['final_obs']))
+        info = dict(info, final_obs=self._noisy(info['final_obs']), clean_final_obs=info['final_obs'])
         self._resample(info['done'])
+        self.clean_obs = obs
         return self._noisy(obs), reward, terminated, truncated, info
 
 # %% ../../nbs/62_envpool.ipynb #d94aced8
@@ -203,6 +221,16 @@ class GymnasiumBatched:
         self.device, self.act_dim = torch.device('cpu'), space.shape[0]
         self.obs_dim = self.vec.single_observation_space.shape[0]
         self.action_low, self.action_high = space.low.astype(np.float32), space.high.astype(np.float32)
+        self.param_names = [*(ranges or {})] + (['push_step'] if 'push' in (ranges or {}) else [])
+
+    def episode_params(self):
+        "Each env's draws for its current episode (`Randomized.params`), [num_envs, len(param_names)]."
+        import torch
+        return torch.tensor([[e.params[k] for k in self.param_names] for e in self.vec.envs], dtype=torch.float32)
+
+    def set_ranges(self, ranges, redraw=False):
+        "Draw from `ranges` from each env's next episode on (`redraw` needs the `reset` that follows)."
+        for e in self.vec.envs: e.ranges.update({k: v for k, v in ranges.items() if k in e.ranges})
 
     def reset(self, seed=None):
         "Reset every env (env i seeded `seed + i`); the first observations [num_envs, obs_dim]."
@@ -337,6 +365,8 @@ class MujocoBatched:
         self.t = np.zeros(num_envs, np.int64)  # steps since the episode began: Push's clock and TimeLimit's
         self.draws = [EpisodeDraws(h, ranges, seed + i) for i in range(num_envs)]
         self.params = [{} for _ in range(num_envs)]  # each env's episode draws, as `Randomized.params`
+        self.param_names = [k for k in ('mass', 'friction', 'push') if k in ranges] + ['push_step'] * ('push' in ranges)
+        self.param_values = np.zeros((num_envs, len(self.param_names)), np.float32)  # `params` as an array
         self.reset_float64(seed)
 
     def _start(self, ids):
@@ -347,6 +377,7 @@ class MujocoBatched:
         for i in ids:
             p, self.qpos[i], self.qvel[i] = self.draws[i].next()
             self.params[i] = p
+            if self.param_names: self.param_values[i] = [p[k] for k in self.param_names]
             if 'mass' in p: self.mass[i] = nominal.body_mass * p['mass']
             if 'friction' in p: self.friction[i, :, 0] = nominal.geom_friction[:, 0] * p['friction']
             if 'push' in p: self.push_step[i], self.push_force[i] = p['push_step'], p['push']
@@ -385,6 +416,15 @@ class MujocoBatched:
         "Reset every env (env i seeded `seed + i`); the first observations [num_envs, obs_dim]."
         import torch
         return torch.from_numpy(self.reset_float64(seed).astype(np.float32))
+
+    def episode_params(self):
+        "Each env's model draws (mass, friction, push) for its current episode, [num_envs, len(param_names)]."
+        import torch
+        return torch.from_numpy(self.param_values.copy())
+
+    def set_ranges(self, ranges, redraw=False):
+        "Draw from `ranges` from each env's next episode on (`redraw` needs the `reset` that follows)."
+        self.ranges.update({k: v for k, v in ranges.items() if k in self.ranges})  # the dict the draws read
 
     def step(self, actions, check=True):
         "Step every env: (obs, reward, terminated, truncated, info{'final_obs', 'done'}); finished envs restart."
@@ -482,6 +522,57 @@ class BatchActionHistory:
         self.history = history * ~info['done'][:, None]
         info = dict(info, final_obs=torch.cat([info['final_obs'], history], 1))
         return torch.cat([obs, self.history], 1), reward, terminated, truncated, info
+
+# %% ../../nbs/62_envpool.ipynb #a0c76135
+def env_layers(env):
+    "The wrappers of a batched env from the outside in, ending at the env that steps."
+    while env is not None:
+        yield env
+        env = vars(env).get('env')
+
+# %% ../../nbs/62_envpool.ipynb #a5a019f9
+class PrivilegedObs:
+    "A batched env's observations with each env's episode draws (and noise-free observation) appended for a critic."
+    def __init__(self, env):
+        layers = list(env_layers(env))
+        self.sources = [layer for layer in layers if 'episode_params' in type(layer).__dict__ and layer.param_names]
+        noisy = [layer for layer in layers if isinstance(layer, BatchDisturbances) and 'noise' in layer.ranges]
+        self.clean = noisy[0] if noisy else None
+        base_dim = layers[-1].obs_dim
+        self.feature_names = ([name for layer in self.sources for name in layer.param_names]
+                              + [f'clean_obs[{i}]' for i in range(base_dim if self.clean else 0)])
+        if not self.feature_names:
+            raise BadInputError('a privileged critic sees what each training episode drew, and nothing is drawn: '
+                                "train with --randomize (e.g. 'all') or drop --privileged-critic")
+        self.env, self.policy_obs_dim = env, env.obs_dim
+        self.obs_dim = env.obs_dim + len(self.feature_names)
+    def __getattr__(self, name): return getattr(self.env, name)
+
+    def _features(self, params, clean):
+        import torch
+        return torch.cat(params + ([clean] if self.clean else []), 1)
+
+    def reset(self, seed=None):
+        import torch
+        obs = self.env.reset(seed)
+        clean = self.clean.clean_obs if self.clean else None
+        return torch.cat([obs, self._features([s.episode_params() for s in self.sources], clean)], 1)
+
+    def step(self, actions, check=True):
+        "Step the env; the observation gains the new episodes' draws, the final one those of the episode that ended."
+        import torch
+        before = [s.episode_params() for s in self.sources]
+        obs, reward, terminated, truncated, info = self.env.step(actions, check=check)
+        clean, clean_final = (self.clean.clean_obs, info['clean_final_obs']) if self.clean else (None, None)
+        final = torch.cat([info['final_obs'], self._features(before, clean_final)], 1)
+        after = [s.episode_params() for s in self.sources]
+        return torch.cat([obs, self._features(after, clean)], 1), reward, terminated, truncated, dict(info, final_obs=final)
+
+# %% ../../nbs/62_envpool.ipynb #b359824d
+def set_env_ranges(env, ranges, redraw=False):
+    "Give every layer of a batched env that draws (`env_layers`) the ranges `ranges` (see `BatchDisturbances.set_ranges`)."
+    for layer in env_layers(env):
+        if 'set_ranges' in type(layer).__dict__: layer.set_ranges(ranges, redraw)
 
 # %% ../../nbs/62_envpool.ipynb #2e1c44de
 def envpool_throughput(env_id='Hopper-v4', num_envs=(1, 8, 32), seconds=1.0, num_threads=None):

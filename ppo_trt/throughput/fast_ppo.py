@@ -13,18 +13,21 @@ from ..core.files import BadInputError, PpoTrtError, atomic_path, save_json, sha
 from ..core.records import TrainRecord, locked, record, remove_derived
 from ..core.machine import thread_plan
 from ..envs.specs import env_spec
-from ..envs.gym import make_env, env_spaces, training_seeds, check_randomize, check_history, ActionHistory
+from ..envs.gym import (make_env, env_spaces, training_seeds, check_randomize, check_history, ActionHistory,
+                             scale_ranges)
 from ..train.sb3 import LOG_FIELDS, _versions
 from ..core.checkpoint import ObsNorm
 from ..envs.controllers import run_episode
 from .batched_envs import make_batched, resolve_device
 from .envpool import (BatchDisturbances, BatchActionHistory, EnvPoolBatched, MujocoBatched,
-                                        batched_mujoco, mujoco_batch_missing, envpool_env_ids, import_envpool)
+                                        PrivilegedObs, batched_mujoco, mujoco_batch_missing, envpool_env_ids,
+                                        import_envpool, set_env_ranges)
 
 # %% auto #0
 __all__ = ['FastSettings', 'fast_preset', 'RunningNorm', 'RewardScale', 'greedy_action', 'first_episode_returns',
            'greedy_returns', 'gym_returns', 'eval_returns', 'Rollout', 'EpisodeStats', 'PhaseTimes', 'collect_rollout',
-           'ppo_update', 'fast_train', 'cli_train', 'sb3_vs_fast', 'busy_core_throughput', 'train_throughput']
+           'ppo_update', 'RangeCurriculum', 'check_curriculum', 'fast_train', 'cli_train', 'sb3_vs_fast',
+           'busy_core_throughput', 'train_throughput']
 
 # %% ../../nbs/63_fast_ppo.ipynb #a907294d
 @dataclass
@@ -60,10 +63,11 @@ def _agent_class():
     class Agent(nn.Module):
         "Actor and critic MLPs (SB3 MlpPolicy layout), Gaussian or Categorical head, optional expert + residual."
         def __init__(self, obs_dim, act_dim, discrete, hidden, log_std_init, expert=None, scale=1.0, low=None,
-                     high=None):
+                     high=None, critic_extra=0):
             super().__init__()
-            mlp = lambda: nn.Sequential(nn.Linear(obs_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh())
-            self.policy_net, self.value_body, self.discrete = mlp(), mlp(), discrete
+            mlp = lambda width: nn.Sequential(nn.Linear(width, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh())
+            self.policy_net, self.value_body, self.discrete = mlp(obs_dim), mlp(obs_dim + critic_extra), discrete
+            self.obs_dim, self.critic_extra = obs_dim, critic_extra  # a privileged critic reads critic_extra more
             self.action_net, self.value_net = nn.Linear(hidden, act_dim), nn.Linear(hidden, 1)
             self.log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)), requires_grad=not discrete)
             self.expert, self.scale = expert, float(scale)
@@ -75,6 +79,7 @@ def _agent_class():
         def value(self, x): return self.value_net(self.value_body(x))[:, 0]
         def dist(self, x):
             "The action distribution (argument validation off: it costs a third of a small minibatch's step)."
+            if self.critic_extra: x = x[:, :self.obs_dim]  # the actor never reads the critic's columns
             out = self.action_net(self.policy_net(x))
             if self.discrete: return torch.distributions.Categorical(logits=out, validate_args=False)
             return torch.distributions.Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
@@ -101,11 +106,15 @@ class RunningNorm:
         self.var = (self.var * self.count + bv * bc + delta ** 2 * self.count * bc / tot) / tot
         self.count = tot
     def __call__(self, x):
+        "Normalised and clipped `x`; an `x` narrower than the statistics (the actor's columns) uses the leading ones."
         import torch
-        return torch.clamp((x - self.mean.float()) / torch.sqrt(self.var.float() + self.eps), -self.clip, self.clip)
-    def obs_norm(self):
-        "As an `ObsNorm` for the run folder."
-        return ObsNorm(self.mean.cpu().numpy(), self.var.cpu().numpy(), float(self.clip), float(self.eps))
+        mean, var = self.mean, self.var
+        if x.shape[-1] != mean.shape[0]: mean, var = mean[:x.shape[-1]], var[:x.shape[-1]]
+        return torch.clamp((x - mean.float()) / torch.sqrt(var.float() + self.eps), -self.clip, self.clip)
+    def obs_norm(self, width=None):
+        "The leading `width` columns (default all) as an `ObsNorm` for the run folder."
+        return ObsNorm(self.mean[:width].cpu().numpy(), self.var[:width].cpu().numpy(), float(self.clip),
+                       float(self.eps))
 
 # %% ../../nbs/63_fast_ppo.ipynb #76083bd6
 class RewardScale:
@@ -216,15 +225,23 @@ class Rollout:
 # %% ../../nbs/63_fast_ppo.ipynb #5a3573f9
 class EpisodeStats:
     "Sum and count of the returns of episodes that ended during training, kept on device (read once per evaluation)."
-    def __init__(self, num_envs, device):
+    def __init__(self, num_envs, device, window=False):
         import torch
         self.running = torch.zeros(num_envs, device=device)
         self.total, self.count = torch.zeros((), device=device), torch.zeros((), device=device)
+        self.window = torch.zeros(2, device=device) if window else None  # a second (sum, count), read by `take`
     def add(self, rewards, dones):
         "Accumulate one step's rewards; close the episodes that ended."
         self.running += rewards
-        self.total += (self.running * dones).sum(); self.count += dones.sum()
+        closed, ended = (self.running * dones).sum(), dones.sum()
+        self.total += closed; self.count += ended
+        if self.window is not None: self.window[0] += closed; self.window[1] += ended
         self.running *= ~dones
+    def take(self):
+        "(sum, count) of the returns of episodes closed since the last `take` (one host read; needs window=True)."
+        total, count = self.window.tolist()
+        self.window.zero_()
+        return total, int(count)
     def mean_and_reset(self):
         "Mean return of the episodes closed since the last call (one host read)."
         m = float(self.total / self.count.clamp(min=1))
@@ -325,8 +342,10 @@ def _make_agent(env, s, expert, residual_scale, device):
     act_dim = env.discrete_actions if discrete else env.act_dim
     bounds = ((None, None) if discrete else
               tuple(np.broadcast_to(np.asarray(b, np.float32), (act_dim,)) for b in (env.action_low, env.action_high)))
-    return _agent_class()(env.obs_dim, act_dim, discrete, s.hidden, s.log_std_init,
-                          expert.module().to(device) if expert else None, residual_scale, *bounds).to(device)
+    obs_dim = getattr(env, 'policy_obs_dim', env.obs_dim)  # PrivilegedObs: the rest is the critic's
+    return _agent_class()(obs_dim, act_dim, discrete, s.hidden, s.log_std_init,
+                          expert.module().to(device) if expert else None, residual_scale, *bounds,
+                          critic_extra=env.obs_dim - obs_dim).to(device)
 
 # %% ../../nbs/63_fast_ppo.ipynb #71e8bed2
 def _train_env(env_id, s, device, seed, ranges, num_threads=None):
@@ -348,13 +367,59 @@ def _eval_pool_threads(env_id, plan):
     except BadInputError: return None
     return (plan.env_threads or 1) if env_id in envpool_env_ids() else None
 
+# %% ../../nbs/63_fast_ppo.ipynb #4b4bd74f
+class RangeCurriculum:
+    "Randomization ranges that widen a step from the undisturbed env each time training episodes earn `threshold`."
+    def __init__(self, ranges, threshold, steps=10, min_episodes=16):
+        if steps < 1: raise BadInputError(f'a curriculum needs at least one step, got {steps}')
+        self.full, self.threshold, self.steps, self.min_episodes = dict(ranges), float(threshold), steps, min_episodes
+        self.step, self.total, self.episodes, self.widened = 0, 0.0, 0, []
+
+    @property
+    def level(self):
+        "How far the ranges are widened: 0 the undisturbed env, 1 the full ranges."
+        return self.step / self.steps
+
+    @property
+    def ranges(self): return scale_ranges(self.full, self.level)
+
+    def observe(self, returns_sum, episodes, timesteps):
+        "Fold in training episodes (their returns' sum and count); True when the ranges widened just now."
+        self.total, self.episodes = self.total + returns_sum, self.episodes + episodes
+        if self.episodes < self.min_episodes or self.step == self.steps: return False
+        mean, self.total, self.episodes = self.total / self.episodes, 0.0, 0
+        if mean < self.threshold: return False
+        self.step += 1
+        self.widened.append(dict(timesteps=int(timesteps), level=self.level, mean_return=round(mean, 1)))
+        return True
+
+    def record(self):
+        "What train.json and the ONNX metadata keep: the rule, the level and ranges reached, when each step came."
+        return dict(threshold=self.threshold, steps=self.steps, min_episodes=self.min_episodes,
+                    final_level=self.level, final_ranges=self.ranges, widened=self.widened)
+
+# %% ../../nbs/63_fast_ppo.ipynb #41c0d84f
+def check_curriculum(env_id, ranges, curriculum):
+    "The threshold return of a curriculum (`curriculum`: None/False off, True the spec's, or a return), or None."
+    if curriculum is None or curriculum is False: return None
+    if not ranges:
+        raise BadInputError('a curriculum widens the randomization ranges, and there are none: '
+                            "add --randomize (e.g. 'all') or drop --curriculum")
+    if curriculum is True:
+        threshold = env_spec(env_id).fast.curriculum_return
+        if threshold is None:
+            raise BadInputError(f'{env_id} has no curriculum return in its spec: pass --curriculum-return R '
+                                '(the training return at which the ranges widen)')
+        return float(threshold)
+    return float(curriculum)
+
 # %% ../../nbs/63_fast_ppo.ipynb #5c2a3d32
 @locked('train')
 def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cpu', settings=None, expert=None,
                residual_scale=0.5, compile=False, cudagraphs=False, target_return=None, eval_every=None,
                eval_episodes=None, final_eval_episodes=10, randomize=None, num_threads=None, force=False,
-               progress=True, torch_threads=None, history=0):
-    "Batched PPO into `run_dir`; stops at evaluated return >= `target_return`; `history`: see BatchActionHistory."
+               progress=True, torch_threads=None, history=0, privileged_critic=False, curriculum=None):
+    "Batched PPO into `run_dir`; stops at evaluated return >= `target_return`; see `check_curriculum`, `PrivilegedObs`."
     import torch
     timer = PhaseTimes()
     # settings and checks
@@ -363,6 +428,12 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
     timesteps = int(timesteps or preset['timesteps'])
     target_return = preset['target'] if target_return is None else target_return
     ranges, history = check_randomize(env_id, randomize), check_history(history, expert)
+    threshold = check_curriculum(env_id, ranges, curriculum)
+    if privileged_critic and expert is not None:
+        raise BadInputError('--privileged-critic trains a plain policy, not a residual: drop --expert or it')
+    if privileged_critic and not ranges:
+        raise BadInputError('a privileged critic sees what each training episode drew, and nothing is drawn: '
+                            "add --randomize (e.g. 'all') or drop --privileged-critic")
     device = resolve_device(device)
     if cudagraphs and device.type != 'cuda':
         raise BadInputError(f'--cudagraphs needs a CUDA device, but the device is {device}; '
@@ -381,6 +452,9 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
     env, env_backend = _train_env(env_id, s, device, seed, ranges, plan.env_threads)
     stepper = getattr(env, 'env', env)
     if history: env = BatchActionHistory(env, history)
+    if privileged_critic: env = PrivilegedObs(env)  # the critic's columns after the policy's
+    cur = None if threshold is None else RangeCurriculum(ranges, threshold, min_episodes=s.num_envs)
+    if cur: set_env_ranges(env, cur.ranges, redraw=True)  # the undisturbed env first
     if not isinstance(stepper, (EnvPoolBatched, MujocoBatched)):
         plan.env_threads, plan.why['env'] = None, 'no threaded env stepper'
     threads, eval_pool_threads = plan.apply(), _eval_pool_threads(env_id, plan)
@@ -392,7 +466,8 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
     reward_scale = RewardScale(s.num_envs, s.gamma, device) if s.norm_reward else None
     rollout = Rollout.empty(s.n_steps, s.num_envs, env.obs_dim, env.discrete_actions if discrete else env.act_dim,
                             discrete, device)
-    stats, (policy_step, loss_fn) = EpisodeStats(s.num_envs, device), _ppo_fns(agent, s, discrete, compile, cudagraphs)
+    stats, (policy_step, loss_fn) = (EpisodeStats(s.num_envs, device, window=cur is not None),
+                                     _ppo_fns(agent, s, discrete, compile, cudagraphs))
     # the loop: rollout, advantages, update; an evaluation (the only host reads) every `eval_every` updates
     num_updates = max(1, timesteps // (s.num_envs * s.n_steps))
     eval_every = eval_every or preset['eval_every'] or max(1, num_updates // 10)
@@ -415,6 +490,8 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
             timer.lap('advantages')
             ppo_update(agent, optimizer, loss_fn, rollout.batch(advantages, returns), s, device)
             timer.lap('update')
+            if cur and cur.observe(*stats.take(), (update + 1) * s.num_envs * s.n_steps):
+                set_env_ranges(env, cur.ranges)
             bar.advance(task)
             if (update + 1) % eval_every == 0 or update == num_updates - 1:
                 eval_start = time.perf_counter()
@@ -427,15 +504,19 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
                                 steps_per_s=steps / (wall - eval_s),  # evaluations excluded
                                 train_episode_return=stats.mean_and_reset()))
                 if progress:
+                    widened = f', ranges at {cur.level:.0%} of --randomize' if cur else ''
                     bar.console.print(f'{escape("[ppo-trt]")} {steps:,} steps: return {log[-1]["mean_return"]:.1f} '
-                                      f'({log[-1]["steps_per_s"]:,.0f} steps/s)')
+                                      f'({log[-1]["steps_per_s"]:,.0f} steps/s{widened})')
                 timer.lap('evaluation')
                 if target_return is not None and evaluated.mean() >= target_return: solved_at = log[-1]; break
     held_out = eval_returns(agent, norm, env_id, final_eval_episodes, seeds['held_out'], device,
                             history=history)  # on gymnasium
     timer.lap('held-out evaluation')
+    critic = (dict(features=env.feature_names, critic_inputs=env.obs_dim, value_net_in_policy_zip=False)
+              if privileged_critic else None)
     return _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target_return, device, compile, cudagraphs,
-                     res_rec, residual_scale, held_out, env_backend, ranges, seeds, threads, timer, history)
+                     res_rec, residual_scale, held_out, env_backend, ranges, seeds, threads, timer, history,
+                     critic, cur.record() if cur else None)
 
 # %% ../../nbs/63_fast_ppo.ipynb #ca06a7db
 def _to_sb3(agent, env_id, s, norm, log_std_init, history=0):
@@ -449,21 +530,24 @@ def _to_sb3(agent, env_id, s, norm, log_std_init, history=0):
     p, a = model.policy, agent.cpu()
     with torch.no_grad():
         p.mlp_extractor.policy_net.load_state_dict(a.policy_net.state_dict())
-        p.mlp_extractor.value_net.load_state_dict(a.value_body.state_dict())
-        p.action_net.load_state_dict(a.action_net.state_dict()); p.value_net.load_state_dict(a.value_net.state_dict())
+        p.action_net.load_state_dict(a.action_net.state_dict())
+        if not a.critic_extra:  # a privileged critic reads columns SB3's value net has no room for
+            p.mlp_extractor.value_net.load_state_dict(a.value_body.state_dict())
+            p.value_net.load_state_dict(a.value_net.state_dict())
         p.log_std.copy_(a.log_std)
     env.close()
     return model
 
 # %% ../../nbs/63_fast_ppo.ipynb #2c8144af
 def _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target, dev, compile, cudagraphs, res_rec, scale,
-              held_out, env_backend, ranges, seeds, threads, timer, history=0):
+              held_out, env_backend, ranges, seeds, threads, timer, history=0, critic=None, curriculum=None):
     import torch
     run.root.mkdir(parents=True, exist_ok=True)
     last = log[-1]
     total = last['timesteps']
     RunConfig(env_id=env_id, seed=seed, timesteps=total, preset='fast', residual=res_rec, randomize=ranges,
-              history_actions=history, versions=_versions()).save(run.root)
+              history_actions=history, privileged_critic=critic is not None,
+              curriculum_return=curriculum['threshold'] if curriculum else None, versions=_versions()).save(run.root)
     with atomic_path(run.path('train_log')) as tmp, open(tmp, 'w', newline='') as f:
         w = csv.DictWriter(f, LOG_FIELDS, extrasaction='ignore'); w.writeheader(); w.writerows(log)
     rec = dict(env_id=env_id, seed=seed, preset='fast', trainer='ppo_trt.throughput.fast_ppo', env_backend=env_backend,
@@ -477,7 +561,8 @@ def _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target, dev, co
                solved_at_wall_s=round(solved_at['wall_s'], 2) if solved_at else None,
                torch_threads=torch.get_num_threads(), thread_plan=threads, hyperparameters=asdict(s),
                policy_kwargs=dict(net_arch=dict(pi=[s.hidden] * 2, vf=[s.hidden] * 2), activation_fn='tanh'),
-               residual=res_rec, randomize=ranges, history_actions=history, versions=_versions())
+               residual=res_rec, randomize=ranges, history_actions=history, privileged_critic=critic,
+               curriculum=curriculum, versions=_versions())
     if agent.discrete:
         torch.save(agent.state_dict(), run.root/'fast_agent.pt')
         rec.update(obs_dim=agent.policy_net[0].in_features, act_dim=1, discrete_actions=agent.action_net.out_features,
@@ -491,7 +576,7 @@ def _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target, dev, co
         with atomic_path(run.path('policy')) as tmp: model.save(tmp)
         width = spaces['obs_dim'] + history * spaces['act_dim']  # the policy's input
         plain = ObsNorm(np.zeros(width), np.ones(width) - 1e-8, 1e9, 1e-8)
-        (norm.obs_norm() if norm else plain).save(run.path('obs_norm'))
+        (norm.obs_norm(width) if norm else plain).save(run.path('obs_norm'))
         rec.update(policy_sha256=sha256_file(run.path('policy')), obs_norm_sha256=sha256_file(run.path('obs_norm')))
     timer.lap('save')
     rec = record(TrainRecord, **rec, profile={k: round(v, 3) for k, v in timer.seconds.items()},
