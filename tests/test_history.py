@@ -1,13 +1,16 @@
 """Policies that see their last K actions (`--history K`): trained by SB3 and fast PPO, exported with the history in
 the input, deployed stateful on every CPU backend with parity over action sequences, and through the safe loop."""
-import subprocess, sys
+import re, subprocess, sys
+from pathlib import Path
 import numpy as np, pytest
 from ppo_trt.backends import registry as B
 from ppo_trt.backends.runner import HistoryRunner
 from ppo_trt.core.files import BadInputError, load_json
 from ppo_trt.envs.controllers import pid_baseline, run_episode
 from ppo_trt.envs.gym import ActionHistory, ActuationDelay, make_env
-from ppo_trt.export.c_library import write_c_library
+from ppo_trt.export.c_library import (write_c_library, build_and_test, compiler_missing, history_sequence,
+                                      SEQ_EPISODE, SEQ_FALLBACK_EVERY, TEST_TOL)
+from ppo_trt.measure.c_loop import c_loop_sources
 from ppo_trt.export.onnx import export, onnx_metadata
 from ppo_trt.measure.evaluate import ControlLoop
 from ppo_trt.throughput.fast_ppo import fast_train
@@ -138,9 +141,34 @@ def test_bad_history_settings(tmp_path, fast_run):
     r = subprocess.run([sys.executable, '-m', 'ppo_trt.cli', 'train', '--fast', '--env-id', 'Hopper-v4', '--history',
                         '17', '--run-dir', str(tmp_path/'s')], capture_output=True, text=True)
     assert r.returncode == 2 and 'must be >= 0 and <= 16' in r.stderr and 'Traceback' not in r.stderr
-    with pytest.raises(BadInputError, match='memory the C library does not keep'):
-        write_c_library(fast_run, tmp_path/'c')
-    assert not (tmp_path/'c').exists()
+    with pytest.raises(BadInputError, match='memory the C loop does not drive'):
+        c_loop_sources(fast_run/'policy.onnx')
+
+
+@pytest.mark.skipif(bool(compiler_missing('cc')), reason=compiler_missing('cc') or 'cc')
+def test_c_library_keeps_the_memory(fast_run, tmp_path):
+    "ppo_policy_step / ppo_policy_commit over a sequence with resets and fallbacks: the runner's actions to 1e-6."
+    folder = Path(write_c_library(fast_run, tmp_path/'c')['path'])
+    header = (folder/'ppo_policy.h').read_text()
+    assert f'#define PPO_POLICY_HISTORY_ACTIONS {K}' in header and 'ppo_policy_memory' in header
+    built = build_and_test(folder)
+    assert built['ok'] and not built['warnings'], built
+    error = float(re.search(r'memory of \d+ actions: .* max abs err (\S+)', built['output']).group(1))
+    assert error <= TEST_TOL
+    # the sequence the C test holds is the Python runner's, fallbacks committed as ControlLoop commits them
+    obs, runner = np.load(fast_run/'export_obs.npy'), B.load('ort', fast_run)
+    rec = load_json(fast_run/'train.json')
+    network = B.load('ort', fast_run, network_only=True)
+    seq = history_sequence(lambda x: network(x).copy(), obs[:, :runner.obs_dim], K, rec['action_low'],
+                           rec['action_high'])
+    for r in range(len(obs)):
+        if r % SEQ_EPISODE == 0: runner.reset()
+        np.testing.assert_allclose(runner(obs[r:r + 1, :runner.obs_dim])[0], seq['act'][r], atol=1e-6)
+        if r % SEQ_FALLBACK_EVERY == SEQ_FALLBACK_EVERY - 1: runner.commit(seq['fallback'][r:r + 1])
+    # a memory that forgets the fallback's action fails its own test
+    source = (folder/'ppo_policy.c').read_text()
+    (folder/'ppo_policy.c').write_text(source.replace('    record(memory, applied);\n', ''))
+    assert not build_and_test(folder)['ok']
 
 
 def test_memoryless_policies_stay_plain(run_dir):

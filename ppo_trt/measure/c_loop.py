@@ -96,6 +96,10 @@ LOOP_CFLAGS = ('-O2', *STRICT)  # ISO C: no contraction into FMAs, so float64 ro
 def c_loop_sources(onnx_path):
     "{file name: text} of the C loop of `onnx_path`: the C library, the env's constants and c_loop.c."
     kernel, dims, meta = library_kernel(onnx_path)
+    if meta.get('history_actions'):
+        raise BadInputError(f"{onnx_path} acts on its last {meta['history_actions']} actions, a memory the C loop "
+                            'does not drive yet (the C library keeps it: ppo-trt export-c); deploy it through a '
+                            'Python runner (ppo-trt evaluate / enjoy) or ppo_policy_step in your own loop')
     consts = hopper_constants(meta.get('env_id', '?'))
     return {'ppo_policy.h': library_header(consts['ENV_ID'], dims, sha256_file(onnx_path),
                                            hashlib.sha256(kernel.encode()).hexdigest()),
