@@ -28,7 +28,7 @@ __all__ = ['SWEEP_DIR', 'CLAIMS', 'SECTIONS', 'PARAMETER', 'REPORT_TAGS', 'RunRe
            'claim_export', 'claim_control', 'claim_residual', 'claim_training', 'claim_sweep', 'interpretation',
            'figure_html', 'show', 'section_header', 'section_claims', 'skipped_list', 'section_latency',
            'section_throughput', 'section_gpu', 'section_closed_loop', 'c_loop_tables', 'section_deploy_c',
-           'section_soak', 'sweep_runs_table', 'section_sweep', 'section_control', 'section_residual',
+           'section_soak', 'sweep_runs_table', 'sweep_tables', 'section_sweep', 'section_control', 'section_residual',
            'section_env_bench', 'section_training', 'section_export', 'section_machine', 'section_not_measured',
            'report_template', 'report_notebook', 'clean_report_html', 'render_report']
 
@@ -756,6 +756,17 @@ def _sweep_figure(s):
     try: return figure_html(plot_sweep(s), 'IQM return per phase and variant with 95 % CIs')
     except ImportError: return _md('(The interval plot needs rliable: `pip install "ppo_trt[sweep]"`.)')
 
+# %% ../../nbs/80_report.ipynb #2508daf8
+def sweep_tables(s):
+    "The sweep's aggregates as two markdown tables, so each fits a page: IQM per variant, then P(improvement)."
+    header, rows = sweep_rows(s)
+    n = 1 + len(s['aggregates']['iqm'])  # the phase and one column per variant; the probabilities follow
+    out = _md_table(header[:n], [r[:n] for r in rows])
+    if len(header) > n:
+        out += ('\n\nThe probability that a run of a variant scores higher than a run of the variant it adds to '
+                '(0.5: a coin toss):\n\n' + _md_table([header[0], *header[n:]], [[r[0], *r[n:]] for r in rows]))
+    return out
+
 # %% ../../nbs/80_report.ipynb #20ab16fc
 def section_sweep(recs):
     "Seeds x variants (when the run folder holds `sweep/sweep.json`): IQM per phase with CIs, the delay curve."
@@ -766,7 +777,7 @@ def section_sweep(recs):
                f"x {esc(', '.join(st['variants']))}, every run evaluated on the same held-out episodes (seeds from "
                f"{st['eval_seed']:,}); randomized ranges {code(st['randomize'])}; Ray {esc(ray.get('version', '?'))}, "
                f"{esc(ray.get('nodes', '?'))} node(s), {esc(ray.get('cpus', '?'))} CPUs.\n\n"
-               + _md_table(*sweep_rows(s))),
+               + sweep_tables(s)),
            _sweep_figure(s)]
     if s['aggregates'].get('delay_iqm'):
         out.append(figure_html(plot_sweep_delay(s), 'IQM return against injected actuation delay, per variant'))
