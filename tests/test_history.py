@@ -10,7 +10,7 @@ from ppo_trt.envs.controllers import pid_baseline, run_episode
 from ppo_trt.envs.gym import ActionHistory, ActuationDelay, make_env
 from ppo_trt.export.c_library import (write_c_library, build_and_test, compiler_missing, history_sequence,
                                       SEQ_EPISODE, SEQ_FALLBACK_EVERY, TEST_TOL)
-from ppo_trt.measure.c_loop import c_loop_sources
+from ppo_trt.measure.c_loop import c_loop, c_loop_missing
 from ppo_trt.export.onnx import export, onnx_metadata
 from ppo_trt.measure.evaluate import ControlLoop
 from ppo_trt.throughput.fast_ppo import fast_train
@@ -141,8 +141,6 @@ def test_bad_history_settings(tmp_path, fast_run):
     r = subprocess.run([sys.executable, '-m', 'ppo_trt.cli', 'train', '--fast', '--env-id', 'Hopper-v4', '--history',
                         '17', '--run-dir', str(tmp_path/'s')], capture_output=True, text=True)
     assert r.returncode == 2 and 'must be >= 0 and <= 16' in r.stderr and 'Traceback' not in r.stderr
-    with pytest.raises(BadInputError, match='memory the C loop does not drive'):
-        c_loop_sources(fast_run/'policy.onnx')
 
 
 @pytest.mark.skipif(bool(compiler_missing('cc')), reason=compiler_missing('cc') or 'cc')
@@ -174,3 +172,11 @@ def test_c_library_keeps_the_memory(fast_run, tmp_path):
 def test_memoryless_policies_stay_plain(run_dir):
     assert not isinstance(B.load('ort', run_dir), HistoryRunner)
     assert 'history_actions' not in onnx_metadata(run_dir/'policy.onnx')
+
+
+@pytest.mark.skipif(bool(c_loop_missing()), reason=c_loop_missing() or 'the C loop builds here')
+def test_c_loop_drives_the_memory(fast_run):
+    "Hopper in C through ppo_policy_step: gymnasium's steps, the Python native-c returns to the bit, the fallback held."
+    rec = c_loop(fast_run, steps=5_000, episodes=3)
+    assert rec.check.passed and rec.fallback['passed'], (rec.check, rec.fallback)
+    assert rec.returns == rec.python_returns['ppo:native-c']  # the same memory rule, bit for bit

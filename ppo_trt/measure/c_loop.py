@@ -96,14 +96,11 @@ LOOP_CFLAGS = ('-O2', *STRICT)  # ISO C: no contraction into FMAs, so float64 ro
 def c_loop_sources(onnx_path):
     "{file name: text} of the C loop of `onnx_path`: the C library, the env's constants and c_loop.c."
     kernel, dims, meta = library_kernel(onnx_path)
-    if meta.get('history_actions'):
-        raise BadInputError(f"{onnx_path} acts on its last {meta['history_actions']} actions, a memory the C loop "
-                            'does not drive yet (the C library keeps it: ppo-trt export-c); deploy it through a '
-                            'Python runner (ppo-trt evaluate / enjoy) or ppo_policy_step in your own loop')
-    consts = hopper_constants(meta.get('env_id', '?'))
+    consts, k = hopper_constants(meta.get('env_id', '?')), int(meta.get('history_actions') or 0)
     return {'ppo_policy.h': library_header(consts['ENV_ID'], dims, sha256_file(onnx_path),
-                                           hashlib.sha256(kernel.encode()).hexdigest()),
-            'ppo_policy.c': library_source(kernel), 'c_loop_env.h': env_header(consts), 'c_loop.c': loop_template()}
+                                           hashlib.sha256(kernel.encode()).hexdigest(), k),
+            'ppo_policy.c': library_source(kernel, k, meta.get('action_low'), meta.get('action_high')),
+            'c_loop_env.h': env_header(consts), 'c_loop.c': loop_template()}
 
 # %% ../../nbs/53_c_loop.ipynb #b0d835d8
 C_LOOP_MARKER, C_LOOP_MADE_BY = '.ppo-trt-c-loop.json', 'ppo-trt c-loop'

@@ -12,6 +12,8 @@
  * action is held (zeros at an episode's first step), and it is counted. --inject-nan STEP hands the policy a NaN
  * observation once, at control step STEP (counted from 0 over the whole run). --trace FILE writes one row of
  * TRACE_COLS doubles per reset and per step: episode, t, status, terminated, truncated, reward, action, observation.
+ * A policy that reads its last actions (PPO_POLICY_HISTORY_ACTIONS > 0) is driven through its ppo_policy_memory:
+ * reset at every episode start, and the held action committed whenever the fallback acts.
  */
 #define _POSIX_C_SOURCE 199309L
 #include <math.h>
@@ -28,7 +30,19 @@
 #define NV 6
 #define NU 3
 #define TRACE_COLS (6 + NU + NQ - 1 + NV)
-#if PPO_POLICY_OBS_DIM != NQ - 1 + NV || PPO_POLICY_ACT_DIM != NU
+#if PPO_POLICY_HISTORY_ACTIONS > 0  /* the env's observation, the library's memory for the rest of the input */
+#define OBS_DIM PPO_POLICY_ENV_OBS_DIM
+static ppo_policy_memory memory;
+#define POLICY_ACT(obs, act) ppo_policy_step(&memory, obs, act)
+#define POLICY_RESET() ppo_policy_reset(&memory)
+#define POLICY_COMMIT(act) ppo_policy_commit(&memory, act)
+#else
+#define OBS_DIM PPO_POLICY_OBS_DIM
+#define POLICY_ACT(obs, act) ppo_policy_act(obs, act)
+#define POLICY_RESET() ((void)0)
+#define POLICY_COMMIT(act) PPO_POLICY_OK
+#endif
+#if OBS_DIM != NQ - 1 + NV || PPO_POLICY_ACT_DIM != NU
 #error "c_loop drives Hopper-v4: the policy must map 11 observations to 3 actions"
 #endif
 
@@ -99,7 +113,7 @@ static void reset(const mjModel *m, mjData *d, uint64_t seed) {
     mj_forward(m, d);
 }
 
-static void observe(const mjData *d, double obs[PPO_POLICY_OBS_DIM]) {  /* qpos[1:], clip(qvel, -10, 10) */
+static void observe(const mjData *d, double obs[OBS_DIM]) {  /* qpos[1:], clip(qvel, -10, 10) */
     int i;
     for (i = 1; i < NQ; i++) obs[i - 1] = d->qpos[i];
     for (i = 0; i < NV; i++) {
@@ -201,8 +215,8 @@ int main(int argc, char **argv) {
     size_t cap, n_period = 0, n_eps = 0, i;
     long long step = 0, fallbacks = 0, bad_obs = 0, bad_action = 0;
     long t = 0;
-    double obs[PPO_POLICY_OBS_DIM], ep_return = 0, dt, row[TRACE_COLS];
-    float obs32[PPO_POLICY_OBS_DIM], act[NU] = {0}, proposed[NU];
+    double obs[OBS_DIM], ep_return = 0, dt, row[TRACE_COLS];
+    float obs32[OBS_DIM], act[NU] = {0}, proposed[NU];
     int a, contiguous = 0;
 
     for (a = 1; a < argc; a++) {
@@ -238,6 +252,7 @@ int main(int argc, char **argv) {
 
     reset(m, d, (uint64_t)seed);
     observe(d, obs);
+    POLICY_RESET();
     if (trace) {
         memset(row, 0, sizeof row);
         row[2] = -1;
@@ -252,15 +267,16 @@ int main(int argc, char **argv) {
         if (contiguous) period_ns[n_period++] = t_start - t_prev;
         t_prev = t_start;
         contiguous = 1;
-        for (i = 0; i < PPO_POLICY_OBS_DIM; i++) obs32[i] = (float)obs[i];
+        for (i = 0; i < OBS_DIM; i++) obs32[i] = (float)obs[i];
         if (step == inject) obs32[0] = NAN;
         t0 = now_ns();
-        status = ppo_policy_act(obs32, proposed);
+        status = POLICY_ACT(obs32, proposed);
         t1 = now_ns();
         policy_ns[step] = t1 - t0;
         if (status == PPO_POLICY_OK) memcpy(act, proposed, sizeof act);
-        else {  /* fallback: hold the last action */
+        else {  /* fallback: hold the last action (and a memory records it as the action applied) */
             fallbacks++;
+            if (POLICY_COMMIT(act) != PPO_POLICY_OK) return 3;
             bad_obs += status == PPO_POLICY_NONFINITE_OBS;
             bad_action += status == PPO_POLICY_NONFINITE_ACTION;
         }
@@ -284,6 +300,7 @@ int main(int argc, char **argv) {
             if ((long long)n_eps >= n_episodes && step >= n_steps) break;
             reset(m, d, (uint64_t)(seed + (long long)n_eps));
             observe(d, obs);
+            POLICY_RESET();
             memset(act, 0, sizeof act);
             t = 0; ep_return = 0; contiguous = 0;
             if (trace) {
