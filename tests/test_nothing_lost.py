@@ -110,3 +110,16 @@ def test_resume_in_an_empty_folder_is_refused(tmp_path):
     r = ppo_trt('train', '--run-dir', tmp_path/'new', '--resume', '--preset', 'smoke', '--timesteps', 512)
     _one_line_error(r, 'no training to resume', 'drop --resume')
     assert not (tmp_path/'new').exists()
+
+
+def test_sb3_training_leaves_nothing_in_the_temp_folder(tmp_path, monkeypatch):
+    "SB3's default logger makes an empty tempdir/SB3-<time> folder at every learn(); ppo_trt's training does not."
+    import tempfile
+    from ppo_trt.train.sb3 import train
+    scratch = tmp_path/'tmp'
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, 'tempdir', str(scratch))
+    train(tmp_path/'run', 'Hopper-v4', preset_name='smoke', timesteps=512, eval_freq=256, n_eval_episodes=1,
+          final_eval_episodes=1, progress=False)
+    assert (tmp_path/'run'/'policy.zip').is_file()
+    assert [p.name for p in scratch.iterdir() if p.name.startswith('SB3-')] == []  # (torch may keep its caches)

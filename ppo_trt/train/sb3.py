@@ -4,7 +4,7 @@
 
 # %% ../../nbs/20_train.ipynb #7be35b10
 from __future__ import annotations
-import csv, re, time
+import csv, re, sys, time
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -203,6 +203,12 @@ def _planned_steps(steps0, timesteps, n_steps):
     "Where learning really stops: SB3 collects whole rollouts of `n_steps` (one env)."
     return steps0 + -(-(timesteps - steps0) // n_steps) * n_steps if timesteps > steps0 else steps0
 
+# %% ../../nbs/20_train.ipynb #fcb105cf
+def _sb3_logger(verbose):
+    "SB3's logger writing nowhere but stdout (when `verbose`): its default leaves an empty tempdir/SB3-<time> folder."
+    from stable_baselines3.common.logger import HumanOutputFormat, Logger
+    return Logger(folder=None, output_formats=[HumanOutputFormat(sys.stdout)] if verbose else [])
+
 # %% ../../nbs/20_train.ipynb #70611042
 def _model(run, env_id, seed, p, ckpt, wrap_env, init_model, verbose, randomize=None):
     "(model, training env, selection env): a new PPO, or the checkpoint a resumed run restarts from."
@@ -211,10 +217,12 @@ def _model(run, env_id, seed, p, ckpt, wrap_env, init_model, verbose, randomize=
     set_random_seed(seed)
     venv, eval_env = _vec_envs(env_id, seed, p['ppo'].get('gamma', 0.99), ckpt[2] if ckpt else None, wrap_env,
                                randomize)
-    if ckpt: return PPO.load(str(ckpt[1]), env=venv, device='cpu'), venv, eval_env
-    model = PPO('MlpPolicy', venv, seed=seed, device='cpu', verbose=verbose, policy_kwargs=_policy_kwargs(p),
-                **p['ppo'])
-    if init_model: init_model(model)
+    if ckpt: model = PPO.load(str(ckpt[1]), env=venv, device='cpu')
+    else:
+        model = PPO('MlpPolicy', venv, seed=seed, device='cpu', verbose=verbose, policy_kwargs=_policy_kwargs(p),
+                    **p['ppo'])
+        if init_model: init_model(model)
+    model.set_logger(_sb3_logger(verbose))
     return model, venv, eval_env
 
 # %% ../../nbs/20_train.ipynb #6411d4ff
