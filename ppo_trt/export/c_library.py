@@ -17,8 +17,8 @@ from .c_kernel import ROWS, STACK_SCRATCH_MAX, _cf, _kernels, _scratch_width
 # %% auto #0
 __all__ = ['STATUS', 'SEQ_EPISODE', 'SEQ_FALLBACK_EVERY', 'TEST_TOL', 'TEST_PROGRAM', 'MAKEFILE', 'BENCH_PROGRAM',
            'LIBRARY_MARKER', 'MADE_BY', 'STRICT', 'BENCH_LINES', 'library_kernel', 'library_header', 'library_source',
-           'history_sequence', 'test_vectors', 'library_files', 'write_c_library', 'compiler_missing', 'build_and_test',
-           'parse_bench', 'bench_c_library']
+           'history_sequence', 'test_vectors', 'library_code', 'library_files', 'write_c_library', 'compiler_missing',
+           'build_and_test', 'parse_bench', 'bench_c_library']
 
 # %% ../../nbs/36_c_library.ipynb #35ad0b3d
 def library_kernel(onnx_path):
@@ -477,6 +477,13 @@ int main(int argc, char **argv) {
 }
 """
 
+# %% ../../nbs/36_c_library.ipynb #c22722d4
+def library_code(kernel, dims, meta, env_id, onnx_sha256):
+    "ppo_policy.h and ppo_policy.c of `kernel`, with the memory its policy's metadata asks for (`history_actions`)."
+    k = int(meta.get('history_actions') or 0)
+    return {'ppo_policy.h': library_header(env_id, dims, onnx_sha256, hashlib.sha256(kernel.encode()).hexdigest(), k),
+            'ppo_policy.c': library_source(kernel, k, meta.get('action_low'), meta.get('action_high'))}
+
 # %% ../../nbs/36_c_library.ipynb #c4763cc3
 LIBRARY_MARKER, MADE_BY = '.ppo-trt-c-library.json', 'ppo-trt export-c'
 
@@ -491,9 +498,7 @@ def library_files(onnx_path, obs, onnx_sha256):
     low, high = meta.get('action_low'), meta.get('action_high')
     sequence = history_sequence(act_fn, obs[:, :dims[0] - k * dims[1]], k, low, high) if k else None
     env_id = str(meta.get('env_id', '?')).replace('"', "'").replace('*/', '* /')  # inside a C string and comment
-    return {'ppo_policy.h': library_header(env_id, dims, onnx_sha256,
-                                           hashlib.sha256(kernel.encode()).hexdigest(), k),
-            'ppo_policy.c': library_source(kernel, k, low, high),
+    return {**library_code(kernel, dims, meta, env_id, onnx_sha256),
             'ppo_policy_vectors.h': test_vectors(obs, act, sequence),
             'test_ppo_policy.c': TEST_PROGRAM, 'bench_ppo_policy.c': BENCH_PROGRAM, 'Makefile': MAKEFILE}
 

@@ -16,7 +16,7 @@ from ..envs.gym import make_env, PHASES
 from ..envs.controllers import pid_baseline
 from ..export.onnx import onnx_metadata
 from ..export.c_kernel import CFLAGS
-from ..export.c_library import STRICT, compiler_missing, library_kernel, library_header, library_source
+from ..export.c_library import STRICT, compiler_missing, library_kernel, library_code
 from ..backends import registry as B
 from .evaluate import evaluate_phase
 
@@ -96,10 +96,8 @@ LOOP_CFLAGS = ('-O2', *STRICT)  # ISO C: no contraction into FMAs, so float64 ro
 def c_loop_sources(onnx_path):
     "{file name: text} of the C loop of `onnx_path`: the C library, the env's constants and c_loop.c."
     kernel, dims, meta = library_kernel(onnx_path)
-    consts, k = hopper_constants(meta.get('env_id', '?')), int(meta.get('history_actions') or 0)
-    return {'ppo_policy.h': library_header(consts['ENV_ID'], dims, sha256_file(onnx_path),
-                                           hashlib.sha256(kernel.encode()).hexdigest(), k),
-            'ppo_policy.c': library_source(kernel, k, meta.get('action_low'), meta.get('action_high')),
+    consts = hopper_constants(meta.get('env_id', '?'))
+    return {**library_code(kernel, dims, meta, consts['ENV_ID'], sha256_file(onnx_path)),
             'c_loop_env.h': env_header(consts), 'c_loop.c': loop_template()}
 
 # %% ../../nbs/53_c_loop.ipynb #b0d835d8

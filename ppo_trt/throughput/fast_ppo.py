@@ -431,9 +431,6 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
     threshold = check_curriculum(env_id, ranges, curriculum)
     if privileged_critic and expert is not None:
         raise BadInputError('--privileged-critic trains a plain policy, not a residual: drop --expert or it')
-    if privileged_critic and not ranges:
-        raise BadInputError('a privileged critic sees what each training episode drew, and nothing is drawn: '
-                            "add --randomize (e.g. 'all') or drop --privileged-critic")
     device = resolve_device(device)
     if cudagraphs and device.type != 'cuda':
         raise BadInputError(f'--cudagraphs needs a CUDA device, but the device is {device}; '
