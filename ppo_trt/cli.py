@@ -401,7 +401,7 @@ def _train_fast(a):
     rd = a.run_dir or default_run_dir(env_id)
     _say(f'fast on-device PPO on {env_id} ({st.num_envs} envs on {a.device}) into {rd}')
     r = fast_train(rd, env_id, a.timesteps, a.seed, a.device, st, a.expert, a.residual_scale, a.compile, a.cudagraphs,
-                   randomize=a.randomize, num_threads=a.env_threads, force=a.force, progress=sys.stderr.isatty(),
+                   randomize=a.randomize, num_threads=a.env_threads, force=a.force, progress=True,
                    torch_threads=a.torch_threads, history=a.history, privileged_critic=a.privileged_critic,
                    curriculum=a.curriculum_return if a.curriculum_return is not None else a.curriculum or None)
     _say(f"{r.timesteps:,} steps in {r.wall_s:.1f} s ({r.steps_per_s:,.0f} steps/s, env + inference + "

@@ -93,8 +93,19 @@ def test_fast_train_progress_keeps_its_prefix(tmp_path):
             f'fast_train({str(tmp_path/"ft")!r}, "CartPole-v1", timesteps=4096, eval_every=1, eval_episodes=2, '
             'final_eval_episodes=2, progress=True)')
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=tmp_path)
-    said = [l for l in r.stdout.splitlines() if 'steps: return' in l]
+    said = [l for l in r.stdout.splitlines() if 'steps: evaluated return' in l]
     assert r.returncode == 0 and said and all(l.startswith('[ppo-trt] ') for l in said), r.stdout + r.stderr[-1000:]
+
+def test_fast_train_piped_prints_progress_and_its_rounding(tmp_path):
+    "Piped into a log (no terminal), `train --fast` still says each evaluation, its progress and the budget's rounding."
+    r = ppo_trt('train', '--fast', '--env-id', 'CartPole-v1', '--timesteps', 10_000, '--run-dir', tmp_path/'cp')
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert any('8,192 steps to train (10,000 asked, rounded down to whole updates of 64 envs × 32 steps)' in l
+               for l in lines), r.stdout
+    evaluations = [l for l in lines if 'steps: evaluated return' in l]
+    heartbeats = [l for l in lines if ' of 8,192 steps (' in l]
+    assert len(evaluations) >= 1 and len(heartbeats) >= 1 and '\x1b' not in r.stdout, r.stdout
 
 # words, not Python values -------------------------------------------------------------------------------------------
 

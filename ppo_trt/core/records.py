@@ -15,11 +15,11 @@ from .files import (PARTIAL, PpoTrtError, BadArtifactError, BadInputError, Missi
 from .machine import ThreadPlan, probe, machine_summary, package_version
 
 # %% auto #0
-__all__ = ['SCHEMAS', 'LOCK_NAME', 'HOLDER_NAME', 'REPORT_INPUTS', 'STAGE_PARENTS', 'DERIVED', 'ConfigRecord', 'ObsNormRecord',
-           'TrainRecord', 'BestRecord', 'Parity', 'TensorSpec', 'ExportRecord', 'EngineProfile', 'EngineRecord',
-           'Stats', 'HotPath', 'LatencyWindow', 'BenchRecord', 'Session', 'BenchSettingsRecord', 'TimerOverhead',
-           'BenchFile', 'Event', 'PhaseRecord', 'Gate', 'DelayCurve', 'EvaluateFile', 'Curve', 'Returns',
-           'ResidualStudyRecord', 'EnvBenchRow', 'EnvBenchError', 'EnvBenchRecord', 'LoopStats', 'GymCheck',
+__all__ = ['SCHEMAS', 'MACHINE_ID_VAR', 'LOCK_NAME', 'HOLDER_NAME', 'REPORT_INPUTS', 'STAGE_PARENTS', 'DERIVED', 'ConfigRecord',
+           'ObsNormRecord', 'TrainRecord', 'BestRecord', 'Parity', 'TensorSpec', 'ExportRecord', 'EngineProfile',
+           'EngineRecord', 'Stats', 'HotPath', 'LatencyWindow', 'BenchRecord', 'Session', 'BenchSettingsRecord',
+           'TimerOverhead', 'BenchFile', 'Event', 'PhaseRecord', 'Gate', 'DelayCurve', 'EvaluateFile', 'Curve',
+           'Returns', 'ResidualStudyRecord', 'EnvBenchRow', 'EnvBenchError', 'EnvBenchRecord', 'LoopStats', 'GymCheck',
            'CLoopRecord', 'policy_only', 'fix_command', 'policy_only_advice', 'read_record', 'load_artifact', 'record',
            'machine_id', 'session', 'session_id', 'RunFolderBusy', 'remove_partial', 'run_lock', 'locked',
            'lineage_problems', 'require_fresh', 'derived_paths', 'remove_derived']
@@ -539,8 +539,11 @@ def record(schema, **fields):
     return msgspec.convert(msgspec.to_builtins(fields, enc_hook=_plain), type=schema)
 
 # %% ../../nbs/03_records.ipynb #660153c1
+MACHINE_ID_VAR = 'PPO_TRT_MACHINE_ID'
+
 def machine_id(info=None):
-    "A short id of this machine's hardware and platform (CPU model and count, GPU, OS, Python)."
+    "A short id of the hardware and platform `info` describes (default: this machine, or `$PPO_TRT_MACHINE_ID`)."
+    if info is None and (claimed := os.environ.get(MACHINE_ID_VAR, '').strip()): return claimed[:64]
     info = info or probe(deep=False)
     from ppo_trt.core.machine import gpu_info
     gpu = info['gpu'] if 'gpu' in info else gpu_info()
@@ -553,7 +556,7 @@ def session(policy_sha256):
     "A new session record: now, this machine, the policy measured."
     info = probe(deep=False)
     return Session(created=time.strftime('%Y-%m-%dT%H:%M:%S%z'), machine=machine_summary(info),
-                   machine_id=machine_id(info), policy_sha256=policy_sha256, ppo_trt=package_version('ppo_trt'))
+                   machine_id=machine_id(), policy_sha256=policy_sha256, ppo_trt=package_version('ppo_trt'))
 
 # %% ../../nbs/03_records.ipynb #f2e2581c
 def session_id(s):

@@ -27,7 +27,7 @@ __all__ = ['BACKEND_FAULTS', 'DELAY_STEPS', 'ControlLoop', 'delay_curve', 'merge
 BACKEND_FAULTS = ('deadline', 'nonfinite', 'bad-input')  # event kinds that count against a backend
 
 class ControlLoop:
-    "Run a Runner with a per-step deadline; fall back in the same step on bad obs, a miss, a NaN/inf action or a trip."
+    "Safe loop: `fallback`'s action in the same step on bad obs, a late (checked on return) or NaN/inf action, a trip."
     def __init__(self, runner, fallback, deadline_us=1000.0, period_s=None, realtime=False, warmup=20):
         self.runner, self.fallback, self.deadline_ns = runner, fallback, deadline_us * 1e3
         self.period_s, self.realtime = period_s, realtime

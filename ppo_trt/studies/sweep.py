@@ -13,7 +13,7 @@ from ..core.files import BadInputError, PpoTrtError, PARTIAL, load_json, save_js
 from ..core.run_folder import DEFAULT_ENV_ID, RunDir, check_timesteps
 from ..core.records import (LOCK_NAME, HOLDER_NAME, load_artifact, lineage_problems, remove_partial,
                                   require_fresh, run_lock)
-from ..core.machine import package_version
+from ..core.machine import package_version, machine_summary
 from ..envs.specs import env_spec, env_ids
 from ..envs.gym import (check_randomize, format_randomize, parse_randomize, check_phases, env_phases,
                              HELD_OUT_SEED_OFFSET)
@@ -485,7 +485,7 @@ def sweep(out_dir, env_id=DEFAULT_ENV_ID, seeds=5, variants=DEFAULT_VARIANTS, fa
         finished = [(v, s) for v, s in pairs if run_finished(out/'runs'/run_name(v, s), settings, s)]
         todo = [x for x in pairs if x not in finished]
         rec = dict(schema_version=1, status='running', settings=settings, created=time.strftime('%Y-%m-%dT%H:%M:%S%z'),
-                   ppo_trt=package_version('ppo_trt'),
+                   ppo_trt=package_version('ppo_trt'), machine=machine_summary(),  # this invocation's
                    ray=(old or {}).get('ray') or dict(version=package_version('ray')),
                    runs={run_name(v, s): run_result(out/'runs'/run_name(v, s), settings, v, s) for v, s in finished},
                    failed={})

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/63_fast_ppo.ipynb #0fadbbed
 from __future__ import annotations
-import csv, time
+import csv, sys, time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import numpy as np
@@ -474,7 +474,12 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
     timer.lap('setup')
     from rich.progress import Progress
     from rich.markup import escape
-    with Progress(transient=True, disable=not progress) as bar:
+    batch = s.num_envs * s.n_steps
+    heartbeat = max(1, num_updates // 20)  # a line every 5 % of the run, an evaluation's line every `eval_every`
+    with Progress(transient=True, disable=not progress or not sys.stdout.isatty()) as bar:  # the bar: terminals only
+        say = lambda msg: progress and bar.console.print(escape(f'[ppo-trt] {msg}'), soft_wrap=True)
+        say(f'{num_updates * batch:,} steps to train ({timesteps:,} asked, rounded down to whole updates of '
+            f'{s.num_envs} envs × {s.n_steps} steps); an evaluation every {eval_every * batch:,}')
         task = bar.add_task(f'fast PPO {env_id}', total=num_updates)
         for update in range(num_updates):
             if s.anneal_lr: optimizer.param_groups[0]['lr'] = s.lr * (1 - update / num_updates)
@@ -490,20 +495,24 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
             if cur and cur.observe(*stats.take(), (update + 1) * s.num_envs * s.n_steps):
                 set_env_ranges(env, cur.ranges)
             bar.advance(task)
-            if (update + 1) % eval_every == 0 or update == num_updates - 1:
+            evaluating = (update + 1) % eval_every == 0 or update == num_updates - 1
+            if not evaluating and (update + 1) % heartbeat == 0:
+                steps, wall = (update + 1) * batch, time.perf_counter() - start
+                say(f'{steps:,} of {num_updates * batch:,} steps ({(update + 1) / num_updates:.0%}), '
+                    f'{steps / (wall - eval_s):,.0f} steps/s')
+            if evaluating:
                 eval_start = time.perf_counter()
                 evaluated = eval_returns(agent, norm, env_id, eval_episodes, seeds['selection'], device,
                                          eval_pool_threads, history)
                 eval_s += time.perf_counter() - eval_start
-                steps, wall = (update + 1) * s.num_envs * s.n_steps, time.perf_counter() - start
+                steps, wall = (update + 1) * batch, time.perf_counter() - start
                 log.append(dict(timesteps=steps, mean_return=float(evaluated.mean()),
                                 std_return=float(evaluated.std()), mean_ep_length=float('nan'), wall_s=wall,
                                 steps_per_s=steps / (wall - eval_s),  # evaluations excluded
                                 train_episode_return=stats.mean_and_reset()))
-                if progress:
-                    widened = f', ranges at {cur.level:.0%} of --randomize' if cur else ''
-                    bar.console.print(f'{escape("[ppo-trt]")} {steps:,} steps: return {log[-1]["mean_return"]:.1f} '
-                                      f'({log[-1]["steps_per_s"]:,.0f} steps/s{widened})')
+                widened = f', ranges at {cur.level:.0%} of --randomize' if cur else ''
+                say(f'{steps:,} steps: evaluated return {log[-1]["mean_return"]:.1f} over {eval_episodes} episodes '
+                    f'({log[-1]["steps_per_s"]:,.0f} steps/s{widened})')
                 timer.lap('evaluation')
                 if target_return is not None and evaluated.mean() >= target_return: solved_at = log[-1]; break
     held_out = eval_returns(agent, norm, env_id, final_eval_episodes, seeds['held_out'], device,
