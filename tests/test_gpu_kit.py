@@ -2,15 +2,24 @@
 session's plan fits the device tool's limits, what travels stays under 64 MiB, the budget stops every step, the image
 guard hides what the GPU image lacks, bench goes on when mujoco cannot load its GL, and (slow) the whole session
 rehearsed here, its GPU steps skipped with their reasons, its stand-ins passing, its files converted into records."""
-import json, os, re, shutil, subprocess, sys, time
+import importlib.util, json, os, re, shutil, subprocess, sys, time
 from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT/'tools'
 SESSION = TOOLS/'gpu_session.sh'
-sys.path.insert(0, str(TOOLS))
-import gpu_quick, gpu_records  # noqa: E402
+
+
+def _tool(name):
+    "A module of tools/ loaded from its file (tools/ is no package and stays off sys.path)."
+    spec = importlib.util.spec_from_file_location(name, TOOLS/f'{name}.py')
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+gpu_quick, gpu_records = _tool('gpu_quick'), _tool('gpu_records')
 
 QUICK_BUDGET_S = 360  # issue 35: one call of at most 6 minutes, inside a 7-minute command limit
 RUN_TIMEOUT_S = 420

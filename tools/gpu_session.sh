@@ -3,17 +3,24 @@
 # under its own hard limit, each writing its result under $OUT the moment it ends (8 files: what the device tool brings
 # back), so a session cut off anywhere still returns what it measured. The first half is tools/gpu_prepare.sh.
 #
-# The plan when a GPU machine is lent (15 minutes of device time in all: start, commands, idle and close counted):
-#  1. On the CPU box, in the checkout the session was started in (the device tool carries that one, not a helper's
-#     worktree): tools/gpu_prepare.sh [RUN_DIR], then rehearse: tools/gpu_rehearse.sh (this script with no GPU, the
-#     GPU image's imports enforced: every GPU step must say why it skips and every CPU stand-in must pass). Commit.
-#  2. run(command="bash tools/gpu_session.sh quick", carry=[".gpu"], timeout_s=420): once. ~1-2 min to start, <= 6 min.
-#  3. Read quick.json (one entry per step: ok / failed / timeout / skipped / not run, with the reason) and the logs
-#     beside it, in the call's files_at. Keep them: python tools/gpu_records.py FILES_AT (benchmarks/<gpu>-<date>/).
-#  4. Fix what broke on the CPU box (rehearse again). If status() says >= 5 minutes of device time remain, run once more
-#     with the time there is: run(command="KIT_QUICK_S=<left - 150> bash tools/gpu_session.sh quick [STEP,...]",
-#     carry=[".gpu"], timeout_s=<left - 90>), naming the steps that failed; convert those files too (--name ...-2).
-#  5. give_back() at once (idle time counts), unless the next call follows immediately.
+# THE PLAN when a GPU machine is lent (15 minutes of device time in all: each start ~1-2 min, commands, idle, close).
+#  Before, on the CPU box (no device time), in the checkout the session was started in (the device tool carries that
+#  one, not a helper's worktree); status() says at no cost whether this task is lent a machine at all:
+#   a. tools/gpu_prepare.sh [RUN_DIR]: .gpu/wheels (CPython 3.12 wheels of tools/gpu_carry.txt), .gpu/run, the size.
+#   b. tools/gpu_rehearse.sh: this script end to end here, offline install and the GPU image's imports enforced; every
+#      GPU step says why it skips, every stand-in passes, the records convert. Fix until it exits 0; commit.
+#  On the device:
+#   1. run(command="bash tools/gpu_session.sh quick", carry=[".gpu"], timeout_s=420): once (<= 6 min + the start).
+#   2. give_back() at once, unless the next call follows within seconds (an idle machine costs the same as a busy one).
+#   3. Read the reply's output_tail (the step table) and files_at/quick.json: every step ok / failed / timeout /
+#      skipped / not run, with its reason; the logs beside it say why. Keep them at once:
+#      python tools/gpu_records.py FILES_AT (-> benchmarks/<gpu>-<yyyy-mm-dd>/); commit.
+#   4. Fix what broke on the CPU box; rehearse again.
+#   5. status(): with L = budget_left_s >= 300, one more call for the steps that failed or did not run:
+#        run(command="KIT_QUICK_S=<L-150> bash tools/gpu_session.sh quick bench,pytest", carry=[".gpu"],
+#            timeout_s=<L-120>)
+#      then give_back(); convert with --name <gpu>-<date>-2. Under 300 s left: stop (no machine starts under 4 min).
+#   6. Closing note: the figures and the device, what broke on first contact and how it was fixed, device time used.
 #
 # Steps, in order (limit in s; `bash tools/gpu_session.sh plan` prints them; without a CUDA GPU the stand-in runs):
 #   install 45         the wheels of .gpu/wheels and this checkout, offline   | same (KIT_INSTALL=none: as it is)
@@ -215,8 +222,8 @@ quick() {  # the session: every step in order (or those of $1), each recorded as
 
   if wanted nvidia-smi; then
     if command -v nvidia-smi > /dev/null; then
-      step nvidia-smi "$LOG" nvidia-smi \
-        --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,compute_cap,power.limit --format=csv
+      step nvidia-smi "$LOG" bash -c \
+        'nvidia-smi && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,compute_cap --format=csv'
     else skip nvidia-smi "$LOG" "nvidia-smi is not on PATH"; fi
   fi
   wanted versions && step versions "$LOG" "$PY" tools/gpu_quick.py versions "$QJ"
