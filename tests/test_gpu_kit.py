@@ -199,7 +199,7 @@ def test_records_refuse_a_damaged_bench_and_write_nothing(tmp_path, short_sessio
     out = _out_of_a_short_session(tmp_path, short_session)
     (out/'bench.json').write_text(json.dumps({'schema_version': 2, 'records': 3}))
     dest = tmp_path/'bench'
-    with pytest.raises(gpu_records.RecordsError, match='bench.json does not hold a valid'):
+    with pytest.raises(gpu_records.RecordsError, match=r'out/bench.json does not hold a valid .* another ppo_trt'):
         gpu_records.convert(out, dest)
     assert list(dest.iterdir()) == []  # no folder, no half-written temporary
 
@@ -223,6 +223,43 @@ def test_records_escape_what_reaches_markdown(tmp_path, short_session):
     (out/'quick.json').write_text(json.dumps(rec))
     md = (gpu_records.convert(out, tmp_path/'b')/'README.md').read_text()
     assert '<script>' not in md and '&lt;script&gt;x&lt;/script&gt; \\| \'rm\' next' in md
+
+
+def _stats(p50, p99):
+    return dict(n=1000, mean_us=p50, p50_us=p50, p99_us=p99, p999_us=p99 * 1.5, max_us=p99 * 2)
+
+
+def test_records_report_the_targets_of_a_gpu_session(tmp_path, short_session):
+    "A session on an H100 (its records written here by hand): the folder is named after the GPU, each target judged."
+    out = _out_of_a_short_session(tmp_path, short_session)
+    rec = json.loads((out/'quick.json').read_text())
+    rec['gpu'] = 'NVIDIA H100 80GB HBM3'
+    rec['versions']['gpu'] = dict(name=rec['gpu'], capability='9.0', sms=132, memory_gib=79.2, count=1)
+    (out/'quick.json').write_text(json.dumps(rec))
+    lat = dict(backend='triton', mode='latency', batch=1, ran=True, device='cuda', precision='fp32',
+               stats=_stats(7.0, 9.5), kernel_only=_stats(2.0, 2.5), parity_vs_ort_fp32=dict(max_abs_err=3e-7, mean_abs_err=1e-7, n=1000))
+    sweep = dict(backend='triton', mode='sweep', batch=1 << 20, ran=True, device='cuda', precision='fp32',
+                 stats=_stats(400.0, 500.0), throughput_per_s=2.6e9, kernel_only=_stats(150.0, 160.0),
+                 kernel_throughput_per_s=7e9)
+    skipped = dict(backend='trt', mode='all', batch=None, ran=False, reason='tensorrt does not import')
+    (out/'bench.json').write_text(json.dumps(dict(
+        schema_version=2, env_id='Hopper-v4', records=[lat, sweep, skipped], machine_summary='H100 box', machine={},
+        settings=dict(warmup=500, iters=10000, sla_us=1000.0, threads=1), timer_overhead=dict(p50_ns=30.0))))
+    (out/'env_bench.json').write_text(json.dumps(dict(
+        schema_version=1, cpu='x', env_id='CartPole-v1', device='cuda', rows=[
+            dict(env_id='CartPole-v1', num_envs=1 << 24, device='cuda:0', level='env', impl='Triton kernel',
+                 steps_per_s=2e10),
+            dict(env_id='CartPole-v1', num_envs=1 << 24, device='cuda:0', level='env+inference', impl='eager MLP',
+                 steps_per_s=4e8)])))
+    folder = gpu_records.convert(out, tmp_path/'b')
+    assert folder.name == f"h100-{rec['started'][:10]}"
+    md = (folder/'README.md').read_text()
+    assert 'Device: **NVIDIA H100 80GB HBM3** (compute capability 9.0, 132 SMs, 79.2 GiB)' in md
+    assert '| trt | skipped: tensorrt does not import |' in md
+    verdicts = dict(re.findall(r'^\| ([^|]+?) \| [^|]+ \| [^|]+ \| (met|not met|not measured) \|$', md, re.M))
+    assert verdicts == {'batch-1 end-to-end p99 (µs)': 'met', 'actions/s batched, end to end': 'not met',
+                        'actions/s batched, kernel only': 'met', 'raw CartPole steps/s': 'met',
+                        'env + policy steps/s': 'not met', 'PPO solves CartPole (s)': 'not measured'}
 
 
 @pytest.mark.parametrize('name,slug', [('NVIDIA H100 80GB HBM3', 'h100'), ('NVIDIA H200', 'h200'),

@@ -57,12 +57,15 @@ def load(path):
     except (OSError, ValueError, RecursionError) as e: raise RecordsError(f'{path}: {str(e)[:120]}') from None
 
 
-def check_record(path):
-    "Read the record at `path` through the project's schema for its file name; RecordsError when it does not fit."
+def check_record(path, source):
+    "Read the record at `path` through the project's schema for its file name; RecordsError naming `source` if not."
     from ppo_trt.core.records import read_record
     from ppo_trt.core.files import PpoTrtError
     try: r = read_record(path)
-    except PpoTrtError as e: raise RecordsError(str(e)) from None
+    except PpoTrtError as e:
+        why = str(e).split('; ')[0].replace(str(path), str(source))  # read_record's fix (rerun a stage) is not ours
+        raise RecordsError(f'{why}; the returned file is damaged, or another ppo_trt wrote it: convert with that '
+                           'checkout') from None
     if isinstance(r, dict): raise RecordsError(f'{path.name} has no schema in ppo_trt.core.records')
 
 
@@ -216,13 +219,13 @@ def convert(out, dest, name=None, replace=False):
         for variant, t in trains.items():
             (tmp/f'fast-{variant}').mkdir()
             (tmp/f'fast-{variant}'/'train.json').write_text(json.dumps(t, indent=1) + '\n')
-            check_record(tmp/f'fast-{variant}'/'train.json')
+            check_record(tmp/f'fast-{variant}'/'train.json', out/f'quick.json (train.{variant})')
         if bench:
             (tmp/'bench.json').write_text(json.dumps(bench, indent=1) + '\n')
-            check_record(tmp/'bench.json')
+            check_record(tmp/'bench.json', out/'bench.json')
         if env:
             (tmp/f'env_bench_{env_id}.json').write_text(json.dumps(env, indent=1) + '\n')
-            check_record(tmp/f'env_bench_{env_id}.json')
+            check_record(tmp/f'env_bench_{env_id}.json', out/'env_bench.json')
         kept = {k: v for k, v in session.items() if k != 'train'}
         kept.update(record='gpu_session', schema_version=SESSION_SCHEMA, source_files=sorted(
             p.name for p in out.iterdir() if p.is_file()), train_variants=sorted(trains))

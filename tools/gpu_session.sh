@@ -227,7 +227,12 @@ quick() {  # the session: every step in order (or those of $1), each recorded as
     else skip nvidia-smi "$LOG" "nvidia-smi is not on PATH"; fi
   fi
   wanted versions && step versions "$LOG" "$PY" tools/gpu_quick.py versions "$QJ"
-  wanted doctor && { no_install doctor "$LOG" || step doctor "$LOG" ppo-trt doctor; }
+  if wanted doctor && ! no_install doctor "$LOG"; then  # its JSON (every backend: available or why not) to quick.json
+    fresh_run || log "doctor: no run folder in $GPUDIR/run"
+    rm -f "$KIT/doctor.json"
+    step doctor "$LOG" bash -c 'ppo-trt doctor --json --run-dir "$0" 2>&1 > "$1"' "$KIT/run" "$KIT/doctor.json"
+    rec set doctor --file "$KIT/doctor.json" > /dev/null
+  fi
 
   f="$OUT/bench.txt"
   if wanted bench && ! no_install bench "$f"; then
