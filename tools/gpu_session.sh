@@ -31,7 +31,7 @@
 #                      FP32 on export_obs.npy, sweep to 1 048 576; ort-cuda/ort-trt/trt/trt-rtx recorded with the
 #                      reason they cannot run                                  | the same command, batches 1-256
 #   envs 60            env-bench CartPole on CUDA at 65 536 / 1 048 576 / 16 777 216 envs and the Triton CartPole
-#                      kernel                                                  | CPU at 1 024 / 16 384 / 65 536
+#                      kernel                                                  | CPU at 1 024 / 4 096 / 16 384
 #   ppo-cudagraphs 60  train --fast CartPole-v1 --device cuda --cudagraphs (to 475)  | train --fast on the CPU
 #   rollout 30         device rollout (CartPole, Pendulum, 1 048 576 envs) under torch.cuda.set_sync_debug_mode('error')
 #                                                                              | the rollout on the CPU, unchecked
@@ -256,8 +256,8 @@ quick() {  # the session: every step in order (or those of $1), each recorded as
     else
       rec set skips.triton-cartpole --string "the Triton CartPole kernel is timed on a CUDA GPU only: $GPU_WHY" \
         > /dev/null
-      STAND_IN="$cpu: env-bench on the CPU at 1 024 / 16 384 / 65 536 envs" \
-        step envs "$f" "$PY" tools/gpu_env_bench.py --device cpu --num-envs 1024,16384,65536 --steps 10 \
+      STAND_IN="$cpu: env-bench on the CPU at 1 024 / 4 096 / 16 384 envs" \
+        step envs "$f" "$PY" tools/gpu_env_bench.py --device cpu --num-envs 1024,4096,16384 --steps 10 \
         --gym-max-envs 0 --train-max-envs 1024 --out "$OUT/env_bench.json"
     fi
   fi
