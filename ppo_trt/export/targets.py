@@ -18,8 +18,8 @@ __all__ = ['AARCH64', 'CORTEX_M4F', 'TARGETS', 'TEST_LINE', 'COUNT_PROGRAM', 'MA
            'FIRMWARE', 'QEMU_M4', 'ICOUNT', 'SYSTICK_LINE', 'M4_INSTRUCTIONS_PER_TICK', 'Target', 'target_missing',
            'compile_c', 'parse_test', 'trace_counts', 'one_insn_per_block', 'traced', 'aarch64_commands', 'makefile',
            'aarch64_files', 'build_aarch64', 'run_aarch64', 'count_aarch64', 'm4_commands', 'm4_files', 'build_m4',
-           'run_m4', 'count_m4', 'm4_sizes', 'realtime_estimate', 'facts_block', 'with_facts', 'tool_version',
-           'build_target']
+           'run_m4', 'count_m4', 'm4_sizes', 'realtime_estimate', 'comment_text', 'string_text', 'facts_block',
+           'with_facts', 'tool_version', 'build_target']
 
 # %% ../../nbs/38_arm_targets.ipynb #5c7eabd7
 @dataclass(frozen=True)
@@ -319,7 +319,16 @@ def realtime_estimate(t, instructions, period_s):
     return dict(device=t.device, clock_hz=t.clock_hz, cycles_per_instruction=t.cpi, assumption=t.why_cpi,
                 seconds_per_action=s, control_period_s=period_s, headroom=period_s / s if period_s else None)
 
-# %% ../../nbs/38_arm_targets.ipynb #8905d450
+# %% ../../nbs/38_arm_targets.ipynb #35355c0e
+def comment_text(s):
+    "`s` safe on one line inside a C block comment: printable ASCII only, no `*/` to end it, no `/*` to nest one."
+    return ''.join(c if ' ' <= c <= '~' else '?' for c in str(s)).replace('*/', '* /').replace('/*', '/ *')
+
+def string_text(s):
+    "`s` safe inside a C string literal: letters, digits, space and `+._-`, anything else as `?`."
+    return re.sub(r'[^A-Za-z0-9 +._-]', '?', str(s))
+
+# %% ../../nbs/38_arm_targets.ipynb #29edc3fb
 def _n(x): return f'{x:,.0f}'.replace(',', ' ')
 
 def facts_block(f):
@@ -338,10 +347,11 @@ def facts_block(f):
              f"  ESTIMATE, not a measurement: on {e['device']}, assuming {e['cycles_per_instruction']:g} cycles per "
              f"instruction, {e['seconds_per_action'] * 1e6:.3g} us per action"
              + (f", {e['headroom']:,.0f}x within {f['env_id']}'s {period} control period" if period else '')]
-    wrapped = [w for l in lines for w in textwrap.wrap(l, 114, subsequent_indent='    ', break_on_hyphens=False)]
+    wrapped = [w for l in lines for w in textwrap.wrap(comment_text(l), 114, subsequent_indent='    ',
+                                                      break_on_hyphens=False)]
     return '\n'.join(['/* ' + wrapped[0], *(' * ' + l for l in wrapped[1:]), ' */',
-                      f"#define PPO_POLICY_TARGET \"{f['target']}\"",
-                      f"#define PPO_POLICY_TARGET_KERNEL \"{f['kernel']}\"",
+                      f"#define PPO_POLICY_TARGET \"{string_text(f['target'])}\"",
+                      f"#define PPO_POLICY_TARGET_KERNEL \"{string_text(f['kernel'])}\"",
                       f"#define PPO_POLICY_TARGET_STACK_BYTES {f['stack_bytes']}",
                       f"#define PPO_POLICY_TARGET_FLASH_BYTES {f['code_bytes'] + f['const_bytes']}",
                       f"#define PPO_POLICY_TARGET_WORST_INSTRUCTIONS {f['instructions']['most']}", ''])
