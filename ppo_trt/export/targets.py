@@ -196,13 +196,17 @@ def aarch64_files(rows):
              "On an aarch64 machine itself, run `make test` in the folder above.")
     return {'count_ppo_policy.c': COUNT_PROGRAM, 'Makefile': makefile(title, rules, ['test'])}
 
-# %% ../../nbs/38_arm_targets.ipynb #8db7d931
-def _board(folder, name, files):
-    "LIB/`name` with `files` written in it, LIB checked to hold the C library."
+# %% ../../nbs/38_arm_targets.ipynb #f7c21c0a
+def _library(folder):
+    "`folder` as a Path, refused in one line unless it holds the C library and its test."
     folder = Path(folder)
     for f in ('ppo_policy.c', 'ppo_policy.h', 'ppo_policy_vectors.h', 'test_ppo_policy.c'):
         if not (folder/f).is_file(): raise BadInputError(f'{folder} has no {f}: run `ppo-trt export-c`')
-    out = folder/name
+    return folder
+
+def _board(folder, name, files):
+    "LIB/`name` with `files` written in it."
+    out = Path(folder)/name
     out.mkdir(exist_ok=True)
     for n, text in files.items(): (out/n).write_text(text, encoding='utf-8')
     return out
@@ -216,6 +220,7 @@ def _no_warnings(cmds, out):
 
 def build_aarch64(folder, rows=100):
     "Write LIB/aarch64 and build the library, its test and its counter there, NEON and portable: the commands."
+    _library(folder)
     if why := target_missing('aarch64'): raise BadInputError(why)
     out = _board(folder, 'aarch64', aarch64_files(rows))
     return dict(path=out, commands=_no_warnings(aarch64_commands(rows), out))
@@ -270,9 +275,10 @@ def m4_files(rows):
     return {'startup.c': STARTUP, 'mps2_an386.ld': LINKER_SCRIPT, 'count_ppo_policy.c': COUNT_PROGRAM,
             'Makefile': makefile(title, rules, ['test', 'count'])}
 
-# %% ../../nbs/38_arm_targets.ipynb #6d6d1901
+# %% ../../nbs/38_arm_targets.ipynb #dda46edb
 def build_m4(folder, rows=20):
     "Write LIB/cortex-m4f and build the library's object, the test firmware and the counters there: the commands."
+    _library(folder)
     if why := target_missing('cortex-m4f'): raise BadInputError(why)
     out = _board(folder, M4_DIR, m4_files(rows))
     return dict(path=out, commands=_no_warnings(m4_commands(rows), out))
