@@ -15,8 +15,8 @@ from .export.onnx import onnx_metadata
 from . import __version__
 
 # %% auto #0
-__all__ = ['MAX_BATCH', 'MAX_CALLS', 'MIN_EVAL_FREQ', 'JSON_COMMANDS', 'FAST_ONLY', 'BENCH_MARKER', 'BENCH_MADE_BY', 'COMMANDS',
-           'READ_ONLY', 'number', 'number_list', 'parser', 'writable_run_dir', 'cmd_train', 'cmd_export',
+__all__ = ['MAX_BATCH', 'MAX_CALLS', 'MIN_EVAL_FREQ', 'JSON_COMMANDS', 'C_TARGETS', 'FAST_ONLY', 'BENCH_MARKER', 'BENCH_MADE_BY',
+           'COMMANDS', 'READ_ONLY', 'number', 'number_list', 'parser', 'writable_run_dir', 'cmd_train', 'cmd_export',
            'cmd_export_c', 'cmd_c_loop', 'cmd_build', 'bench_file_dir', 'cmd_bench', 'cmd_evaluate',
            'cmd_residual_study', 'cmd_env_bench', 'cmd_report', 'cmd_advise', 'run_folder_rows', 'cmd_doctor',
            'cmd_enjoy', 'cmd_docs', 'cmd_sweep', 'cmd_run', 'cmd_compare', 'main']
@@ -238,8 +238,15 @@ def _add_enjoy(p):
     p.add_argument('--seed', type=number(int, 0), default=0, help='episode seed')
 
 # %% ../nbs/90_cli.ipynb #067e0869
+C_TARGETS = ('host', 'aarch64', 'cortex-m4f')  # export-c and c-loop --target (export.targets.TARGETS, and this machine)
+
+def _add_target(p, what):
+    p.add_argument('--target', choices=C_TARGETS, default='host', help=what)
+
 def _add_c_loop(p):
     _add_env(p)
+    _add_target(p, 'host: the policy in the loop; aarch64, cortex-m4f: the policy on an emulated device, one '
+                   'observation and one action a step over a serial link (hardware in the loop; --steps unused)')
     p.add_argument('--steps', type=number(int, 0, 100 * MAX_CALLS), default=1_000_000,
                    help='control steps the loop is timed over (its jitter percentiles)')
     p.add_argument('--episodes', type=number(int, 1, 10_000), default=5,
@@ -281,6 +288,9 @@ def parser():
     p = _sub(sub, 'export-c', 'write policy.onnx as a dependency-free C99 library, then build and test it'); _add_env(p)
     p.add_argument('--out', type=Path, default=None, help='the library folder (default: <run-dir>/c_policy)')
     p.add_argument('--cc', default='cc', help='the C compiler that builds and tests it (none: write only)')
+    _add_target(p, 'host: built and tested here with --cc; aarch64, cortex-m4f: cross-built, tested under QEMU, its '
+                   'instructions per action counted, its real-time facts in ppo_policy.h (default --out: '
+                   '<run-dir>/c_policy_<target>)')
     _add_c_loop(_sub(sub, 'c-loop', 'Hopper in C: MuJoCo\'s C API and the C policy library, checked against '
                           'gymnasium, timed'))
     p = _sub(sub, 'bench', 'benchmark every backend'); _add_env(p); _add_bench(p)
@@ -428,6 +438,12 @@ def cmd_export_c(a):
     from ppo_trt.export.c_library import write_c_library, build_and_test
     rd = _run_dir(a)
     _check_env(a, rd)
+    if a.target != 'host':
+        from ppo_trt.measure.targets import export_target, print_target
+        rec = export_target(rd, a.target, a.out)
+        print_target(rec)
+        _say(f"wrote {Path(rd)/f'c_target_{a.target}.json'}")
+        return rec
     lib = write_c_library(rd, a.out)
     _say(f"wrote the C library of policy.onnx (sha256 {lib['onnx_sha256'][:12]}…) into {lib['path']}")
     if a.cc == 'none': return lib
@@ -442,6 +458,13 @@ def cmd_c_loop(a):
     from ppo_trt.measure.c_loop import c_loop, print_c_loop
     rd = _run_dir(a)
     _check_env(a, rd)
+    if a.target != 'host':
+        from ppo_trt.measure.hil import c_loop_target, print_hil
+        rec = c_loop_target(rd, a.target, episodes=a.episodes, seed=a.seed, cc=a.cc)
+        print_hil(rec)
+        _say(f"wrote {Path(rd)/f'c_loop_{a.target}.json'}; the programs are in {Path(rd)/f'c_loop_{a.target}'}")
+        if not rec.passed: raise PpoTrtError(f'the loop with the policy on the emulated {a.target} did not pass (see above)')
+        return rec
     rec = c_loop(rd, steps=a.steps, episodes=a.episodes, seed=a.seed, cc=a.cc)
     print_c_loop(rec)
     _say(f"wrote {Path(rd)/'c_loop.json'}; the program is {Path(rd)/'c_loop'/'c_loop'}")

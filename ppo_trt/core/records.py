@@ -20,9 +20,10 @@ __all__ = ['SCHEMAS', 'MACHINE_ID_VAR', 'LOCK_NAME', 'HOLDER_NAME', 'REPORT_INPU
            'EngineRecord', 'Stats', 'HotPath', 'LatencyWindow', 'BenchRecord', 'Session', 'BenchSettingsRecord',
            'TimerOverhead', 'BenchFile', 'Event', 'PhaseRecord', 'Gate', 'DelayCurve', 'EvaluateFile', 'Curve',
            'Returns', 'ResidualStudyRecord', 'EnvBenchRow', 'EnvBenchError', 'EnvBenchRecord', 'LoopStats', 'GymCheck',
-           'CLoopRecord', 'policy_only', 'fix_command', 'policy_only_advice', 'read_record', 'load_artifact', 'record',
-           'machine_id', 'session', 'session_id', 'RunFolderBusy', 'remove_partial', 'run_lock', 'locked',
-           'lineage_problems', 'require_fresh', 'derived_paths', 'remove_derived']
+           'CLoopRecord', 'CTargetRecord', 'HilRecord', 'policy_only', 'fix_command', 'policy_only_advice',
+           'read_record', 'load_artifact', 'record', 'machine_id', 'session', 'session_id', 'RunFolderBusy',
+           'remove_partial', 'run_lock', 'locked', 'lineage_problems', 'require_fresh', 'derived_paths',
+           'remove_derived']
 
 # %% ../../nbs/03_records.ipynb #53e13962
 class _Part(msgspec.Struct, kw_only=True):
@@ -456,11 +457,64 @@ class CLoopRecord(_Record):
     period: LoopStats | None
     session: Session | None = None
 
+# %% ../../nbs/03_records.ipynb #f23c93b9
+class CTargetRecord(_Record):
+    "c_target_<target>.json: the C library built for an ARM target and run under QEMU (`ppo-trt export-c --target`)."
+    target: str                       # aarch64 or cortex-m4f
+    env_id: str
+    onnx_sha256: str
+    path: str                         # the library folder
+    obs_source: str                   # where its test vectors came from
+    kernel: str                       # what ppo_policy_kernel() said on the emulated target
+    compiler: str
+    flags: list[str]
+    emulator: str
+    commands: list[str]
+    parity: dict                      # the test program's figures: max abs err (one by one, batched), tolerance, NaN
+    counted_rows: int                 # test observations whose instructions QEMU's trace counted
+    instructions: dict                # per action: fewest, mean, most (the worst case the estimate uses)
+    code_bytes: int
+    const_bytes: int
+    ram_bytes: int
+    stack_bytes: int                  # of a ppo_policy_act call, from GCC's call graph
+    estimate: dict                    # an estimate, not a measurement: device, clock, cycles per instruction, headroom
+    portable: dict | None = None      # aarch64: the portable C build beside NEON
+    systick: dict | None = None       # cortex-m4f: SysTick under -icount over every test observation
+    firmware: dict | None = None      # cortex-m4f: the test firmware's flash and RAM
+    session: Session | None = None
+
+class HilRecord(_Record):
+    "c_loop_<target>.json: Hopper in C on the host, its policy on an emulated device over a serial link (`c-loop --target`)."
+    target: str
+    env_id: str
+    onnx_sha256: str
+    device: str                       # what ran the policy (emulator, board)
+    kernel: str
+    link: dict                        # the protocol, the transport, the timeout
+    commands: list[str]
+    seed: int
+    returns: list[float]              # episodes seed, seed + 1, ...
+    episode_steps: list[int]
+    native_returns: list[float]       # the same C loop with the native-c kernel on the host, same seeds
+    equal_to_the_bit: bool            # every action the device sent equals native-c's on the same observation
+    max_action_diff: float            # the largest |device - native-c| action difference, same observations
+    max_return_diff: float
+    tolerance: float                  # what max_action_diff must stay within
+    link_stats: dict                  # frames sent and answered, timeouts, bad and stale frames
+    round_trip: LoopStats             # the policy call timed by the C loop: an emulator's round trip, not a device's
+    check: GymCheck                   # the episodes replayed in gymnasium
+    corrupted_frame: dict             # a corrupted frame: timeout, fallback, action held
+    nan_observation: dict             # a NaN observation: the device's status, fallback, action held
+    passed: bool
+    session: Session | None = None
+
+
 # %% ../../nbs/03_records.ipynb #cb6700cd
 def _stage_of(name):
     "The `ppo-trt` command that writes artifact `name`."
     if name in ARTIFACTS: return ARTIFACTS[name][1]
-    if name == 'c_loop.json': return 'c-loop'
+    if name == 'c_loop.json' or name.startswith('c_loop_'): return 'c-loop'
+    if name.startswith('c_target_'): return 'export-c'
     return 'train' if name.startswith('checkpoints') else 'run'
 
 # %% ../../nbs/03_records.ipynb #39cae58e
@@ -489,6 +543,8 @@ def _schema_of(name, path):
     if path.name.startswith('residual_study_'): return ResidualStudyRecord, 1
     if path.name.startswith('env_bench_'): return EnvBenchRecord, 1
     if path.name == 'c_loop.json': return CLoopRecord, 1
+    if path.name.startswith('c_loop_'): return HilRecord, 1
+    if path.name.startswith('c_target_'): return CTargetRecord, 1
     return None, None
 
 # %% ../../nbs/03_records.ipynb #3ac95031
@@ -721,7 +777,7 @@ def _report_links(run):
 # %% ../../nbs/03_records.ipynb #7c9a7662
 STAGE_PARENTS = {'export': ('policy',), 'build': ('policy', 'onnx'), 'bench': ('policy', 'onnx'),
                  'evaluate': ('policy', 'onnx'), 'report': ('policy', 'onnx'), 'enjoy': ('policy', 'onnx'),
-                 'c-loop': ('policy', 'onnx')}
+                 'c-loop': ('policy', 'onnx'), 'export-c': ('policy', 'onnx')}
 
 def require_fresh(run, stage):
     "Raise `BadArtifactError` with the command to run if a parent of `stage` is stale or unreadable."
@@ -743,7 +799,7 @@ DERIVED = ('config.json', 'policy.zip', 'obs_norm.json', 'train_log.csv', 'train
            'policy.onnx', 'policy.fp16.onnx', 'export_obs.npy', 'export.json', 'build.json', 'policy.*.engine',
            'build.*.log', 'timing.*.cache', 'bench.json', 'evaluate.json', 'report.ipynb', 'report.html',
            'episode.gif', 'episode.mp4', 'native', 'ort_trt_cache', 'c_policy', 'c_loop',
-           'c_loop.json')
+           'c_loop.json', 'c_policy_*', 'c_target_*.json', 'c_loop_*')
 
 def derived_paths(run):
     "Everything in the run folder that was made from its policy (or by training it)."

@@ -95,8 +95,8 @@ int ppo_policy_act(const float obs[PPO_POLICY_OBS_DIM], float act[PPO_POLICY_ACT
  * one of its values is not finite. */
 int ppo_policy_act_batch(const float *obs, float *act, size_t n);
 
-/* The instruction set the kernel was compiled for, chosen by the compiler's flags: "avx512", "avx2+fma", "sse2" or
- * "portable C" (-DPPO_POLICY_PORTABLE forces the last). */
+/* The instruction set the kernel was compiled for, chosen by the compiler's flags: "avx512", "avx2+fma", "sse2",
+ * "neon" (aarch64) or "portable C" (-DPPO_POLICY_PORTABLE forces the last). */
 const char *ppo_policy_kernel(void);
 
 #define PPO_POLICY_HISTORY_ACTIONS {history}

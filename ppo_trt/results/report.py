@@ -12,7 +12,7 @@ from ..core.run_folder import RunDir
 from ..core.files import atomic_write_text, sha256_file
 from ..core.records import (BenchFile, CLoopRecord, ConfigRecord, EngineRecord, EnvBenchRecord, EvaluateFile,
                              ExportRecord, ResidualStudyRecord, TrainRecord, load_artifact, read_record, locked,
-                             require_fresh, REPORT_INPUTS)
+                             require_fresh, REPORT_INPUTS, CTargetRecord, HilRecord)
 from ..train.sb3 import read_train_log
 from ..measure.bench import records_by, best_kernel_sweep, advise, TIE_RATIO, fmt_us as _us
 from ..studies.residual import first_reaching
@@ -28,9 +28,10 @@ __all__ = ['SWEEP_DIR', 'CLAIMS', 'SECTIONS', 'PARAMETER', 'REPORT_TAGS', 'RunRe
            'claim_export', 'claim_control', 'claim_residual', 'claim_training', 'claim_sweep', 'interpretation',
            'figure_html', 'show', 'section_header', 'section_claims', 'skipped_list', 'section_latency',
            'section_throughput', 'section_gpu', 'section_closed_loop', 'c_loop_tables', 'section_deploy_c',
-           'section_soak', 'sweep_runs_table', 'sweep_tables', 'section_sweep', 'section_control', 'section_residual',
-           'section_env_bench', 'section_training', 'section_export', 'section_machine', 'section_not_measured',
-           'report_template', 'report_notebook', 'clean_report_html', 'render_report']
+           'section_deploy_robot', 'section_soak', 'sweep_runs_table', 'sweep_tables', 'section_sweep',
+           'section_control', 'section_residual', 'section_env_bench', 'section_training', 'section_export',
+           'section_machine', 'section_not_measured', 'report_template', 'report_notebook', 'clean_report_html',
+           'render_report']
 
 # %% ../../nbs/80_report.ipynb #d867c2b5
 SWEEP_DIR = 'sweep'  # a sweep made with `ppo-trt sweep --out RUN_DIR/sweep` is part of the run's report
@@ -50,6 +51,8 @@ class RunRecords(msgspec.Struct, kw_only=True):
     env_benches: list[EnvBenchRecord] = []
     sweep: dict | None = None  # studies.sweep.load_sweep of `sweep/`
     c_loop: CLoopRecord | None = None  # `ppo-trt c-loop`: the policy in a C control loop on MuJoCo's C API
+    c_targets: list[CTargetRecord] = []  # `ppo-trt export-c --target`: the C library on emulated ARM targets
+    hil: list[HilRecord] = []  # `ppo-trt c-loop --target`: the policy on an emulated device in the C loop
 
 # %% ../../nbs/80_report.ipynb #9e414009
 def load_records(run_dir):
@@ -64,7 +67,9 @@ def load_records(run_dir):
                       residual_studies=[read_record(p) for p in sorted(run.root.glob('residual_study_*.json'))],
                       env_benches=[read_record(p) for p in sorted(run.root.glob('env_bench_*.json'))],
                       sweep=load_sweep(run.root/SWEEP_DIR) if (run.root/SWEEP_DIR/'sweep.json').exists() else None,
-                      c_loop=read_record(run.root/'c_loop.json') if (run.root/'c_loop.json').exists() else None)
+                      c_loop=read_record(run.root/'c_loop.json') if (run.root/'c_loop.json').exists() else None,
+                      c_targets=[read_record(p) for p in sorted(run.root.glob('c_target_*.json'))],
+                      hil=[read_record(p) for p in sorted(run.root.glob('c_loop_*.json'))])
 
 # %% ../../nbs/80_report.ipynb #c3704536
 def record_note(bench, rec, policy_sha256):
@@ -735,6 +740,62 @@ def section_deploy_c(recs):
                 f"{'held' if f['action_held'] else 'NOT held'}: **{'pass' if f['passed'] else 'FAIL'}**. "
                 f"The library was built with <code>{esc(c.commands[0])}</code>.")]
 
+# %% ../../nbs/80_report.ipynb #e3d3aef1
+def _target_column(t):
+    "A target's cells of the deploy table, as short as the page allows."
+    e, p, i = t.estimate, t.parity, t.instructions
+    cells = [t.kernel, f"{p['max_abs_err']:.1e} ({p['rows']:,} obs)", f"status {p['nan_status']}, action {p['nan_action']}",
+             f'{t.code_bytes:,} + {t.const_bytes:,} B', f'{t.ram_bytes:,} B / {t.stack_bytes:,} B',
+             f"{i['fewest']:,}–{i['most']:,}",
+             f"{t.portable['instructions']['mean']:,.0f}" if t.portable else '–',
+             esc(e['device'].removeprefix('a ')), f"{e['cycles_per_instruction']:g}",
+             f"{e['seconds_per_action'] * 1e6:.3g} µs", f"{e['headroom']:,.0f}×" if e['headroom'] else '–']
+    return cells
+
+def _hil_column(h):
+    "A device's cells of the hardware-in-the-loop table."
+    ok = lambda f: 'action held' if f['passed'] else bold('FAIL')
+    mean = lambda r: f'{sum(r) / len(r):.2f}'
+    return [f'{len(h.returns)} (seeds {h.seed}–{h.seed + len(h.returns) - 1})', mean(h.returns), mean(h.native_returns),
+            '0 (equal)' if h.equal_to_the_bit else f'{h.max_return_diff:.2f}',
+            'equal' if h.equal_to_the_bit else f'{h.max_action_diff:.1e}',
+            f'{h.round_trip.p50_ns / 1e3:,.0f} / {h.round_trip.p99_ns / 1e3:,.0f} µs',
+            ok(h.corrupted_frame), ok(h.nan_observation), bold('pass') if h.passed else bold('FAIL')]
+
+def section_deploy_robot(recs):
+    "Deploy on a robot's computer: the C library on emulated ARM targets, and the policy on an emulated device in the loop."
+    ts = [t for t in recs.c_targets if t.onnx_sha256 == recs.policy_sha256]
+    hs = [h for h in recs.hil if h.onnx_sha256 == recs.policy_sha256]
+    if not ts and not hs: return []
+    text = ("## Deploy on a robot's computer\n\n`ppo-trt export-c --target` cross-builds the C library for the ARM "
+            "chips robots carry and runs its test under QEMU: every observation's action against ONNX Runtime, and a "
+            "NaN refused. QEMU counts each call's instructions exactly; the time on a real part is an estimate from the "
+            "worst count at the clock and cycles per instruction below, both assumed.")
+    if ts:
+        period = next((t.estimate['control_period_s'] for t in ts if t.estimate['control_period_s']), None)
+        labels = ['kernel', 'max abs err vs ORT', 'NaN observation', 'code + constants', 'static RAM / stack',
+                  'instructions per action', 'portable C, same target', 'estimated on', 'cycles per instruction',
+                  'ESTIMATE per action', f"headroom in {period * 1e3:g} ms" if period else 'headroom']
+        cols = [_target_column(t) for t in ts]
+        text += '\n\n' + _md_table(['', *(t.target for t in ts)], [[l, *(c[k] for c in cols)]
+                                                                     for k, l in enumerate(labels)])
+    if hs:
+        h0 = hs[0]
+        text += (f"\n\n`ppo-trt c-loop --target` puts the emulated device in the loop: {code(h0.env_id)} stepped in C "
+                 "on the host, the policy on the device, one observation and one action a control step over a serial "
+                 "link (framed, CRC-16, a timeout that engages the host's fallback); beside it the same C loop with "
+                 "native-c on the host, same seeds, and each action compared with native-c's on the same observation. "
+                 "A frame corrupted on the wire and a NaN observation must each make the host hold its last action.")
+        labels = ['episodes', 'mean return, device', 'mean return, native-c', 'largest return difference',
+                  'largest action difference', 'round trip p50 / p99', 'corrupted frame', 'NaN observation', 'check']
+        cols = [_hil_column(h) for h in hs]
+        text += '\n\n' + _md_table(['', *(h.target for h in hs)], [[l, *(c[k] for c in cols)]
+                                                                     for k, l in enumerate(labels)])
+        text += ('\n\nThe round trips are an emulator\'s (QEMU, a socket, this machine\'s scheduler), not a UART\'s. '
+                 'What emulation cannot tell: time on the real core (pipelines, caches, flash wait states), a real '
+                 'link\'s speed and noise, and the other tasks a controller runs.')
+    return [_md(text)]
+
 # %% ../../nbs/80_report.ipynb #0f04c3c8
 def section_soak(recs):
     "Soak windows (only when the bench soaked)."
@@ -870,7 +931,7 @@ def section_not_measured(recs):
     return [_md('## Not measured in this run\n\n' + '; '.join(missing) + '.')] if missing else []
 
 SECTIONS = (section_header, section_claims, section_latency, section_throughput, section_gpu, section_closed_loop,
-            section_soak, section_control, section_sweep, section_residual, section_env_bench, section_training,
+            section_deploy_robot, section_soak, section_control, section_sweep, section_residual, section_env_bench, section_training,
             section_export, section_machine, section_not_measured)
 
 # %% ../../nbs/80_report.ipynb #1c3dc4a5
