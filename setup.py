@@ -40,6 +40,8 @@ setuptools.setup(
                     'fast': reqs('fast_requirements'), 'sweep': reqs('sweep_requirements')},
     python_requires='>=' + min_python,
     zip_safe=False,
+    # JupyterLab opens the notebooks unmodified: a Jupyter server extension, enabled where ppo_trt is installed
+    data_files=[('etc/jupyter/jupyter_server_config.d', ['jupyter-config/jupyter_server_config.d/ppo_trt.json'])],
     entry_points={'console_scripts': cfg['console_scripts'].split(),
                   'nbdev': [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"]},
 )
