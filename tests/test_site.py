@@ -152,9 +152,9 @@ LAYOUT = """() => {
             full: width >= Math.min(size, article.clientWidth) - 2}; });  // as wide as the column, or as drawn
   const rows = [...article.querySelectorAll('.figure-row')].map(r => [...r.querySelectorAll('img')].map(i =>
     Math.round(i.getBoundingClientRect().top)));  // a pair side by side: the same top
-  const importLine = /^(import |from \S+ import |\s|\)|$)/;
+  const importLine = /^(import |from \\S+ import |\\s|\\)|$)/;
   const imports = [...article.querySelectorAll('.jp-InputArea')].filter(a => a.offsetParent !== null)
-    .map(a => a.innerText.trim()).filter(t => t && t.split('\n').every(l => importLine.test(l)));
+    .map(a => a.innerText.trim()).filter(t => t && t.split('\\n').every(l => importLine.test(l)));
   const said = [...article.querySelectorAll('h2')].find(h => h.innerText.startsWith('What the numbers say'));
   let list = said && said.nextElementSibling;
   while (list && list.tagName !== 'UL') list = list.nextElementSibling;

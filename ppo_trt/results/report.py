@@ -219,7 +219,7 @@ def _legend_below(fig, ax, ncols=2):
 
 # %% ../../nbs/80_report.ipynb #a4c0f78a
 def legend_overlaps(fig):
-    "The legends of `fig` drawn over an axes' data area, as (legend's first entry, axes title): none is readable."
+    "The legends of `fig` drawn over an axes' data area, as (legend's first entry, axes title); a readable figure has none."
     fig.canvas.draw()
     r = fig.canvas.get_renderer()
     legends = fig.legends + [a.get_legend() for a in fig.axes if a.get_legend() is not None]
