@@ -16,22 +16,24 @@ from ..core.records import (BenchFile, CLoopRecord, ConfigRecord, EngineRecord, 
 from ..train.sb3 import read_train_log
 from ..measure.bench import records_by, best_kernel_sweep, advise, TIE_RATIO, fmt_us as _us
 from ..studies.residual import first_reaching
-from ..studies.sweep import load_sweep, sweep_rows, plot_sweep, plot_sweep_delay, plot_sweep_curves, COMPARISONS
+from ..studies.sweep import (load_sweep, sweep_rows, plot_sweep, plot_sweep_delay, plot_sweep_curves,
+                                   plot_sweep_curriculum, COMPARISONS)
 
 # %% auto #0
-__all__ = ['SWEEP_DIR', 'CLAIMS', 'SECTIONS', 'PARAMETER', 'REPORT_TAGS', 'RunRecords', 'load_records', 'record_note',
-           'current_bench', 'Md', 'esc', 'code', 'bold', 'latency_table', 'closed_loop_table', 'advise_table',
-           'evaluation_table', 'soak_table', 'kernel_table', 'plot_latency_cdf', 'plot_batch_sweep', 'plot_delay_curve',
-           'plot_residual_study', 'residual_study_table', 'env_bench_table', 'plot_learning_curve', 'batching_pays_at',
-           'claim_other_records', 'claim_fastest', 'claim_tail_and_sla', 'claim_skipped', 'claim_throughput',
-           'claim_closed_loop', 'current_c_loop', 'claim_c_loop', 'claim_builds', 'claim_soak', 'claim_engines',
-           'claim_export', 'claim_control', 'claim_residual', 'claim_training', 'claim_sweep', 'interpretation',
-           'figure_html', 'show', 'section_header', 'section_claims', 'skipped_list', 'section_latency',
-           'section_throughput', 'section_gpu', 'section_closed_loop', 'c_loop_tables', 'section_deploy_c',
-           'section_deploy_robot', 'section_soak', 'sweep_runs_table', 'sweep_tables', 'section_sweep',
-           'section_control', 'section_residual', 'section_env_bench', 'section_training', 'section_export',
-           'section_machine', 'section_not_measured', 'report_template', 'report_notebook', 'clean_report_html',
-           'render_report']
+__all__ = ['SWEEP_DIR', 'CLAIMS', 'HEADLINES', 'SECTIONS', 'PARAMETER', 'REPORT_TAGS', 'RunRecords', 'load_records',
+           'record_note', 'current_bench', 'Md', 'esc', 'code', 'bold', 'latency_table', 'closed_loop_table',
+           'advise_table', 'evaluation_table', 'soak_table', 'kernel_table', 'legend_overlaps', 'plot_latency_cdf',
+           'plot_latency_tail', 'plot_throughput', 'plot_cost_per_action', 'plot_delay_curve', 'plot_residual_study',
+           'residual_study_table', 'env_bench_table', 'plot_learning_curve', 'batching_pays_at', 'claim_other_records',
+           'claim_fastest', 'claim_tail_and_sla', 'claim_skipped', 'claim_throughput', 'claim_closed_loop',
+           'current_c_loop', 'claim_c_loop', 'claim_builds', 'claim_soak', 'claim_engines', 'claim_export',
+           'claim_control', 'claim_residual', 'claim_training', 'claim_sweep', 'interpretation', 'headline_claims',
+           'more_claims', 'figure_html', 'figure_row', 'show', 'section_header', 'section_claims', 'skipped_list',
+           'section_latency', 'section_throughput', 'section_gpu', 'section_closed_loop', 'c_loop_tables',
+           'section_deploy_c', 'section_deploy_robot', 'section_soak', 'sweep_runs_table', 'sweep_tables',
+           'section_sweep', 'section_control', 'section_residual', 'section_env_bench', 'section_training',
+           'section_export', 'section_machine', 'section_not_measured', 'report_template', 'report_notebook',
+           'clean_report_html', 'render_report']
 
 # %% ../../nbs/80_report.ipynb #d867c2b5
 SWEEP_DIR = 'sweep'  # a sweep made with `ppo-trt sweep --out RUN_DIR/sweep` is part of the run's report
@@ -214,51 +216,83 @@ def _fig(w=7, h=4):
     import matplotlib.pyplot as plt
     return plt.subplots(figsize=(w, h), layout='constrained')
 
+# %% ../../nbs/80_report.ipynb #2cc93e24
+def _legend_below(fig, ax, ncols=2):
+    "`ax`'s legend under the figure, clear of the data: the constrained layout shrinks the axes to make room."
+    handles, labels = ax.get_legend_handles_labels()
+    return fig.legend(handles, labels, loc='outside lower center', ncols=ncols, frameon=False)
+
+# %% ../../nbs/80_report.ipynb #a4c0f78a
+def legend_overlaps(fig):
+    "The legends of `fig` drawn over an axes' data area, as (legend's first entry, axes title); a readable figure has none."
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    legends = fig.legends + [a.get_legend() for a in fig.axes if a.get_legend() is not None]
+    return [(l.get_texts()[0].get_text() if l.get_texts() else '', a.get_title()) for l in legends for a in fig.axes
+            if l.get_window_extent(r).overlaps(a.get_window_extent(r))]
+
 # %% ../../nbs/80_report.ipynb #c7e31593
 def plot_latency_cdf(bench):
-    "Batch-1 latency per backend: CDF (log x) and tail, the fraction of calls slower than x (log-log); SLA marked."
-    import matplotlib.pyplot as plt
-    from ppo_trt.measure.bench import CDF_POINTS, TAIL_POINTS
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4), layout='constrained')
+    "Batch-1 latency per backend as a CDF (log x), the SLA marked."
+    from ppo_trt.measure.bench import CDF_POINTS
+    fig, ax = _fig(5.5, 4.5)
     for i, r in enumerate(records_by(bench, 'latency')):
-        st, color = r.stats, f'C{i}'
-        a1.plot(st.cdf_us, CDF_POINTS / 100, label=r.backend, lw=1.8, color=color)
+        ax.plot(r.stats.cdf_us, CDF_POINTS / 100, label=r.backend, lw=1.8, color=f'C{i}')
+    ax.axvline(bench.settings.sla_us, color='crimson', ls='--', lw=1, label='SLA (p99)')
+    ax.axhline(0.99, color='grey', ls=':', lw=1)
+    ax.set(xscale='log', xlabel='batch-1 call latency (µs, log)', ylabel='fraction of calls ≤ x', title='Latency CDF',
+           ylim=(0, 1.01))
+    ax.grid(alpha=.3, which='both'); _legend_below(fig, ax, 3)
+    return fig
+
+# %% ../../nbs/80_report.ipynb #ca77ab95
+def plot_latency_tail(bench):
+    "Batch-1 latency per backend: the fraction of calls slower than x (log-log), p99 and p99.9 and the SLA marked."
+    from ppo_trt.measure.bench import CDF_POINTS, TAIL_POINTS
+    fig, ax = _fig(5.5, 4.5)
+    for i, r in enumerate(records_by(bench, 'latency')):
+        st = r.stats
         q, x = (np.asarray(TAIL_POINTS), st.tail_us) if st.tail_us else (CDF_POINTS, st.cdf_us)
         slower = np.maximum(1 - np.asarray(q) / 100, 1 / st.n)  # the slowest call: 1 in n
-        a2.plot(x, slower, 'o-', ms=3, label=r.backend, lw=1.5, color=color)
-    for a in (a1, a2): a.axvline(bench.settings.sla_us, color='crimson', ls='--', lw=1, label='SLA (p99)')
-    a1.axhline(0.99, color='grey', ls=':', lw=1)
-    for p in (1e-2, 1e-3): a2.axhline(p, color='grey', ls=':', lw=1)
-    a1.set(xscale='log', xlabel='batch-1 call latency (µs, log)', ylabel='fraction of calls ≤ x', title='Latency CDF',
-           ylim=(0, 1.01))
-    a2.set(xscale='log', yscale='log', xlabel='batch-1 call latency (µs, log)',
+        ax.plot(x, slower, 'o-', ms=3, label=r.backend, lw=1.5, color=f'C{i}')
+    ax.axvline(bench.settings.sla_us, color='crimson', ls='--', lw=1, label='SLA (p99)')
+    for p in (1e-2, 1e-3): ax.axhline(p, color='grey', ls=':', lw=1)
+    ax.set(xscale='log', yscale='log', xlabel='batch-1 call latency (µs, log)',
            ylabel='fraction of calls slower than x (log)', title='The tail: p99 at 1e-2, p99.9 at 1e-3')
-    for a in (a1, a2): a.grid(alpha=.3, which='both')
-    a1.legend()
+    ax.grid(alpha=.3, which='both'); _legend_below(fig, ax, 3)
     return fig
 
 # %% ../../nbs/80_report.ipynb #0608ee08
-def plot_batch_sweep(bench):
-    "Throughput (actions/s; GPU kernel-only dashed) and cost per action vs batch size, per backend."
-    import matplotlib.pyplot as plt
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4), layout='constrained')
-    for name in dict.fromkeys(r.backend for r in records_by(bench, 'sweep')):
-        rs = [r for r in records_by(bench, 'sweep') if r.backend == name]
+def plot_throughput(bench):
+    "Actions per second against batch size, per backend (a GPU runner's kernel-only throughput dashed)."
+    fig, ax = _fig(5.5, 4.5)
+    sweep = records_by(bench, 'sweep')
+    for i, name in enumerate(dict.fromkeys(r.backend for r in sweep)):
+        rs = [r for r in sweep if r.backend == name]
         b = [r.batch for r in rs]
-        line, = a1.plot(b, [r.throughput_per_s for r in rs], 'o-', label=name)
+        ax.plot(b, [r.throughput_per_s for r in rs], 'o-', label=name, color=f'C{i}')
         if all(r.kernel_throughput_per_s is not None for r in rs):  # GPU runners: on-device throughput, dashed
-            a1.plot(b, [r.kernel_throughput_per_s for r in rs], '--', color=line.get_color(),
-                    label=f'{name} (kernel-only)')
-        a2.plot(b, [r.stats.mean_us * 1e3 / r.batch for r in rs], 'o-', label=name)
-    a1.set(xscale='log', yscale='log', xlabel='batch size', ylabel='actions / s', title='Throughput')
-    a2.set(xscale='log', yscale='log', xlabel='batch size', ylabel='ns per action (mean)', title='Cost per action')
-    for a in (a1, a2): a.grid(alpha=.3, which='both'); a.legend()
+            ax.plot(b, [r.kernel_throughput_per_s for r in rs], '--', color=f'C{i}', label=f'{name} (kernel-only)')
+    ax.set(xscale='log', yscale='log', xlabel='batch size', ylabel='actions / s', title='Throughput')
+    ax.grid(alpha=.3, which='both'); _legend_below(fig, ax, 3)
+    return fig
+
+# %% ../../nbs/80_report.ipynb #41baef4a
+def plot_cost_per_action(bench):
+    "Mean time per action (ns) against batch size, per backend, in the throughput figure's colours."
+    fig, ax = _fig(5.5, 4.5)
+    sweep = records_by(bench, 'sweep')
+    for i, name in enumerate(dict.fromkeys(r.backend for r in sweep)):
+        rs = [r for r in sweep if r.backend == name]
+        ax.plot([r.batch for r in rs], [r.stats.mean_us * 1e3 / r.batch for r in rs], 'o-', label=name, color=f'C{i}')
+    ax.set(xscale='log', yscale='log', xlabel='batch size', ylabel='ns per action (mean)', title='Cost per action')
+    ax.grid(alpha=.3, which='both'); _legend_below(fig, ax, 3)
     return fig
 
 # %% ../../nbs/80_report.ipynb #a3c91604
 def plot_delay_curve(curve):
     "Mean return vs injected actuation delay for PPO and PID, with each backend's p99 inference latency marked."
-    fig, ax = _fig()
+    fig, ax = _fig(7, 5)
     # markers only: delays were injected in whole control periods, nothing was measured in between
     ax.plot(curve.delay_ms, curve.ppo, 'o', ms=7, label='PPO (torch)')
     ax.plot(curve.delay_ms, curve.pid, 's', ms=6, label='PID baseline')
@@ -268,13 +302,13 @@ def plot_delay_curve(curve):
     ax.set(xlabel=f"actuation delay (ms, symlog), "
                   f"injected in whole control periods of {curve.control_period_ms:g} ms",
            ylabel=f"mean return ({curve.episodes} episodes)", title='Latency → return')
-    ax.grid(alpha=.3); ax.legend()
+    ax.grid(alpha=.3); _legend_below(fig, ax, 2)
     return fig
 
 # %% ../../nbs/80_report.ipynb #8b522468
 def plot_residual_study(study):
     "Return vs timesteps for pure PPO and expert + residual, with the expert alone as a band."
-    fig, ax = _fig()
+    fig, ax = _fig(7, 4.5)
     e = study.expert_return
     ax.axhspan(e.mean - e.std, e.mean + e.std, color='grey', alpha=.25)
     ax.axhline(e.mean, color='grey', lw=2, label=f"expert alone ({study.expert_kind}): {e.mean:.0f}")
@@ -284,7 +318,7 @@ def plot_residual_study(study):
         ax.plot(c.timesteps, m, 'o-', ms=3, label=label); ax.fill_between(c.timesteps, m - sd, m + sd, alpha=.15)
     ax.set(xlabel='timesteps', ylabel='deterministic eval return',
            title=f"{study.env_id}: return vs timesteps (seed {study.seed})")
-    ax.grid(alpha=.3); ax.legend()
+    ax.grid(alpha=.3); _legend_below(fig, ax, 2)
     return fig
 
 # %% ../../nbs/80_report.ipynb #3ebd0f83
@@ -314,13 +348,14 @@ def env_bench_table(eb):
 # %% ../../nbs/80_report.ipynb #625eccca
 def plot_learning_curve(log, train_rec=None):
     "Deterministic evaluation return vs timesteps with ±1 std band."
-    fig, ax = _fig()
+    fig, ax = _fig(7, 4.5)
     x, m, s = log['timesteps'], log['mean_return'], log['std_return']
     ax.plot(x, m, 'o-', label='eval mean return'); ax.fill_between(x, m - s, m + s, alpha=.2, label='± 1 std')
     if train_rec:
         ax.axhline(train_rec.final_eval_mean, color='k', ls='--', lw=1, label='final eval of the kept policy')
         ax.axvline(train_rec.kept_timesteps, color='green', ls=':', lw=1.5, label='kept policy')
-    ax.set(xlabel='timesteps', ylabel='episode return', title='Learning curve'); ax.grid(alpha=.3); ax.legend()
+    ax.set(xlabel='timesteps', ylabel='episode return', title='Learning curve'); ax.grid(alpha=.3)
+    _legend_below(fig, ax, 2)
     return fig
 
 # %% ../../nbs/80_report.ipynb #3fb5369b
@@ -369,16 +404,16 @@ def claim_fastest(recs, bench):
 
 # %% ../../nbs/80_report.ipynb #11adf038
 def claim_tail_and_sla(recs, bench):
-    "The widest latency tail, and which backends meet the SLA."
+    "Which backends meet the SLA, and the widest latency tail."
     lat = records_by(bench, 'latency')
     if not lat: return []
+    sla, fails = bench.settings.sla_us, [r.backend for r in lat if not r.sla_pass]
+    out = [f'All {len(lat)} backends that ran meet the SLA (p99 < {sla:g} µs).' if not fails else
+           f'{_names(fails)} miss the SLA (p99 < {sla:g} µs); the other {len(lat) - len(fails)} meet it.']
     tail = max(lat, key=lambda r: r.stats.p99_us / r.stats.p50_us)
     ts = tail.stats
-    out = [f"The widest tail is {code(tail.backend)}'s: its p99 is {ts.p99_us / ts.p50_us:.1f}× its p50 "
-           f"and its worst call took {_us(ts.max_us)} µs."]
-    sla, fails = bench.settings.sla_us, [r.backend for r in lat if not r.sla_pass]
-    out.append(f'All {len(lat)} backends that ran meet the SLA (p99 < {sla:g} µs).' if not fails else
-               f'{_names(fails)} miss the SLA (p99 < {sla:g} µs); the other {len(lat) - len(fails)} meet it.')
+    out.append(f"The widest tail is {code(tail.backend)}'s: its p99 is {ts.p99_us / ts.p50_us:.1f}× its p50 "
+               f"and its worst call took {_us(ts.max_us)} µs.")
     return out
 
 # %% ../../nbs/80_report.ipynb #7c15956f
@@ -612,6 +647,22 @@ def interpretation(recs):
     bench = current_bench(recs.bench, recs.policy_sha256)
     return [s for claim in CLAIMS for s in claim(recs, bench)]
 
+# %% ../../nbs/80_report.ipynb #705e07f7
+HEADLINES = (claim_other_records, claim_fastest, claim_tail_and_sla, claim_throughput, claim_closed_loop, claim_c_loop,
+             claim_export, claim_control, claim_sweep, claim_residual, claim_training)
+
+def headline_claims(recs):
+    "What the run shows in a dozen lines at most: the first sentence of each headline claim."
+    bench = current_bench(recs.bench, recs.policy_sha256)
+    return [ss[0] for claim in HEADLINES if (ss := claim(recs, bench))]
+
+# %% ../../nbs/80_report.ipynb #e4cd558f
+def more_claims(recs, *claims):
+    "Markdown bullets: what `claims` say beyond their headline, for the section they are about; '' when nothing."
+    bench = current_bench(recs.bench, recs.policy_sha256)
+    rest = [s for c in claims for s in c(recs, bench)[int(c in HEADLINES):]]
+    return '\n\n' + '\n'.join(f'- {s}' for s in rest) if rest else ''
+
 # %% ../../nbs/80_report.ipynb #6d17723f
 def figure_html(fig, alt):
     "A matplotlib figure as an inline PNG `<img>` with escaped alt text (the figure is closed)."
@@ -623,6 +674,12 @@ def figure_html(fig, alt):
     plt.close(fig)
     return HTML(f'<img alt="{esc(alt)}" style="max-width:100%" '
                 f'src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">')
+
+# %% ../../nbs/80_report.ipynb #feaccadc
+def figure_row(*figures):
+    "(figure, alt) pairs as one block: side by side where the page has room for them, one under the other where not."
+    from IPython.display import HTML
+    return HTML('<div class="figure-row">' + ''.join(figure_html(f, alt).data for f, alt in figures) + '</div>')
 
 # %% ../../nbs/80_report.ipynb #4427dc7e
 def show(items):
@@ -644,8 +701,8 @@ def section_header(recs):
 
 # %% ../../nbs/80_report.ipynb #b4056277
 def section_claims(recs):
-    "What the numbers say: the interpretation, one sentence per claim."
-    return [_md('## What the numbers say\n\n' + '\n'.join(f'- {s}' for s in interpretation(recs)))]
+    "What the numbers say: each claim's headline; the rest of what it says is under its own section below."
+    return [_md('## What the numbers say\n\n' + '\n'.join(f'- {s}' for s in headline_claims(recs)))]
 
 # %% ../../nbs/80_report.ipynb #e8f5c4c0
 def skipped_list(records):
@@ -666,12 +723,15 @@ def section_latency(recs):
                '(input checked, a new output array, thread-safe), after warmup, GC off. The hot path `runner.run(obs)` '
                '(the caller guarantees the input: no conversion, no finiteness check, a reused output) was timed in '
                'alternating blocks with it.\n\n'
-               + latency_table(b, recs.policy_sha256) + '\n\n' + skipped_list(cur.records) +
+               + latency_table(b, recs.policy_sha256)
+               + more_claims(recs, claim_fastest, claim_tail_and_sla, claim_builds, claim_engines)
+               + '\n\n' + skipped_list(cur.records) +
                f"\n\n{esc(s.warmup)} warmup + {esc(s.iters)} timed calls per backend · timer overhead "
                f"{ov.p50_ns:.0f} ns (p50), not subtracted · threads per backend: {esc(s.threads)}")]
     if records_by(cur, 'latency'):
-        out.append(figure_html(plot_latency_cdf(cur),
-                               'Latency CDF per backend, and the tail: fraction of calls slower than x'))
+        out.append(figure_row((plot_latency_cdf(cur), 'Latency CDF per backend'),
+                              (plot_latency_tail(cur), 'The latency tail per backend: the fraction of calls slower '
+                                                       'than x')))
     return out
 
 # %% ../../nbs/80_report.ipynb #71f420bd
@@ -680,11 +740,12 @@ def section_throughput(recs):
     cur = current_bench(recs.bench, recs.policy_sha256)
     if not records_by(cur, 'sweep'): return []
     return [_md('## Batch sweep\n\nThroughput is batch size / mean time of the checked call.'),
-            figure_html(plot_batch_sweep(cur), 'Throughput and cost per action against batch size, per backend'),
+            figure_row((plot_throughput(cur), 'Throughput against batch size, per backend'),
+                       (plot_cost_per_action(cur), 'Cost per action against batch size, per backend')),
             _md('### Which backend at which batch size\n\nThe fastest measured backend per batch size and its lead '
                 'over the next; leads under 5 % are ties. **This holds for the machine above only**: '
                 're-run `ppo-trt bench` on the target.\n\n'
-                + advise_table(cur))]
+                + advise_table(cur) + more_claims(recs, claim_throughput))]
 
 # %% ../../nbs/80_report.ipynb #6fb7e224
 def section_gpu(recs):
@@ -709,7 +770,7 @@ def section_closed_loop(recs):
             f"{c.steps_per_s:,.0f}", us(c.period.std_ns), f"{loops[0].control_period_us / (c.period.p99_ns / 1e3):.1f}×"))
         table += ' |\n\n`c-loop`: the same policy and env in C (`ppo-trt c-loop`, MuJoCo\'s C API, no Python); see Deploy in C.'
     return [_md('## Closed control loop\n\nThe checked call plus `env.step` per control step, '
-                'as a controller runs it.\n\n' + table)]
+                'as a controller runs it.\n\n' + table + more_claims(recs, claim_closed_loop))]
 
 # %% ../../nbs/80_report.ipynb #b4c0b5cb
 def c_loop_tables(c):
@@ -738,7 +799,7 @@ def section_deploy_c(recs):
                 f"termination mismatches: **{'pass' if k.passed else 'FAIL'}**. A NaN observation injected at step "
                 f"{f['injected_step']}: {f['fallbacks']} fallback, the last action "
                 f"{'held' if f['action_held'] else 'NOT held'}: **{'pass' if f['passed'] else 'FAIL'}**. "
-                f"The library was built with <code>{esc(c.commands[0])}</code>.")]
+                f"The library was built with <code>{esc(c.commands[0])}</code>." + more_claims(recs, claim_c_loop))]
 
 # %% ../../nbs/80_report.ipynb #e3d3aef1
 def _target_column(t):
@@ -802,7 +863,7 @@ def section_soak(recs):
     cur = current_bench(recs.bench, recs.policy_sha256)
     if not records_by(cur, 'soak'): return []
     return [_md('## Soak\n\nBatch-1 latency per window of calls: drift shows as a moving p50, '
-                'tail growth as a moving p99.\n\n' + soak_table(cur))]
+                'tail growth as a moving p99.\n\n' + soak_table(cur) + more_claims(recs, claim_soak))]
 
 # %% ../../nbs/80_report.ipynb #1df3ed55
 def sweep_runs_table(s):
@@ -838,13 +899,14 @@ def section_sweep(recs):
                f"x {esc(', '.join(st['variants']))}, every run evaluated on the same held-out episodes (seeds from "
                f"{st['eval_seed']:,}); randomized ranges {code(st['randomize'])}; Ray {esc(ray.get('version', '?'))}, "
                f"{esc(ray.get('nodes', '?'))} node(s), {esc(ray.get('cpus', '?'))} CPUs.\n\n"
-               + sweep_tables(s)),
+               + sweep_tables(s) + more_claims(recs, claim_sweep)),
            _sweep_figure(s)]
     if s['aggregates'].get('delay_iqm'):
         out.append(figure_html(plot_sweep_delay(s), 'IQM return against injected actuation delay, per variant'))
     if s['aggregates'].get('curve_iqm'):
-        out.append(figure_html(plot_sweep_curves(s), 'Learning curves per variant, and how far each curriculum '
-                                                     'widened its ranges'))
+        curriculum = plot_sweep_curriculum(s)
+        widened = [(curriculum, 'How far each curriculum run widened its ranges')] if curriculum else []
+        out.append(figure_row((plot_sweep_curves(s), 'Learning curves per variant'), *widened))
     return out + [_md('Runs:\n\n' + sweep_runs_table(s))]
 
 # %% ../../nbs/80_report.ipynb #81681288
@@ -854,7 +916,7 @@ def section_control(recs):
     if not ev: return []
     out = [_md('## Control quality per scenario phase\n\nPPO through each backend in the safe control loop '
                '(PID fallback), beside the PID baseline, on identical seeds (`ppo-trt evaluate`).\n\n'
-               + evaluation_table(ev, recs.policy_sha256))]
+               + evaluation_table(ev, recs.policy_sha256) + more_claims(recs, claim_control))]
     if ev.delay_curve.delay_steps:
         out.append(figure_html(plot_delay_curve(ev.delay_curve),
                                'Mean return against injected actuation delay, PPO and PID'))
@@ -867,7 +929,7 @@ def section_residual(recs):
     if not studies: return []
     return ([_md('## Expert + residual\n\nReturn vs timesteps for pure PPO and for a residual on an expert, same env, '
                  'seed, preset and budget (`ppo-trt residual-study`); the expert alone on the same evaluation '
-                 'seeds.\n\n' + residual_study_table(studies))]
+                 'seeds.\n\n' + residual_study_table(studies) + more_claims(recs, claim_residual))]
             + [figure_html(plot_residual_study(st),
                            f"Return against timesteps on {st.env_id}: pure PPO, expert + residual, expert")
                for st in studies])
@@ -887,8 +949,9 @@ def section_env_bench(recs):
 def section_training(recs):
     "The learning curve and the kept policy."
     if recs.train_log is None: return []
-    return [_md('## Training'), figure_html(plot_learning_curve(recs.train_log, recs.train),
-                                            'Evaluation return against timesteps, the kept policy marked')]
+    return [_md('## Training' + more_claims(recs, claim_training)),
+            figure_html(plot_learning_curve(recs.train_log, recs.train),
+                        'Evaluation return against timesteps, the kept policy marked')]
 
 # %% ../../nbs/80_report.ipynb #3146f5cb
 def _ops(ops):
@@ -904,7 +967,8 @@ def section_export(recs):
                 f"ONNX Runtime against the trained agent: max abs err {p.max_abs_err:.2e}, "
                 f"mean {p.mean_abs_err:.2e} on {p.n:,} rollout observations (bound {ex.parity_tol:g}); "
                 f"the torch module: {t.max_abs_err:.2e}. Reference "
-                f"normalisation: {esc(ex.parity_reference_norm or 'obs_norm.json')}.")]
+                f"normalisation: {esc(ex.parity_reference_norm or 'obs_norm.json')}."
+                + more_claims(recs, claim_export))]
 
 # %% ../../nbs/80_report.ipynb #7ad9730e
 def section_machine(recs):

@@ -29,7 +29,7 @@ __all__ = ['HELD_OUT_SEED', 'VARIANTS', 'COMPARISONS', 'DEFAULT_VARIANTS', 'DEFA
            'remove_partials', 'run_one', 'run_result', 'iqm_estimates', 'improvement_probability', 'score_matrix',
            'learning_curve_iqm', 'aggregate', 'cluster_info', 'captured_stderr', 'ray_failure', 'ray_session',
            'in_flight', 'task_error', 'run_on_ray', 'load_sweep', 'sweep', 'sweep_rows', 'sweep_table', 'print_sweep',
-           'plot_sweep', 'plot_sweep_delay', 'plot_sweep_curves']
+           'plot_sweep', 'plot_sweep_delay', 'plot_sweep_curves', 'plot_sweep_curriculum']
 
 # %% ../../nbs/70_sweep.ipynb #79fb66ac
 HELD_OUT_SEED = HELD_OUT_SEED_OFFSET  # the first evaluation episode seed of every run: no training selects on it
@@ -580,7 +580,7 @@ def plot_sweep_delay(sweep_json, ax=None):
     from ppo_trt.envs.gym import make_env
     s = load_sweep(sweep_json)
     steps, dt_ms = s['settings']['delay_steps'], make_env(s['settings']['env_id']).unwrapped.dt * 1e3
-    if ax is None: _, ax = plt.subplots(figsize=(6, 3.2), dpi=100)
+    if ax is None: _, ax = plt.subplots(figsize=(6, 5), dpi=100, layout='constrained')
     ms = [k * dt_ms for k in steps]
     for v, est in s['aggregates']['delay_iqm'].items():
         iqm = [est[str(k)]['iqm'] for k in steps]
@@ -591,30 +591,39 @@ def plot_sweep_delay(sweep_json, ax=None):
     ax.plot(ms, pid, 'k--', label='PID baseline')
     ax.set(xlabel=f'injected actuation delay (ms; one control step = {dt_ms:g} ms)', ylabel='return',
            title=f"{s['settings']['env_id']}: return vs latency")
-    ax.legend(); ax.figure.tight_layout()
+    handles, labels = ax.get_legend_handles_labels()  # under the axes: inside, it covered curves and labels
+    ax.figure.legend(handles, labels, loc='outside lower center', ncols=1, frameon=False)
     return ax.figure
 
 # %% ../../nbs/70_sweep.ipynb #97d8b706
 def plot_sweep_curves(sweep_json):
-    "Each variant's learning curve (IQM over runs of the evaluated return, 95 % CI band); curriculum levels beside."
+    "Each variant's learning curve: IQM over its runs of the evaluated return, with the 95 % CI band."
     import matplotlib.pyplot as plt
     s = load_sweep(sweep_json)
-    curves, runs = s['aggregates'].get('curve_iqm') or {}, s['runs']
-    levels = {n: r['curriculum'] for n, r in runs.items() if r.get('curriculum')}
-    fig, axes = plt.subplots(1, 2 if levels else 1, figsize=(11 if levels else 6, 3.4), dpi=100, squeeze=False)
-    ax = axes[0, 0]
-    for v, c in curves.items():
+    fig, ax = plt.subplots(figsize=(6, 4.2), dpi=100, layout='constrained')
+    for v, c in (s['aggregates'].get('curve_iqm') or {}).items():
         ax.plot(c['timesteps'], c['iqm'], 'o-', ms=3, label=f'{v} (IQM, {len(s["settings"]["seeds"])} seeds)')
         ax.fill_between(c['timesteps'], *c['ci'], alpha=0.2)
     ax.set(xlabel='training steps', ylabel='evaluated return (undisturbed env)', title='learning curves')
-    ax.legend(fontsize=8)
-    if levels:
-        for name, cur in levels.items():
-            steps = [0] + [w['timesteps'] for w in cur['widened']] + [runs[name]['timesteps']]
-            level = [0.0] + [w['level'] for w in cur['widened']]
-            axes[0, 1].step(steps, level + level[-1:], where='post', label=f"{runs[name]['variant']}, seed {runs[name]['seed']}")
-        axes[0, 1].set(xlabel='training steps', ylabel='fraction of the --randomize ranges',
-                       title='curriculum: ranges widened', ylim=(-0.05, 1.05))
-        axes[0, 1].legend(fontsize=8)
-    fig.tight_layout()
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc='outside lower center', ncols=1, frameon=False)
+    return fig
+
+# %% ../../nbs/70_sweep.ipynb #6d9c27b1
+def plot_sweep_curriculum(sweep_json):
+    "How far each curriculum run widened its randomization ranges over training; None when no run had a curriculum."
+    import matplotlib.pyplot as plt
+    s = load_sweep(sweep_json)
+    runs = s['runs']
+    levels = {n: r['curriculum'] for n, r in runs.items() if r.get('curriculum')}
+    if not levels: return None
+    fig, ax = plt.subplots(figsize=(6, 4.2), dpi=100, layout='constrained')
+    for name, cur in levels.items():
+        steps = [0] + [w['timesteps'] for w in cur['widened']] + [runs[name]['timesteps']]
+        level = [0.0] + [w['level'] for w in cur['widened']]
+        ax.step(steps, level + level[-1:], where='post', label=f"{runs[name]['variant']}, seed {runs[name]['seed']}")
+    ax.set(xlabel='training steps', ylabel='fraction of the --randomize ranges', title='curriculum: ranges widened',
+           ylim=(-0.05, 1.05))
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc='outside lower center', ncols=1, frameon=False)
     return fig
