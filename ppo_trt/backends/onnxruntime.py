@@ -84,6 +84,7 @@ class OrtIoBindRunner(OrtRunner):
         return out
     def run(self, obs):
         hot_path_shape(obs, self.obs_dim)
+        hot_path_dtype(obs)  # np.copyto into the bound buffer would convert another dtype or byte order silently
         return self._bound(self._slots, obs)
     def __call__(self, obs):
         "The checked call, on this thread's own bound buffers; a new array."

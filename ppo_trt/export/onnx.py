@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from ..core.run_folder import RunDir, check_env_id
 from ..core.files import (PpoTrtError, BadArtifactError, BadInputError, atomic_path, atomic_paths, json_text,
-                                save_json, sha256_file, shown)
+                                save_json, sha256_file, shown, error_line)
 from ..core.machine import package_version, check_memory
 from ..core.records import ExportRecord, Parity, load_artifact, locked, record, require_fresh
 from ..envs.gym import make_env, rollout_observations
@@ -22,7 +22,7 @@ from ..core.checkpoint import ObsNorm, load_policy, read_vecnormalize
 __all__ = ['PARITY_TOL', 'OPSET', 'DEPLOY_KEYS', 'build_deployable', 'load_deployable', 'collect_observations', 'sb3_actions',
            'to_onnx_proto', 'set_metadata', 'load_onnx', 'onnx_metadata', 'check_policy_env', 'check_finite_policy',
            'ort_cpu_session', 'parity', 'ParityError', 'Deployment', 'reference_normalizer', 'plain_deployment',
-           'parity_bytes_per_obs', 'export', 'check_deploy_metadata', 'policy_metadata']
+           'load_observations', 'parity_bytes_per_obs', 'export', 'check_deploy_metadata', 'policy_metadata']
 
 # %% ../../nbs/30_onnx.ipynb #2719ac5e
 PARITY_TOL = 1e-5
@@ -124,9 +124,11 @@ def load_onnx(path):
         proto = onnx.load(str(path))
         onnx.checker.check_model(proto)
     except Exception as e:
+        redo = (f're-run `ppo-trt export --run-dir {path.parent}`' if (path.parent/'policy.zip').exists() else
+                'export it again where it was made (this folder has no policy.zip to export from)')
         raise BadArtifactError(f'{path} is not a valid ONNX model ({type(e).__name__}: '
-                               f'{str(e).splitlines()[0][:120]}); it may be truncated or not ONNX at all: '
-                               f're-run `ppo-trt export --run-dir {path.parent}`') from None
+                               f'{shown(str(e).splitlines()[0] if str(e) else "", 120)}); it may be truncated or not '
+                               f'ONNX at all: {redo}') from None
     if [i.name for i in proto.graph.input] != ['obs'] or [o.name for o in proto.graph.output] != ['action']:
         raise BadArtifactError(f'{path} is not a ppo_trt policy (needs input "obs" and output "action"); '
                                're-run `ppo-trt export`')
@@ -149,8 +151,13 @@ def check_policy_env(meta, env_id):
     obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
     env.close()
     policy_obs = meta.get('env_obs_dim', meta.get('obs_dim'))  # a history policy's input is wider than the env's obs
+    if meta.get('env_id') == env_id and (policy_obs, meta.get('act_dim')) != (obs_dim, act_dim):
+        raise BadInputError(f"policy.onnx says it is for {env_id} but reads {shown(policy_obs, 20)} observations and "
+                               f"gives {shown(meta.get('act_dim'), 20)} actions, where {env_id} has {obs_dim} and "
+                               f'{act_dim}: the file was altered or made for another version of the env; export it '
+                               'again from a policy trained on this one')
     if meta.get('env_id') != env_id or policy_obs != obs_dim or meta.get('act_dim') != act_dim:
-        raise BadInputError(f"policy was exported for {meta.get('env_id')} "
+        raise BadInputError(f"policy was exported for {shown(meta.get('env_id'), 60)} "
                             f"(obs {policy_obs}, act {meta.get('act_dim')}) "
                             f"but the environment is {env_id} (obs {obs_dim}, act {act_dim}); "
                             f"use --env-id {meta.get('env_id')} or train and export a policy for {env_id}")
@@ -267,6 +274,18 @@ def _npy_bytes(array):
     np.save(buf, array)
     return buf.getvalue()
 
+# %% ../../nbs/30_onnx.ipynb #e4207829
+def load_observations(path, width=None):
+    "export_obs.npy as a [n, width] float32 array, read as data (no pickle); one line for anything else."
+    try: obs = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise BadArtifactError(f'{path} is not a readable .npy array of observations ({error_line(e, 100)}); '
+                               're-run `ppo-trt export`') from None
+    if obs.dtype != np.float32 or obs.ndim != 2 or len(obs) < 1 or (width is not None and obs.shape[1] != width):
+        raise BadArtifactError(f'{path} holds {obs.dtype} of shape {obs.shape}, not [n, {width or "obs_dim"}] float32 '
+                               'observations; re-run `ppo-trt export`')
+    return obs
+
 # %% ../../nbs/30_onnx.ipynb #07855385
 def parity_bytes_per_obs(rec_train):
     "Bytes export holds per parity observation: float32 observations (and copies) and four action arrays, generously."
@@ -381,6 +400,11 @@ def policy_metadata(path_or_proto):
                                'export the policy with ppo-trt '
                                '(or add env_id, obs_dim and act_dim to its metadata_props)')
     check_env_id(meta['env_id'], f'{where}: its metadata env_id')
+    batch = proto.graph.input[0].type.tensor_type.shape.dim[:1]
+    if batch and batch[0].dim_value > 0:
+        raise BadArtifactError(f'{where}: its input takes a batch of {batch[0].dim_value} rows only; ppo_trt runs a '
+                               'policy at every batch size: export it with a dynamic batch axis (torch.onnx.export(..., '
+                               "dynamic_axes={'obs': {0: 'batch'}, 'action': {0: 'batch'}}))")
     widths = (_graph_width(proto.graph.input[0]), _graph_width(proto.graph.output[0]))
     if (meta['obs_dim'], meta['act_dim']) != widths:
         raise BadArtifactError(f"{where}: its metadata says obs_dim {meta['obs_dim']}, act_dim {meta['act_dim']} "
