@@ -394,10 +394,12 @@ ENV_STATE_BYTES = 128 << 10  # a MuJoCo env's model and data, generously (a torc
 
 def _check_num_envs(env_id, st):
     "Refuse a --num-envs whose rollout storage and env states would not fit in free memory (checked before any env)."
+    import gymnasium as gym
     from ppo_trt.core.machine import check_memory
-    from ppo_trt.envs.gym import make_env
+    from ppo_trt.envs.gym import quiet_gym_warnings
     from ppo_trt.envs.specs import env_spec
-    env = make_env(env_id)
+    quiet_gym_warnings()
+    env = gym.make(env_id)  # its spaces only (CartPole's are discrete)
     width = math.prod(env.observation_space.shape) + math.prod(env.action_space.shape or (1,))
     env.close()
     per_env = st.n_steps * (width + 6) * 4 * 3 + (512 if env_spec(env_id).batched else ENV_STATE_BYTES)
@@ -461,7 +463,8 @@ def cmd_c_loop(a):
     print_c_loop(rec)
     _say(f"wrote {Path(rd)/'c_loop.json'}; the program is {Path(rd)/'c_loop'/'c_loop'}")
     if not (rec.check.passed and rec.fallback.passed):
-        raise PpoTrtError('the C loop does not match gymnasium, or its fallback did not engage (see above)')
+        raise PpoTrtError('the C loop does not match gymnasium or ONNX Runtime, or its fallback did not engage '
+                          '(see above)')
     return rec
 
 # %% ../nbs/90_cli.ipynb #f6d7770f
@@ -653,9 +656,9 @@ def cmd_doctor(a):
              f'{len(bad)} to fix: ' + ', '.join(f'{f} ({s})' for f, s, _ in bad)))
     if policy_only(rd): print(f'run folder {rd}: {policy_only_advice(rd)}')
     left = leftovers(rd)
-    if left: print(terminal_line(f'run folder {rd}: {len(left)} left half-written by a killed command: '
-                                 + ', '.join(str(p.relative_to(rd)) for p in left[:5]) + (' ...' if len(left) > 5 else '')
-                                 + '; the next ppo-trt command that writes this folder removes them'))
+    names = ', '.join(str(p.relative_to(rd)) for p in left[:5]) + (' ...' if len(left) > 5 else '')
+    if left: print(terminal_line(f'run folder {rd}: {len(left)} left half-written by a killed command: {names}; '
+                                 'the next ppo-trt command that writes this folder removes them'))
     out['run_folder']['records'] = [dict(file=f, state=s, fix=d) for f, s, d in state]
     out['run_folder']['leftovers'] = [str(p.relative_to(rd)) for p in left]
     return out

@@ -242,7 +242,7 @@ def load_sb3_model(path, env=None, fix='it was not written by stable-baselines3,
 
 # %% ../../nbs/04_checkpoint.ipynb #24769a08
 def load_policy(run_dir):
-    "The trained SB3 PPO model of a run folder, on the CPU, read without unpickling (`load_sb3_model`); one clear error."
+    "The trained SB3 PPO model of a run folder, on the CPU, read without unpickling (`load_sb3_model`); or one line."
     run = RunDir(run_dir)
     path = run.require('policy')
     return load_sb3_model(path, fix=f'run `ppo-trt train --force --run-dir {run.root}` again')
@@ -341,17 +341,20 @@ def read_vecnormalize(path, fix='re-run `ppo-trt train`'):
     try:
         if path.stat().st_size > 1 << 26: raise _Refused('it is larger than 64 MiB')
         with open(path, 'rb') as f: vn = _StatsUnpickler(f).load()
-        if not isinstance(vn, _Fields) or type(vn).__name__ != 'VecNormalize': raise _Refused('it is not a VecNormalize')
+        if not isinstance(vn, _Fields) or type(vn).__name__ != 'VecNormalize':
+            raise _Refused('it is not a VecNormalize')
         obs, ret = getattr(vn, 'obs_rms', None), getattr(vn, 'ret_rms', None)
-        if not isinstance(obs, _Fields) or not isinstance(ret, _Fields): raise _Refused('it holds no running statistics')
+        if not isinstance(obs, _Fields) or not isinstance(ret, _Fields):
+            raise _Refused('it holds no running statistics')
         mean, var = (np.asarray(getattr(obs, k, None), np.float64) for k in ('mean', 'var'))
         if mean.ndim != 1 or mean.shape != var.shape or not (np.isfinite(mean).all() and np.isfinite(var).all()):
             raise _Refused('its observation statistics are not two finite vectors of one length')
-        return VecNormStats(mean, var, _real(getattr(obs, 'count', None), 'count'),
-                            _real(getattr(ret, 'mean', None), 'return mean'), _real(getattr(ret, 'var', None), 'return var'),
-                            _real(getattr(ret, 'count', None), 'return count'), _real(getattr(vn, 'clip_obs', None), 'clip_obs'),
-                            _real(getattr(vn, 'clip_reward', None), 'clip_reward'), _real(getattr(vn, 'gamma', None), 'gamma'),
-                            _real(getattr(vn, 'epsilon', None), 'epsilon'), bool(getattr(vn, 'norm_obs', True)),
+        num = lambda part, key, what: _real(getattr(part, key, None), what)
+        return VecNormStats(mean, var, num(obs, 'count', 'count'), num(ret, 'mean', 'return mean'),
+                            num(ret, 'var', 'return var'), num(ret, 'count', 'return count'),
+                            num(vn, 'clip_obs', 'clip_obs'), num(vn, 'clip_reward', 'clip_reward'),
+                            num(vn, 'gamma', 'gamma'), num(vn, 'epsilon', 'epsilon'),
+                            bool(getattr(vn, 'norm_obs', True)),
                             bool(getattr(vn, 'norm_reward', True)), bool(getattr(vn, 'training', True)))
     except (_Refused, pickle.UnpicklingError) as e:
         raise BadArtifactError(f'{path} cannot be read as VecNormalize statistics without running code in it: {e}; '

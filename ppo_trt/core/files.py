@@ -307,11 +307,9 @@ def install_folder(built, dest, marker, command, stage):
 
 def _update_folder(built, dest, marker, command, stage, new):
     "Replace the files `dest`'s manifest lists by `built`'s, each by a rename; refuse first if any is the user's."
-    have, old = _files(dest, marker), manifest(dest, marker)
-    if old is None: old = {rel: [sha] for rel, sha in have.items() if rel in new}  # an older marker: what it writes
-    problems = [f'{dest/rel} was changed after `{command}` wrote it' for rel, shas in old.items()
-                if rel in have and have[rel] not in shas]
-    problems += [why for rel in new if (why := _in_the_way(dest, rel, old))]
+    old = manifest(dest, marker)
+    if old is None: old = {rel: [] for rel in _files(dest, marker) if rel in new}  # an older marker: what it writes
+    problems = [why for rel in new if (why := _in_the_way(dest, rel, old))]
     if problems:
         raise BadInputError(f'{problems[0]}{f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""}; '
                             f'{command} keeps what is yours: move it out of {dest}, or choose another folder')

@@ -774,8 +774,9 @@ def remove_derived(run):
     theirs = [f for p in paths if p.is_dir() and not p.is_symlink() for marker in p.glob('.ppo-trt-*.json')
               for f in foreign_files(p, marker.name)]
     if theirs:
-        raise BadInputError(f'{shown(theirs[0])} was not written by ppo_trt (it is not in its folder\'s manifest), so it '
-                            'is not removed with the old policy\'s artifacts; move it out of the run folder and run again')
+        raise BadInputError(f'{shown(theirs[0])} was not written by ppo_trt (it is not in its folder\'s manifest), '
+                            'so it is not removed with the old policy\'s artifacts; move it out of the run folder '
+                            'and run again')
     links = [p.name for p in paths if p.is_symlink()]
     if links:
         raise BadInputError(f'{root}: {", ".join(links)} is a symbolic link, which ppo_trt never makes, so it is not '

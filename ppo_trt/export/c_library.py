@@ -22,6 +22,7 @@ __all__ = ['STATUS', 'SEQ_EPISODE', 'SEQ_FALLBACK_EVERY', 'TEST_TOL', 'TEST_PROG
 
 # %% ../../nbs/36_c_library.ipynb #fcfaf184
 from ..core.files import policy_sha256
+from .numba_kernel import NativeUnsupportedError
 from .onnx import load_observations
 from ..core.run_folder import check_env_id
 from .onnx import check_deploy_metadata
@@ -29,11 +30,11 @@ from .onnx import check_deploy_metadata
 _C_PLAIN = frozenset('abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _.:/-+=,;()[]{}<>@#%^&|~!')
 
 def c_string(text):
-    "`text` as a C string literal: plain characters as they are, every other byte (`\"`, `\\`, `?`, a newline) as an octal escape."
+    "`text` as a C string literal: plain characters as they are, any other byte (`\"`, `?`, a newline) octal-escaped."
     return '"' + ''.join(chr(b) if chr(b) in _C_PLAIN else f'\\{b:03o}' for b in str(text).encode('utf-8')) + '"'
 
 def c_comment(text):
-    "`text` for the inside of a C comment: plain characters as they are, any other byte (`*`, `?`, a newline) as `\\xNN`."
+    "`text` for the inside of a C comment: plain characters as they are, any other byte (`*`, `?`, a newline) as xNN."
     return ''.join(chr(b) if chr(b) in _C_PLAIN else f'\\x{b:02x}' for b in str(text).encode('utf-8'))
 
 def check_c_metadata(meta, dims, where):
@@ -52,7 +53,8 @@ def library_kernel(onnx_path):
     if res and not res.get('folded'):
         raise BadInputError(f'{onnx_path} holds the residual network only (its {res.get("expert")!r} expert runs '
                             'on the host): the C library needs the expert folded into policy.onnx')
-    steps, dims = parse_chain(proto)
+    try: steps, dims = parse_chain(proto)
+    except NativeUnsupportedError as e: raise NativeUnsupportedError(f'{onnx_path}: {e}') from None  # name the file
     check_c_metadata(meta, dims, onnx_path)
     scratch = 2 * ROWS * _scratch_width(_stages(steps), dims) * 4
     if scratch > STACK_SCRATCH_MAX:
@@ -521,7 +523,7 @@ def library_files(onnx_path, obs, onnx_sha256):
     act, k = act_fn(obs), int(meta.get('history_actions') or 0)
     low, high = meta.get('action_low'), meta.get('action_high')
     sequence = history_sequence(act_fn, obs[:, :dims[0] - k * dims[1]], k, low, high) if k else None
-    env_id = str(meta.get('env_id', '?'))  # checked by library_kernel; escaped where it is written (c_string, c_comment)
+    env_id = str(meta.get('env_id', '?'))  # checked by library_kernel; escaped where written (c_string, c_comment)
     return {**library_code(kernel, dims, meta, env_id, onnx_sha256),
             'ppo_policy_vectors.h': test_vectors(obs, act, sequence),
             'test_ppo_policy.c': TEST_PROGRAM, 'bench_ppo_policy.c': BENCH_PROGRAM, 'Makefile': MAKEFILE}
@@ -547,7 +549,7 @@ def write_c_library(run_dir, out=None, cc=None):
     with staging(dest) as stage:
         (stage/'lib').mkdir()
         _write_files(stage/'lib', {**files, 'manifest.json': json.dumps(manifest, indent=2) + '\n'})
-        test = build_and_test(stage/'lib', cc) if cc else None  # in the new folder: the installed one stays till it passes
+        test = build_and_test(stage/'lib', cc) if cc else None  # in the new folder: the installed one stays till then
         if test and not test['ok']:
             raise PpoTrtError(f"the new C library's test failed ({test['output'] or 'it printed nothing'}); "
                               f'{dest} was left as it was')

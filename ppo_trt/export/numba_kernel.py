@@ -61,26 +61,30 @@ class Elementwise:
 FLT_MAX = float(np.finfo(np.float32).max)  # Clip's bound when none is given: numeric_limits<float>::max(), in ORT
 
 def _constant_value(n):
-    "The float32 value of Constant node `n` (its `value` tensor, `value_float` or `value_floats`), or one line refusing it."
+    "The float32 value of Constant node `n` (its `value` tensor, `value_float` or `value_floats`), else one line."
     from onnx import numpy_helper, TensorProto
     a = {x.name: x for x in n.attribute}
     if 'value' in a and a['value'].t.data_type == TensorProto.FLOAT: return numpy_helper.to_array(a['value'].t)
     if 'value_float' in a: return np.float32(a['value_float'].f)
     if 'value_floats' in a: return np.asarray(a['value_floats'].floats, np.float32)
-    raise NativeUnsupportedError(f'Constant node {shown(n.name or n.output[0], 60)} holds {", ".join(a) or "nothing"}, '
-                                 'not float32 values: the generated kernels compute in float32 only')
+    raise NativeUnsupportedError(f'Constant node {shown(n.name or n.output[0], 120)} holds '
+                                 f'{", ".join(a) or "nothing"}, '
+                                 'not float32 values: the generated kernels compute in float32 only; export the '
+                                 'policy with float32 constants')
 
 def _consts(proto):
     "{name: float32 array} of the graph's initializers and Constant nodes; any other dtype is refused in one line."
     from onnx import numpy_helper, TensorProto
     if len(proto.graph.sparse_initializer):
-        raise NativeUnsupportedError('the graph holds sparse initializers, which the generated kernels do not read')
+        raise NativeUnsupportedError('the graph holds sparse initializers, which the generated kernels do not read; '
+                                     'export it with dense ones')
     c = {}
     for t in proto.graph.initializer:
         if t.data_type != TensorProto.FLOAT:
-            raise NativeUnsupportedError(f'initializer {shown(t.name, 60)} holds {TensorProto.DataType.Name(t.data_type)} '
-                                         'values, not float32: ONNX Runtime refuses it in a float32 chain, and the '
-                                         'generated kernels compute in float32 only')
+            raise NativeUnsupportedError(f'initializer {shown(t.name, 120)} holds '
+                                         f'{TensorProto.DataType.Name(t.data_type)} '
+                                         'values, not float32: the generated kernels compute in float32 only; export '
+                                         'the policy with float32 weights')
         c[t.name] = numpy_helper.to_array(t)
     for n in proto.graph.node:
         if n.op_type == 'Constant': c[n.output[0]] = _constant_value(n)
@@ -95,7 +99,7 @@ def _opset(proto):
     return next((o.version for o in proto.opset_import if o.domain in ('', 'ai.onnx')), None)
 
 def check_graph(proto):
-    "`proto` if ORT reads it as the kernels would (opset, domains, node names, float32 input and output), else one line."
+    "`proto` if ORT reads it as the kernels would (opset, domains, node names, float32 input and output); or one line."
     import onnx
     from onnx import TensorProto
     opset, newest = _opset(proto), onnx.defs.onnx_opset_version()
@@ -104,28 +108,31 @@ def check_graph(proto):
                                      f'{newest} (this onnx package\'s newest): re-export it with one of those')
     other = [n for n in proto.graph.node if n.domain not in ('', 'ai.onnx')]
     if other:
-        raise NativeUnsupportedError(f'node {shown(other[0].name or other[0].output[0], 60)} is {shown(other[0].op_type, 40)} '
+        raise NativeUnsupportedError(f'node {shown(other[0].name or other[0].output[0], 120)} is '
+                                     f'{shown(other[0].op_type, 40)} '
                                      f'of domain {shown(other[0].domain, 60)}, not the ONNX operator of that name: '
-                                     'the generated kernels run standard ONNX operators only')
+                                     'the generated kernels run standard ONNX operators only; run it with ort')
     names = [n.name for n in proto.graph.node if n.name]
     dup = next((x for i, x in enumerate(names) if x in names[:i]), None)
     if dup is not None:
-        raise NativeUnsupportedError(f'two nodes are named {shown(dup, 60)}: ONNX Runtime refuses such a graph; '
+        raise NativeUnsupportedError(f'two nodes are named {shown(dup, 120)}: ONNX Runtime refuses such a graph; '
                                      'give each node its own name')
     for what, vi in (('input', proto.graph.input[0]), ('output', proto.graph.output[0])):
         t = vi.type.tensor_type
         if t.elem_type != TensorProto.FLOAT:
             raise NativeUnsupportedError(f'the graph {what} {shown(vi.name, 40)} is '
                                          f'{TensorProto.DataType.Name(t.elem_type)}, not float32: the generated '
-                                         'kernels take and give float32 only')
+                                         'kernels take and give float32 only; export it with a float32 input and '
+                                         'output')
         dims = t.shape.dim
         if len(dims) != 2 or dims[1].dim_value < 1:
             raise NativeUnsupportedError(f'the graph {what} {shown(vi.name, 40)} is not [batch, width] with a fixed '
-                                         'width: the generated kernels run [batch, width] float32 arrays only')
+                                         'width: the generated kernels run [batch, width] float32 arrays only; run it '
+                                         'with ort')
     return proto
 
 def _check_size(steps):
-    "Refuse a chain whose kernel would take minutes and gigabytes to compile (`KERNEL_MAX_STEPS`, `KERNEL_MAX_WEIGHTS`)."
+    "Refuse a chain whose kernel would take minutes and gigabytes to compile (`KERNEL_MAX_STEPS`, `..._WEIGHTS`)."
     consts = sum(int(np.asarray(a).size) for s in steps for a in (
         (s.W, s.b) if isinstance(s, Dense) else (s.c, s.c2)) if a is not None)
     if len(steps) > KERNEL_MAX_STEPS or consts > KERNEL_MAX_WEIGHTS:
@@ -136,7 +143,7 @@ def _check_size(steps):
 
 # %% ../../nbs/33_numba_kernel.ipynb #5b64140b
 def _vec(a, width, what):
-    "Constant `a` of an elementwise op on [B, width]: a scalar, or a row of `width` ([width] or [1, width]) as ORT broadcasts."
+    "Constant `a` of an elementwise op on [B, width]: a scalar, or a row ([width] or [1, width]) as ORT broadcasts it."
     a = np.asarray(a, np.float32)
     if a.ndim <= 2 and a.size == 1: return a.reshape(())
     if a.ndim > 2 or (a.ndim == 2 and a.shape[0] != 1) or a.shape[-1] != width:
@@ -153,7 +160,7 @@ def _clip_bounds(n, ins, consts, attrs, opset, width):
         if len(ins) <= i or not ins[i]: return np.float32(default)
         a = np.asarray(consts[ins[i]], np.float32)
         if a.size != 1:
-            raise NativeUnsupportedError(f'Clip node {shown(n.name or n.op_type, 60)}: its bounds must be scalars '
+            raise NativeUnsupportedError(f'Clip node {shown(n.name or n.op_type, 120)}: its bounds must be scalars '
                                          f'(ONNX Runtime refuses shape {a.shape})')
         return a.reshape(())
     return bound(1, -FLT_MAX), bound(2, FLT_MAX)
@@ -175,8 +182,9 @@ def parse_chain(proto):
         ins = list(n.input)
         live = [i for i in ins if i and i not in consts]
         if live != [cur] or (n.op_type != 'Clip' and '' in ins):
-            raise NativeUnsupportedError(f'node {shown(n.name or n.op_type, 60)} does not continue a single chain from '
-                                         f'{shown(cur, 60)}; the native backend compiles linear MLP policies only')
+            raise NativeUnsupportedError(f'node {shown(n.name or n.op_type, 120)} does not continue a single chain '
+                                         f'from {shown(cur, 120)}; the native backend compiles linear MLP policies '
+                                         'only')
         attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
         other = [consts[i] for i in ins if i and i != cur]
         op = n.op_type

@@ -381,7 +381,8 @@ def check_deploy_metadata(meta, where='the ONNX model'):
     if 'history_actions' in meta and not (type(meta['history_actions']) is int and 0 <= meta['history_actions'] <= 16):
         bad('history_actions', 'an integer from 0 to 16')
     k = meta.get('history_actions') or 0
-    if k and meta.get('env_obs_dim') != meta['obs_dim'] - k * act: bad('env_obs_dim', 'obs_dim - history_actions * act_dim')
+    if k and meta.get('env_obs_dim') != meta['obs_dim'] - k * act:
+        bad('env_obs_dim', 'obs_dim - history_actions * act_dim')
     for key in ('action_low', 'action_high'):
         if key in meta and not _number_list(meta[key], act): bad(key, f'a list of {act} numbers')
     if k and not all(k2 in meta for k2 in ('action_low', 'action_high')):
@@ -403,8 +404,8 @@ def policy_metadata(path_or_proto):
     batch = proto.graph.input[0].type.tensor_type.shape.dim[:1]
     if batch and batch[0].dim_value > 0:
         raise BadArtifactError(f'{where}: its input takes a batch of {batch[0].dim_value} rows only; ppo_trt runs a '
-                               'policy at every batch size: export it with a dynamic batch axis (torch.onnx.export(..., '
-                               "dynamic_axes={'obs': {0: 'batch'}, 'action': {0: 'batch'}}))")
+                               'policy at every batch size: export it with a dynamic batch axis '
+                               "(torch.onnx.export(..., dynamic_axes={'obs': {0: 'batch'}, 'action': {0: 'batch'}}))")
     widths = (_graph_width(proto.graph.input[0]), _graph_width(proto.graph.output[0]))
     if (meta['obs_dim'], meta['act_dim']) != widths:
         raise BadArtifactError(f"{where}: its metadata says obs_dim {meta['obs_dim']}, act_dim {meta['act_dim']} "

@@ -222,7 +222,8 @@ def rollout_observations(source, env_id, n=ROLLOUT_OBS, seed=0):
 def bench_observations(run, env_id, seed=0):
     "(observations, where they came from): export_obs.npy, or in a policy-only folder without it an env rollout."
     if run.has('export_obs') or not policy_only(run):
-        return load_observations(run.require('export_obs'), policy_metadata(run.path('onnx'))['obs_dim']), 'export_obs.npy'
+        width = policy_metadata(run.path('onnx'))['obs_dim']
+        return load_observations(run.require('export_obs'), width), 'export_obs.npy'
     try: obs = rollout_observations(run.root, env_id, seed=seed)
     except PpoTrtError: raise
     except Exception as e:
@@ -348,8 +349,8 @@ def _ort_reference(run, obs):
     except PpoTrtError: raise
     except Exception as e:
         raise BadArtifactError(f"{run.path('onnx')}: ONNX Runtime cannot run it on a batch of {len(obs)} observations "
-                               f"({shown(error_line(e, 160), 200)}); it is not a [batch, obs] -> [batch, action] policy: "
-                               'export it again') from None
+                               f"({shown(error_line(e, 160), 200)}); it is not a [batch, obs] -> [batch, action] "
+                               'policy: export it again') from None
 
 # %% ../../nbs/50_bench.ipynb #ef3c980b
 @locked('bench')

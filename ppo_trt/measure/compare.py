@@ -249,8 +249,8 @@ def compare(reference, run_dir=None, backend_names=None, reference_settings=True
         say(f'{len(names)} backends known; benching those that run here, with {settings_from}')
         here = bench_here(dest, names, settings, ref_rec, ref_sessions, say)
         rows = [compare_row(n, figures(here, n), figures(ref_rec, n, ref_sessions)) for n in names]
-        rows += [compare_row(n, Figures(ran=False, reason=f'backend {n} {NOT_LOADED}'), figures(ref_rec, n, ref_sessions))
-                 for n in not_loaded]
+        rows += [compare_row(n, Figures(ran=False, reason=f'backend {n} {NOT_LOADED}'),
+                             figures(ref_rec, n, ref_sessions)) for n in not_loaded]
         rows += [compare_row(n, Figures(ran=False, reason=f'backend {n} is not installed here (a plugin there?)'),
                              figures(ref_rec, n, ref_sessions))
                  for n in dict.fromkeys(r.backend for r in ref_rec.records if r.session in ref_sessions)
@@ -303,7 +303,8 @@ def print_compare(rec, con=None):
     for r in rec.rows:
         sides = [(s, f.reason) for s, f in (('here', r.here), ('on the reference machine', r.reference)) if not f.ran]
         if len(sides) == 2 and sides[0][1] == sides[1][1]: sides = [('on both machines', sides[0][1])]
-        for side, why in sides: con.print(f'[yellow]skipped {escape(shown(r.backend, 40))} {side}[/]: {escape(shown(why, 400))}')
+        for side, why in sides:
+            con.print(f'[yellow]skipped {escape(shown(r.backend, 40))} {side}[/]: {escape(shown(why, 400))}')
     if rec.returns:
         rt = Table(title=f'nominal phase, {rec.returns[0].episodes} episode(s) on the same seeds: mean return')
         for c in ('policy', 'reference', 'here', 'here - reference', 'max |Δ| per episode'):
@@ -315,7 +316,8 @@ def print_compare(rec, con=None):
                        fmt(x.max_abs_diff, lambda v: f'{v:.2g}'))
         con.print(rt)
     s = rec.settings
-    con.print(f'here/ref: this machine over the reference machine ({escape(shown(rec.reference_machine.summary, 160))}); '
+    con.print('here/ref: this machine over the reference machine '
+              f'({escape(shown(rec.reference_machine.summary, 160))}); '
               'below 1 for latencies and above 1 for actions/s: faster here')
     con.print(f'benched here with {escape(rec.settings_from)}: {s.iters:,} batch-1 calls after {s.warmup:,}, batches '
               f'{",".join(map(str, s.batches))}, closed loop {s.closed_loop_steps or 0:,} steps'

@@ -8,7 +8,8 @@ import time
 import msgspec
 import numpy as np
 from ..core.run_folder import RunDir
-from ..core.files import PpoTrtError, BadInputError, MissingArtifactError, save_json, sha256_file, policy_sha256, shown
+from ..core.files import (PpoTrtError, BadInputError, MissingArtifactError, save_json, sha256_file,
+                                policy_sha256, shown)
 from ..core.records import (EvaluateFile, PhaseRecord, Gate, DelayCurve, Event, record, load_artifact, locked,
                                   require_fresh, session, session_id, policy_only)
 from ..envs.specs import env_spec, env_ids
@@ -276,4 +277,5 @@ def print_evaluation(rep, con=None):
     for b, g in rep.gates.items():
         con.print(f"gate {b}: {'[green]PASS[/]' if g.passed else '[red]FAIL[/]'}: {sla_words(g.sla_pass)}, "
                   f"{g.violations} violations, worst return gap {g.worst_return_gap:.2%}")
-    for b, why in rep.skipped.items(): con.print(f'[yellow]skipped {escape(shown(b, 40))}[/]: {escape(shown(why, 300))}')
+    for b, why in rep.skipped.items():
+        con.print(f'[yellow]skipped {escape(shown(b, 40))}[/]: {escape(shown(why, 300))}')

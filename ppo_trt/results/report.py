@@ -68,9 +68,11 @@ def check_bench(bench, path):
               'sweep': lambda: _usable(r.stats) and (r.throughput_per_s or 0) > 0,
               'closed-loop': lambda: _usable(r.inference) and _usable(r.loop) and (r.loop_rate_hz or 0) > 0
                                      and r.headroom is not None and r.jitter_us is not None,
-              'soak': lambda: _usable(r.stats) and bool(r.windows) and r.p50_drift is not None}.get(r.mode, lambda: True)
+              'soak': lambda: _usable(r.stats) and bool(r.windows) and r.p50_drift is not None
+              }.get(r.mode, lambda: True)
         if not ok():
-            raise BadArtifactError(f'{path}: the {shown(r.mode, 20)} record of {shown(r.backend, 40)} (batch {r.batch}) '
+            raise BadArtifactError(f'{path}: the {shown(r.mode, 20)} record of {shown(r.backend, 40)} '
+                                   f'(batch {r.batch}) '
                                    'says it ran but holds no usable timing (statistics missing, empty or of no call); '
                                    f'the file was altered: run `ppo-trt bench --replace --run-dir {Path(path).parent}`')
     return bench
@@ -80,14 +82,17 @@ def load_records(run_dir):
     "The run folder's JSON records (schema-checked), learning curve and `sweep/`; bench.json is required."
     run = RunDir(run_dir)
     made = lambda name: load_artifact(run, name) if run.has(name) else None
-    return RunRecords(run_dir=str(run.root), bench=check_bench(load_artifact(run, 'bench_record'), run.path('bench_record')),
+    bench = check_bench(load_artifact(run, 'bench_record'), run.path('bench_record'))
+    return RunRecords(run_dir=str(run.root), bench=bench,
                       policy_sha256=policy_sha256(run.path('onnx')) if run.has('onnx') else None,
                       train=made('train_record'), export=made('export_record'), config=made('config'),
                       build=made('build_record'), evaluate=made('evaluate_record'),
                       train_log=read_train_log(run.path('train_log')) if run.has('train_log') else None,
-                      residual_studies=[read_record(inside(p, run.root)) for p in sorted(run.root.glob('residual_study_*.json'))],
+                      residual_studies=[read_record(inside(p, run.root))
+                                        for p in sorted(run.root.glob('residual_study_*.json'))],
                       env_benches=[read_record(inside(p, run.root)) for p in sorted(run.root.glob('env_bench_*.json'))],
-                      sweep=load_sweep(run.root/SWEEP_DIR) if (run.root/SWEEP_DIR/'sweep.json').exists() else None,
+                      sweep=load_sweep(inside(run.root/SWEEP_DIR, run.root))
+                      if (inside(run.root/SWEEP_DIR, run.root)/'sweep.json').exists() else None,
                       c_loop=read_record(run.root/'c_loop.json') if (run.root/'c_loop.json').exists() else None)
 
 # %% ../../nbs/80_report.ipynb #c3704536
@@ -111,7 +116,7 @@ class Md(str):
     "Markdown this module wrote around escaped text: `esc` leaves it as it is."
 
 # %% ../../nbs/80_report.ipynb #7fba0a10
-_LITERAL = str.maketrans({**{c: f'&#{ord(c)};' for c in '&<>"\'`\\*_[]|$~'},
+_LITERAL = str.maketrans({**{c: f'&#{ord(c)};' for c in '&<>"\'`\\*_[]|$~:'},  # ':' so no URL becomes a link
                           **{c: ' ' for c in '\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029'}})
 
 def esc(value):
@@ -918,8 +923,8 @@ def report_notebook(run_dir):
     nb.cells[0].source = f'{PARAMETER}{str(Path(run_dir).resolve())!r}'
     nb.metadata['kernelspec'] = dict(name='python3', display_name='Python 3', language='python')
     root = Path(run_dir)
-    nb.metadata['ppo_trt'] = dict(inputs={f: (policy_sha256 if f.endswith('.onnx') else sha256_file)(inside(root/f, root))
-                                          for f in REPORT_INPUTS if (root/f).exists()})
+    digest = lambda f: (policy_sha256 if f.endswith('.onnx') else sha256_file)(inside(root/f, root))
+    nb.metadata['ppo_trt'] = dict(inputs={f: digest(f) for f in REPORT_INPUTS if (root/f).exists()})
     return nb
 
 # %% ../../nbs/80_report.ipynb #fd5ffbb1
