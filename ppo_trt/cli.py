@@ -522,9 +522,9 @@ class CommandFailed(PpoTrtError):
     exit_status = 1
 
 def bench_failures(result, asked=None):
-    "One line naming the backends (of `asked`, default all) whose records in this session say they failed, or ''."
-    bad = {r.backend: r.reason for r in result.records
-           if r.failed and r.session == result.session and (asked is None or r.backend in asked)}
+    "One line naming the backends (of `asked`, default all) that failed to load or while measured this session, or ''."
+    bad = {r.backend: r.reason for r in result.records  # a closed loop or soak lost to the machine (no GL): not counted
+           if r.failed and r.mode == 'all' and r.session == result.session and (asked is None or r.backend in asked)}
     if not bad: return ''
     return (f"{len(bad)} backend(s) failed: " + '; '.join(f'{b}: {shown(why, 160)}' for b, why in bad.items())
             + f"; their records are in {RunDir(result.run_dir).path('bench_record')}")

@@ -528,12 +528,14 @@ def test_native_c_cache_is_evicted_by_size(tmp_path):
 
 
 def test_bench_exits_non_zero_when_an_asked_backend_fails(run_copy):
-    """The closed loop cannot make its env (a MUJOCO_GL no one serves): the record says failed, bench.json is written,
+    """torch cannot load a damaged policy.zip (its hash forged to match): its record says failed, bench.json is written,
     and the exit status is 1 (it was 0)."""
-    r = ppo_trt_limited('bench', '--run-dir', run_copy, '--backends', 'ort', *TINY_BENCH, env={'MUJOCO_GL': 'bogus'})
-    one_line(r, 1, 'ort', 'closed-loop failed')
+    (run_copy/'policy.zip').write_bytes(b'PK\x03\x04 not a model'); forge_records(run_copy)
+    r = ppo_trt('bench', '--run-dir', run_copy, '--backends', 'ort,torch', *TINY_BENCH)
+    one_line(r, 1, 'torch', 'failed to load')
     recs = json.loads((run_copy/'bench.json').read_text())['records']
-    assert any(x['backend'] == 'ort' and x.get('failed') and x['mode'] == 'closed-loop' for x in recs)
+    assert any(x['backend'] == 'torch' and x.get('failed') for x in recs)
+    assert any(x['backend'] == 'ort' and x['ran'] for x in recs)
 
 
 # ---- 7. one line, naming the file and the fix -----------------------------------------------------------------------
