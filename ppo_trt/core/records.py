@@ -7,23 +7,25 @@ from __future__ import annotations
 import hashlib, json, os, platform, shutil, sys, tempfile, time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Annotated
 import msgspec
 import numpy as np
 from .run_folder import ARTIFACTS, RunDir
 from .files import (PARTIAL, PpoTrtError, BadArtifactError, BadInputError, MissingArtifactError,
-                                atomic_write_text, sha256_file)
+                                atomic_write_text, sha256_file, inside, leftovers, foreign_files, policy_sha256,
+                                shown)
 from .machine import ThreadPlan, probe, machine_summary, package_version
 
 # %% auto #0
-__all__ = ['SCHEMAS', 'MACHINE_ID_VAR', 'LOCK_NAME', 'HOLDER_NAME', 'REPORT_INPUTS', 'STAGE_PARENTS', 'DERIVED', 'ConfigRecord',
-           'ObsNormRecord', 'TrainRecord', 'BestRecord', 'Parity', 'TensorSpec', 'ExportRecord', 'EngineProfile',
-           'EngineRecord', 'Stats', 'HotPath', 'LatencyWindow', 'BenchRecord', 'Session', 'BenchSettingsRecord',
-           'TimerOverhead', 'BenchFile', 'Event', 'PhaseRecord', 'Gate', 'DelayCurve', 'EvaluateFile', 'Curve',
-           'Returns', 'ResidualStudyRecord', 'EnvBenchRow', 'EnvBenchError', 'EnvBenchRecord', 'LoopStats', 'GymCheck',
-           'CLoopRecord', 'CTargetRecord', 'HilRecord', 'policy_only', 'fix_command', 'policy_only_advice',
-           'read_record', 'load_artifact', 'record', 'machine_id', 'session', 'session_id', 'RunFolderBusy',
-           'remove_partial', 'run_lock', 'locked', 'lineage_problems', 'require_fresh', 'derived_paths',
-           'remove_derived']
+__all__ = ['EnvId', 'SCHEMAS', 'MACHINE_ID_VAR', 'LOCK_NAME', 'HOLDER_NAME', 'REPORT_INPUTS', 'STAGE_PARENTS', 'DERIVED',
+           'ConfigRecord', 'ObsNormRecord', 'TrainRecord', 'BestRecord', 'Parity', 'TensorSpec', 'ExportRecord',
+           'EngineProfile', 'EngineRecord', 'Stats', 'HotPath', 'LatencyWindow', 'BenchRecord', 'Session',
+           'BenchSettingsRecord', 'TimerOverhead', 'BenchFile', 'Event', 'PhaseRecord', 'Gate', 'DelayCurve',
+           'EvaluateFile', 'Curve', 'Returns', 'ResidualStudyRecord', 'EnvBenchRow', 'EnvBenchError', 'EnvBenchRecord',
+           'LoopStats', 'GymCheck', 'Fallback', 'CLoopRecord', 'CTargetRecord', 'HilRecord', 'policy_only',
+           'fix_command', 'policy_only_advice', 'read_record', 'load_artifact', 'record', 'machine_id', 'session',
+           'session_id', 'RunFolderBusy', 'remove_partial', 'run_lock', 'locked', 'lineage_problems', 'require_fresh',
+           'derived_paths', 'remove_derived']
 
 # %% ../../nbs/03_records.ipynb #53e13962
 class _Part(msgspec.Struct, kw_only=True):
@@ -33,10 +35,13 @@ class _Record(_Part, kw_only=True):
     "Base of the record schemas."
     schema_version: int = 1
 
+# %% ../../nbs/03_records.ipynb #230661a2
+EnvId = Annotated[str, msgspec.Meta(pattern=r'^[A-Za-z0-9_.:/-]{1,100}$')]  # core.run_folder.ENV_ID_RE
+
 # %% ../../nbs/03_records.ipynb #06c2b8da
 class ConfigRecord(_Record):
     "config.json: what a run was asked to do."
-    env_id: str
+    env_id: EnvId
     seed: int
     timesteps: int
     preset: str
@@ -59,7 +64,7 @@ class ObsNormRecord(_Record):
 # %% ../../nbs/03_records.ipynb #87e18dbe
 class TrainRecord(_Record):
     "train.json: what training did and which policy it kept (SB3 or fast PPO)."
-    env_id: str
+    env_id: EnvId
     seed: int
     preset: str
     timesteps: int
@@ -130,7 +135,7 @@ class TensorSpec(_Part):
 # %% ../../nbs/03_records.ipynb #ba22152e
 class ExportRecord(_Record):
     "export.json: the exported policy.onnx, its parity and the hashes of what it came from and what it wrote."
-    env_id: str
+    env_id: EnvId
     opset: int
     ops: dict[str, int]
     parity_tol: float
@@ -283,7 +288,7 @@ class TimerOverhead(_Part):
 
 class BenchFile(_Record):
     "bench.json: every backend's records, merged across bench runs, and the sessions that made them."
-    env_id: str
+    env_id: EnvId
     records: list[BenchRecord]
     settings: BenchSettingsRecord
     timer_overhead: TimerOverhead
@@ -341,7 +346,7 @@ class DelayCurve(_Part, omit_defaults=True):
 
 class EvaluateFile(_Record):
     "evaluate.json: returns per (phase, policy), merged across evaluate runs; gates per backend."
-    env_id: str
+    env_id: EnvId
     episodes: int
     seed: int
     deadline_us: float
@@ -436,10 +441,22 @@ class GymCheck(msgspec.Struct):
     reward_max_abs: float
     termination_mismatches: int
     passed: bool
+    ort_max_abs: float | None = None  # the C policy's actions against ONNX Runtime's on the loop's own inputs
+    ort_tol: float | None = None      # the largest allowed; `passed` needs it (c_loop.json before 0.2: not checked)
+
+class Fallback(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    "One NaN observation handed to the C loop's policy at `injected_step`: what the loop did about it."
+    injected_step: int
+    status: int          # what ppo_policy_act returned for it
+    fallbacks: int       # fallbacks counted over the run (1 expected)
+    nonfinite_obs: int
+    action_held: bool    # the last action applied again
+    check_passed: bool   # the episode, replayed in gymnasium, matches
+    passed: bool
 
 class CLoopRecord(_Record):
     "c_loop.json: Hopper in C on MuJoCo's C API with the C policy library (`ppo-trt c-loop`)."
-    env_id: str
+    env_id: EnvId
     onnx_sha256: str
     mujoco: str
     cc: str
@@ -449,7 +466,7 @@ class CLoopRecord(_Record):
     episode_steps: list[int]
     python_returns: dict[str, list[float]]  # the Python evaluate's (nominal phase), same seeds
     check: GymCheck
-    fallback: dict                          # one NaN observation injected: fallbacks counted, action held
+    fallback: Fallback                      # one NaN observation injected: fallbacks counted, action held
     steps: int                              # timed steps
     steps_per_s: float
     timer_ns: float                         # the cost of one clock_gettime, inside every timing
@@ -558,6 +575,7 @@ def read_record(path, name=None, root=None):
              f'restore it from where this folder came from (it has no policy.zip to {stage} from), '
              f'or bench policy.onnx alone: `{fix}`')
     if not path.exists(): raise MissingArtifactError(f'{path} does not exist: it is written by {redo}')
+    inside(path, where)  # a link out of the run folder is refused, never read
     try: data = json.loads(path.read_bytes())
     except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than Python's stack
         raise BadArtifactError(f'{path} is not valid JSON ({str(e)[:80]}): it is damaged or truncated; '
@@ -640,7 +658,7 @@ def remove_partial(p):
 
 def _remove_partials(root):
     "Remove what a killed writer left half-written under `root` (no one else writes now)."
-    for p in root.rglob(f'.*{PARTIAL}*'): remove_partial(p)  # rglob does not descend into symlinked folders
+    for p in leftovers(root): remove_partial(p)  # half-written files, folders a killed command was building
 
 # %% ../../nbs/03_records.ipynb #43733968
 @contextmanager
@@ -690,7 +708,9 @@ def locked(command):
 
 # %% ../../nbs/03_records.ipynb #03a52e4c
 def _sha(path):
-    return sha256_file(path) if Path(path).exists() else None
+    "The hash a record keeps of `path`: of a policy.onnx, with the external data it reads (`policy_sha256`)."
+    if not Path(path).exists(): return None
+    return policy_sha256(path) if Path(path).suffix == '.onnx' else sha256_file(path)
 
 # %% ../../nbs/03_records.ipynb #1a8cd5d4
 def _policy_links(run, train):
@@ -810,6 +830,12 @@ def derived_paths(run):
 def remove_derived(run):
     "Delete `derived_paths(run)`, all or none (a symlink among them is refused); their names."
     root, paths = _run(run).root, derived_paths(run)
+    theirs = [f for p in paths if p.is_dir() and not p.is_symlink() for marker in p.glob('.ppo-trt-*.json')
+              for f in foreign_files(p, marker.name)]
+    if theirs:
+        raise BadInputError(f'{shown(theirs[0])} was not written by ppo_trt (it is not in its folder\'s manifest), '
+                            'so it is not removed with the old policy\'s artifacts; move it out of the run folder '
+                            'and run again')
     links = [p.name for p in paths if p.is_symlink()]
     if links:
         raise BadInputError(f'{root}: {", ".join(links)} is a symbolic link, which ppo_trt never makes, so it is not '

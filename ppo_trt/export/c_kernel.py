@@ -16,8 +16,8 @@ from ppo_trt.export.numba_kernel import NativeUnsupportedError, Elementwise, par
 
 # %% auto #0
 __all__ = ['CFLAGS', 'PAD', 'DOT', 'ROWS', 'MAYBE_UNUSED', 'AVX512', 'AVX2', 'SSE2', 'ISAS', 'HSUM8', 'X86_PRELUDE',
-           'NEON_PRELUDE', 'NEON', 'STACK_SCRATCH_MAX', 'c_toolchain', 'Isa', 'generate_c', 'CPolicy',
-           'compile_c_policy']
+           'NEON_PRELUDE', 'NEON', 'STACK_SCRATCH_MAX', 'NATIVE_C_CACHE_MAX', 'c_toolchain', 'Isa', 'generate_c',
+           'CPolicy', 'evict_cache', 'compile_c_policy']
 
 # %% ../../nbs/34_c_kernel.ipynb #cac7d082
 CFLAGS = ('-O3', '-march=native', '-fno-math-errno', '-fno-trapping-math', '-ffp-contract=fast', '-fPIC', '-shared',
@@ -607,15 +607,47 @@ def _load_extension(blob, name, folder):
     finally: os.unlink(tmp)
     return mod
 
+# %% ../../nbs/34_c_kernel.ipynb #bda69ba7
+NATIVE_C_CACHE_MAX = 512 << 20  # bytes of native-c builds the user's cache keeps (least recently used go first)
+
+def _cache_cap():
+    "The cache's size cap in bytes: `$PPO_TRT_NATIVE_C_CACHE_MB` if set to a number, else `NATIVE_C_CACHE_MAX`."
+    try: return int(float(os.environ['PPO_TRT_NATIVE_C_CACHE_MB']) * (1 << 20))
+    except (KeyError, ValueError): return NATIVE_C_CACHE_MAX
+
+def _touch(folder, name):
+    "Mark build `name` as used now (its record's time is what eviction reads)."
+    with contextlib.suppress(OSError): os.utime(Path(folder)/f'{name}.json')
+
+def evict_cache(folder, keep, cap=None):
+    "Remove the least recently used builds in cache `folder` (never `keep`) until it holds at most `cap` bytes; names."
+    cap, builds = _cache_cap() if cap is None else cap, {}
+    for p in Path(folder).glob('ppo_trt_policy_*'):
+        if p.is_file() and not p.is_symlink():
+            name = p.name.split('.')[0]
+            used, size = builds.get(name, (0.0, 0))
+            st = p.stat()
+            builds[name] = (max(used, st.st_mtime) if p.suffix == '.json' else used, size + st.st_size)
+    total, gone = sum(size for _, size in builds.values()), []
+    for name, (used, size) in sorted(builds.items(), key=lambda kv: kv[1][0]):
+        if total <= cap: break
+        if name == keep: continue
+        for p in Path(folder).glob(f'{name}.*'):
+            with contextlib.suppress(OSError): p.unlink()
+        total, gone = total - size, gone + [name]
+    return gone
+
 # %% ../../nbs/34_c_kernel.ipynb #1e220e9c
 def _obtain(cc, incs, src, name, folder):
     "(extension `name`, how it was obtained): the verified cached binary, else a new build, cached if it can be."
     blob, why = _cached_blob(folder/f'{name}{_EXT}', folder/f'{name}.json', src)
     if blob is not None:
+        _touch(folder, name)
         try: return _load_extension(blob, name, folder), 'loaded from the cache (hash verified)'
         except ImportError as e: why = f'the cached binary does not import ({error_line(e)})'
     blob = _build(cc, incs, src, name)
     unstored = _store(folder, name, src, blob, cc)
+    if not unstored: evict_cache(folder, keep=name)
     how = (f'built in a private temporary folder, not cached: {unstored}; each process builds it again' if unstored
            else 'built' if why == 'not built yet' else f'rebuilt: {why}')
     try: return _load_extension(blob, name, folder), how

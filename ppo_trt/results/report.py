@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 from ..core.run_folder import RunDir
-from ..core.files import atomic_write_text, sha256_file
+from ..core.files import atomic_write_text, sha256_file, policy_sha256, inside, shown, BadArtifactError
 from ..core.records import (BenchFile, CLoopRecord, ConfigRecord, EngineRecord, EnvBenchRecord, EvaluateFile,
                              ExportRecord, ResidualStudyRecord, TrainRecord, load_artifact, read_record, locked,
                              require_fresh, REPORT_INPUTS, CTargetRecord, HilRecord)
@@ -20,20 +20,20 @@ from ..studies.sweep import (load_sweep, sweep_rows, plot_sweep, plot_sweep_dela
                                    plot_sweep_curriculum, COMPARISONS)
 
 # %% auto #0
-__all__ = ['SWEEP_DIR', 'CLAIMS', 'HEADLINES', 'SECTIONS', 'PARAMETER', 'REPORT_TAGS', 'RunRecords', 'load_records',
-           'record_note', 'current_bench', 'Md', 'esc', 'code', 'bold', 'latency_table', 'closed_loop_table',
-           'advise_table', 'evaluation_table', 'soak_table', 'kernel_table', 'legend_overlaps', 'plot_latency_cdf',
-           'plot_latency_tail', 'plot_throughput', 'plot_cost_per_action', 'plot_delay_curve', 'plot_residual_study',
-           'residual_study_table', 'env_bench_table', 'plot_learning_curve', 'batching_pays_at', 'claim_other_records',
-           'claim_fastest', 'claim_tail_and_sla', 'claim_skipped', 'claim_throughput', 'claim_closed_loop',
-           'current_c_loop', 'claim_c_loop', 'claim_builds', 'claim_soak', 'claim_engines', 'claim_export',
-           'claim_control', 'claim_residual', 'claim_training', 'claim_sweep', 'interpretation', 'headline_claims',
-           'more_claims', 'figure_html', 'figure_row', 'show', 'section_header', 'section_claims', 'skipped_list',
-           'section_latency', 'section_throughput', 'section_gpu', 'section_closed_loop', 'c_loop_tables',
-           'section_deploy_c', 'section_deploy_robot', 'section_soak', 'sweep_runs_table', 'sweep_tables',
-           'section_sweep', 'section_control', 'section_residual', 'section_env_bench', 'section_training',
-           'section_export', 'section_machine', 'section_not_measured', 'report_template', 'report_notebook',
-           'clean_report_html', 'render_report']
+__all__ = ['SWEEP_DIR', 'CLAIMS', 'HEADLINES', 'SECTIONS', 'PARAMETER', 'REPORT_TAGS', 'REPORT_CSP', 'RunRecords', 'check_bench',
+           'load_records', 'record_note', 'current_bench', 'Md', 'esc', 'code', 'bold', 'latency_table',
+           'closed_loop_table', 'advise_table', 'evaluation_table', 'soak_table', 'kernel_table', 'legend_overlaps',
+           'plot_latency_cdf', 'plot_latency_tail', 'plot_throughput', 'plot_cost_per_action', 'plot_delay_curve',
+           'plot_residual_study', 'residual_study_table', 'env_bench_table', 'plot_learning_curve', 'batching_pays_at',
+           'claim_other_records', 'claim_fastest', 'claim_tail_and_sla', 'claim_skipped', 'claim_throughput',
+           'claim_closed_loop', 'current_c_loop', 'claim_c_loop', 'claim_builds', 'claim_soak', 'claim_engines',
+           'claim_export', 'claim_control', 'claim_residual', 'claim_training', 'claim_sweep', 'interpretation',
+           'headline_claims', 'more_claims', 'figure_html', 'figure_row', 'show', 'section_header', 'section_claims',
+           'skipped_list', 'section_latency', 'section_throughput', 'section_gpu', 'section_closed_loop',
+           'c_loop_tables', 'section_deploy_c', 'section_deploy_robot', 'section_soak', 'sweep_runs_table',
+           'sweep_tables', 'section_sweep', 'section_control', 'section_residual', 'section_env_bench',
+           'section_training', 'section_export', 'section_machine', 'section_not_measured', 'report_template',
+           'report_notebook', 'clean_report_html', 'offline_html', 'render_report']
 
 # %% ../../nbs/80_report.ipynb #d867c2b5
 SWEEP_DIR = 'sweep'  # a sweep made with `ppo-trt sweep --out RUN_DIR/sweep` is part of the run's report
@@ -56,22 +56,50 @@ class RunRecords(msgspec.Struct, kw_only=True):
     c_targets: list[CTargetRecord] = []  # `ppo-trt export-c --target`: the C library on emulated ARM targets
     hil: list[HilRecord] = []  # `ppo-trt c-loop --target`: the policy on an emulated device in the C loop
 
+# %% ../../nbs/80_report.ipynb #d1c8ae8a
+def _usable(s, cdf=False):
+    "Whether Stats `s` can be shown: present, at least one call, finite, and (`cdf`) its 101-point CDF kept."
+    from ppo_trt.measure.bench import CDF_POINTS
+    if s is None or s.n < 1: return False
+    if not all(np.isfinite(v) for v in (s.mean_us, s.p50_us, s.p99_us, s.max_us)): return False
+    return not cdf or len(s.cdf_us) == len(CDF_POINTS)
+
+def check_bench(bench, path):
+    "`bench` if every record that ran holds the statistics its mode is shown with; else one line naming the record."
+    for r in bench.records:
+        if not r.ran: continue
+        ok = {'latency': lambda: _usable(r.stats, cdf=True) and (r.hot_path is None or _usable(r.hot_path.stats)),
+              'sweep': lambda: _usable(r.stats) and (r.throughput_per_s or 0) > 0,
+              'closed-loop': lambda: _usable(r.inference) and _usable(r.loop) and (r.loop_rate_hz or 0) > 0
+                                     and r.headroom is not None and r.jitter_us is not None,
+              'soak': lambda: _usable(r.stats) and bool(r.windows) and r.p50_drift is not None
+              }.get(r.mode, lambda: True)
+        if not ok():
+            raise BadArtifactError(f'{path}: the {shown(r.mode, 20)} record of {shown(r.backend, 40)} '
+                                   f'(batch {r.batch}) '
+                                   'says it ran but holds no usable timing (statistics missing, empty or of no call); '
+                                   f'the file was altered: run `ppo-trt bench --replace --run-dir {Path(path).parent}`')
+    return bench
+
 # %% ../../nbs/80_report.ipynb #9e414009
 def load_records(run_dir):
     "The run folder's JSON records (schema-checked), learning curve and `sweep/`; bench.json is required."
     run = RunDir(run_dir)
     made = lambda name: load_artifact(run, name) if run.has(name) else None
-    return RunRecords(run_dir=str(run.root), bench=load_artifact(run, 'bench_record'),
-                      policy_sha256=sha256_file(run.path('onnx')) if run.has('onnx') else None,
+    bench = check_bench(load_artifact(run, 'bench_record'), run.path('bench_record'))
+    return RunRecords(run_dir=str(run.root), bench=bench,
+                      policy_sha256=policy_sha256(run.path('onnx')) if run.has('onnx') else None,
                       train=made('train_record'), export=made('export_record'), config=made('config'),
                       build=made('build_record'), evaluate=made('evaluate_record'),
                       train_log=read_train_log(run.path('train_log')) if run.has('train_log') else None,
-                      residual_studies=[read_record(p) for p in sorted(run.root.glob('residual_study_*.json'))],
-                      env_benches=[read_record(p) for p in sorted(run.root.glob('env_bench_*.json'))],
-                      sweep=load_sweep(run.root/SWEEP_DIR) if (run.root/SWEEP_DIR/'sweep.json').exists() else None,
+                      residual_studies=[read_record(inside(p, run.root))
+                                        for p in sorted(run.root.glob('residual_study_*.json'))],
+                      env_benches=[read_record(inside(p, run.root)) for p in sorted(run.root.glob('env_bench_*.json'))],
+                      sweep=load_sweep(inside(run.root/SWEEP_DIR, run.root))
+                      if (inside(run.root/SWEEP_DIR, run.root)/'sweep.json').exists() else None,
                       c_loop=read_record(run.root/'c_loop.json') if (run.root/'c_loop.json').exists() else None,
-                      c_targets=[read_record(p) for p in sorted(run.root.glob('c_target_*.json'))],
-                      hil=[read_record(p) for p in sorted(run.root.glob('c_loop_*.json'))])
+                      c_targets=[read_record(inside(p, run.root)) for p in sorted(run.root.glob('c_target_*.json'))],
+                      hil=[read_record(inside(p, run.root)) for p in sorted(run.root.glob('c_loop_*.json'))])
 
 # %% ../../nbs/80_report.ipynb #c3704536
 def record_note(bench, rec, policy_sha256):
@@ -94,7 +122,7 @@ class Md(str):
     "Markdown this module wrote around escaped text: `esc` leaves it as it is."
 
 # %% ../../nbs/80_report.ipynb #7fba0a10
-_LITERAL = str.maketrans({**{c: f'&#{ord(c)};' for c in '&<>"\'`\\*_[]|$~'},
+_LITERAL = str.maketrans({**{c: f'&#{ord(c)};' for c in '&<>"\'`\\*_[]|$~:'},  # ':' so no URL becomes a link
                           **{c: ' ' for c in '\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029'}})
 
 def esc(value):
@@ -796,9 +824,12 @@ def section_deploy_c(recs):
                 + c_loop_tables(c)
                 + f"\n\nReplayed in gymnasium with the same actions ({k.episodes} episodes, {k.steps:,} steps): max "
                 f"|Δobs| {k.obs_max_abs:.1e}, max |Δreward| {k.reward_max_abs:.1e}, {k.termination_mismatches} "
-                f"termination mismatches: **{'pass' if k.passed else 'FAIL'}**. A NaN observation injected at step "
-                f"{f['injected_step']}: {f['fallbacks']} fallback, the last action "
-                f"{'held' if f['action_held'] else 'NOT held'}: **{'pass' if f['passed'] else 'FAIL'}**. "
+                f"termination mismatches"
+                + (f"; the C policy's actions against ONNX Runtime's on the same inputs: max |Δ| {k.ort_max_abs:.1e} "
+                   f"(tolerance {k.ort_tol:g})" if k.ort_max_abs is not None else '; not checked against ONNX Runtime')
+                + f": **{'pass' if k.passed else 'FAIL'}**. A NaN observation injected at step "
+                f"{f.injected_step:,}: {f.fallbacks:,} fallback, the last action "
+                f"{'held' if f.action_held else 'NOT held'}: **{'pass' if f.passed else 'FAIL'}**. "
                 f"The library was built with <code>{esc(c.commands[0])}</code>." + more_claims(recs, claim_c_loop))]
 
 # %% ../../nbs/80_report.ipynb #e3d3aef1
@@ -1016,7 +1047,8 @@ def report_notebook(run_dir):
     nb.cells[0].source = f'{PARAMETER}{str(Path(run_dir).resolve())!r}'
     nb.metadata['kernelspec'] = dict(name='python3', display_name='Python 3', language='python')
     root = Path(run_dir)
-    nb.metadata['ppo_trt'] = dict(inputs={f: sha256_file(root/f) for f in REPORT_INPUTS if (root/f).exists()})
+    digest = lambda f: (policy_sha256 if f.endswith('.onnx') else sha256_file)(inside(root/f, root))
+    nb.metadata['ppo_trt'] = dict(inputs={f: digest(f) for f in REPORT_INPUTS if (root/f).exists()})
     return nb
 
 # %% ../../nbs/80_report.ipynb #fd5ffbb1
@@ -1033,8 +1065,23 @@ def clean_report_html(html):
     "HTML with only the elements, attributes and styles the report writes; the rest removed or escaped as text."
     import bleach
     return bleach.clean(str(html), tags=REPORT_TAGS, protocols={'http', 'https', 'data'}, css_sanitizer=_ReportCss(),
-                        attributes={'*': ['class', 'id'], 'a': ['href'], 'img': ['alt', 'src', 'style'],
+                        attributes={'*': ['class', 'id'], 'a': ['href'], 'img': _img_attribute,
                                     'th': ['style'], 'td': ['style']})
+
+def _img_attribute(tag, name, value):
+    "An image's attributes the report writes: alt, style, and a src that is inline PNG data (never a URL to fetch)."
+    return name in ('alt', 'style') or (name == 'src' and value.startswith('data:image/png;base64,'))
+
+# %% ../../nbs/80_report.ipynb #ec66ab95
+REPORT_CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; font-src data:; "
+              "base-uri 'none'; form-action 'none'")
+_SCRIPT = re.compile(r'<script\b.*?</script\s*>', re.S | re.I)
+
+def offline_html(html):
+    "`html` with no script (nbconvert's CDN loaders included) and a Content-Security-Policy allowing no fetch."
+    html = _SCRIPT.sub('', html)
+    meta = f'<meta http-equiv="Content-Security-Policy" content="{REPORT_CSP}">'
+    return re.sub(r'(<head[^>]*>)', lambda m: m.group(1) + meta, html, count=1, flags=re.I)
 
 # %% ../../nbs/80_report.ipynb #32433601
 @locked('report')
@@ -1053,4 +1100,4 @@ def render_report(run_dir, timeout=600):
     html, _ = (HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True,
                             sanitize_html=True, filters={'clean_html': clean_report_html})
                .from_notebook_node(nb, resources={'metadata': {'name': f"ppo_trt report: {run.root.name}"}}))
-    return atomic_write_text(run.path('report'), html)
+    return atomic_write_text(run.path('report'), offline_html(html))
