@@ -43,7 +43,9 @@ def _cf(x):
 
 # %% ../../nbs/34_c_kernel.ipynb #de223566
 def _carr(name, a):
-    vals = ', '.join(_cf(v) for v in np.asarray(a, np.float32).reshape(-1))
+    "A C array of the float32 values of `a`, each the shortest decimal that reads back as it (NaN, inf spelled out)."
+    flat = np.asarray(a, np.float32).reshape(-1)
+    vals = ', '.join(v + 'f' for v in flat.astype(str)) if np.isfinite(flat).all() else ', '.join(map(_cf, flat))
     return f'static const float {name}[{max(1, np.asarray(a).size)}] __attribute__((aligned(64))) = {{{vals}}};'
 
 # %% ../../nbs/34_c_kernel.ipynb #3c70648a

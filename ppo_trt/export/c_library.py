@@ -5,6 +5,7 @@
 # %% ../../nbs/36_c_library.ipynb #31dbc156
 from __future__ import annotations
 import hashlib, json, re, shutil, subprocess, sys, tempfile
+from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 from ..core.run_folder import RunDir
@@ -17,8 +18,9 @@ from .c_kernel import ROWS, STACK_SCRATCH_MAX, _cf, _kernels, _scratch_width
 # %% auto #0
 __all__ = ['STATUS', 'SEQ_EPISODE', 'SEQ_FALLBACK_EVERY', 'TEST_TOL', 'TEST_PROGRAM', 'MAKEFILE', 'BENCH_PROGRAM',
            'LIBRARY_MARKER', 'MADE_BY', 'STRICT', 'BENCH_LINES', 'c_string', 'c_comment', 'check_c_metadata',
-           'library_kernel', 'library_header', 'library_source', 'history_sequence', 'test_vectors', 'library_code',
-           'library_files', 'write_c_library', 'compiler_missing', 'build_and_test', 'parse_bench', 'bench_c_library']
+           'library_program', 'library_kernel', 'StateLayout', 'state_layout', 'library_header', 'library_source',
+           'history_sequence', 'state_sequence', 'test_vectors', 'library_code', 'library_files', 'write_c_library',
+           'compiler_missing', 'build_and_test', 'parse_bench', 'bench_c_library']
 
 # %% ../../nbs/36_c_library.ipynb #fcfaf184
 from ..core.files import policy_sha256
@@ -26,6 +28,8 @@ from .numba_kernel import NativeUnsupportedError
 from .onnx import load_observations
 from ..core.run_folder import check_env_id
 from .onnx import check_deploy_metadata
+from .numba_kernel import Recurrent
+from .c_kernel import kernel_stack_bytes
 
 _C_PLAIN = frozenset('abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _.:/-+=,;()[]{}<>@#%^&|~!')
 
@@ -45,8 +49,8 @@ def check_c_metadata(meta, dims, where):
     return meta
 
 # %% ../../nbs/36_c_library.ipynb #35ad0b3d
-def library_kernel(onnx_path):
-    "(kernel C source, (obs_dim, act_dim), metadata) of `onnx_path`, or one line saying why it cannot be a C library."
+def library_program(onnx_path):
+    "(the kernels' program, (in, out) widths, metadata) of `onnx_path`, or one line saying why it cannot be C."
     proto = check_finite_policy(onnx_path)
     meta = onnx_metadata(proto)
     res = meta.get('residual') or {}
@@ -56,11 +60,19 @@ def library_kernel(onnx_path):
     try: steps, dims = parse_chain(proto)
     except NativeUnsupportedError as e: raise NativeUnsupportedError(f'{onnx_path}: {e}') from None  # name the file
     check_c_metadata(meta, dims, onnx_path)
-    scratch = 2 * ROWS * _scratch_width(_stages(steps), dims) * 4
+    if isinstance(steps, Recurrent) and meta.get('history_actions'):
+        raise BadInputError(f'{onnx_path} is recurrent and reads its last actions too: the C library keeps one or '
+                            'the other; deploy it with the native-c backend')
+    scratch = kernel_stack_bytes(steps, dims)
     if scratch > STACK_SCRATCH_MAX:
         raise BadInputError(f'{onnx_path} needs {scratch >> 10} KB of scratch per call, more than the '
                             f'{STACK_SCRATCH_MAX >> 10} KB the C library keeps on the stack (it never allocates); '
                             'deploy it with the native-c backend')
+    return steps, dims, meta
+
+def library_kernel(onnx_path):
+    "(kernel C source, (in, out) widths, metadata) of `onnx_path`, or one line saying why it cannot be a C library."
+    steps, dims, meta = library_program(onnx_path)
     return _kernels(steps, dims), dims, meta
 
 # %% ../../nbs/36_c_library.ipynb #1bb1f37f
@@ -89,11 +101,76 @@ int ppo_policy_step(ppo_policy_memory *memory, const float obs[PPO_POLICY_ENV_OB
 int ppo_policy_commit(ppo_policy_memory *memory, const float applied[PPO_POLICY_ACT_DIM]);
 """
 
+# %% ../../nbs/36_c_library.ipynb #8e2f5a01
+@dataclass(frozen=True)
+class StateLayout:
+    "Where a recurrent policy's observation, action and state sit in its packed input and output rows."
+    obs: tuple    # (start, width) in the input row
+    act: tuple    # (start, width) in the output row
+    pairs: tuple  # ((input start, output start, width), ...): h, then c
+    @property
+    def dim(self): return sum(w for _, _, w in self.pairs)
+
+def state_layout(program):
+    "The `StateLayout` of a `Recurrent` program that reads its state from its input; None for a chain."
+    if not isinstance(program, Recurrent): return None
+    out = {p: (s, w) for p, s, w in program.out}
+    pairs = tuple((at, out[k][0], program.cell.hidden) for k, at in (('h', program.h_in), ('c', program.c_in))
+                  if at >= 0)
+    return StateLayout((program.obs[0], program.obs[1] - program.obs[0]), out['action'], pairs) if pairs else None
+
+# %% ../../nbs/36_c_library.ipynb #8e2f5a02
+def _state_api(state):
+    "The part of ppo_policy.h a recurrent policy adds: its layout, the state it keeps, `ppo_policy_step_state`."
+    return f"""
+/* This policy is recurrent: its input row is [observation | state] and its output row [action | new state]
+ * (ppo_policy_act computes such packed rows). ppo_policy_step_state packs them for you: keep one ppo_policy_state
+ * per controlled robot (not shared between threads), ppo_policy_state_reset at every episode start. */
+#define PPO_POLICY_STATE_DIM {state.dim}
+#define PPO_POLICY_ENV_OBS_DIM {state.obs[1]}
+#define PPO_POLICY_ENV_OBS_AT {state.obs[0]}  /* where the observation starts in the input row */
+#define PPO_POLICY_ENV_ACT_DIM {state.act[1]}
+#define PPO_POLICY_ENV_ACT_AT {state.act[0]}  /* where the action starts in the output row */
+typedef struct {{ float state[PPO_POLICY_STATE_DIM]; }} ppo_policy_state;
+
+void ppo_policy_state_reset(ppo_policy_state *state);
+
+/* One action from the env's observation and the state (ppo_policy_act's statuses); on PPO_POLICY_OK the action is
+ * written and the state advanced, on any other status both are left untouched. */
+int ppo_policy_step_state(ppo_policy_state *state, const float obs[PPO_POLICY_ENV_OBS_DIM],
+                          float act[PPO_POLICY_ENV_ACT_DIM]);
+"""
+
+def _state_source(state):
+    "The calls of ppo_policy.c that keep a recurrent policy's state (see `_state_api`)."
+    ints = lambda k: ', '.join(str(p[k]) for p in state.pairs)
+    return f"""
+static const int state_in[] = {{{ints(0)}}}, state_out[] = {{{ints(1)}}}, state_width[] = {{{ints(2)}}};
+
+void ppo_policy_state_reset(ppo_policy_state *state) {{ if (state) memset(state, 0, sizeof *state); }}
+
+int ppo_policy_step_state(ppo_policy_state *state, const float obs[PPO_POLICY_ENV_OBS_DIM],
+                          float act[PPO_POLICY_ENV_ACT_DIM]) {{
+    float in[PPO_POLICY_OBS_DIM] = {{0}}, out[PPO_POLICY_ACT_DIM];
+    int k, at, status;
+    if (!state || !obs || !act) return PPO_POLICY_BAD_ARGUMENT;
+    memcpy(in + PPO_POLICY_ENV_OBS_AT, obs, PPO_POLICY_ENV_OBS_DIM * sizeof(float));
+    for (k = 0, at = 0; k < {len(state.pairs)}; at += state_width[k], k++)
+        memcpy(in + state_in[k], state->state + at, (size_t)state_width[k] * sizeof(float));
+    status = ppo_policy_act(in, out);
+    if (status != PPO_POLICY_OK) return status;
+    memcpy(act, out + PPO_POLICY_ENV_ACT_AT, PPO_POLICY_ENV_ACT_DIM * sizeof(float));
+    for (k = 0, at = 0; k < {len(state.pairs)}; at += state_width[k], k++)
+        memcpy(state->state + at, out + state_out[k], (size_t)state_width[k] * sizeof(float));
+    return PPO_POLICY_OK;
+}}
+"""
+
 # %% ../../nbs/36_c_library.ipynb #1971ef69
 STATUS = dict(PPO_POLICY_OK=0, PPO_POLICY_BAD_ARGUMENT=1, PPO_POLICY_NONFINITE_OBS=2, PPO_POLICY_NONFINITE_ACTION=3)
 
-def library_header(env_id, dims, onnx_sha256, kernel_sha256, history=0):
-    "The text of ppo_policy.h (`history`: the K last actions the policy reads, kept in a `ppo_policy_memory`)."
+def library_header(env_id, dims, onnx_sha256, kernel_sha256, history=0, state=None):
+    "The text of ppo_policy.h (`history`: the K last actions the policy reads; `state`: a recurrent `StateLayout`)."
     status = ', '.join(f'{k} = {v}' for k, v in STATUS.items())
     return f"""/* ppo_policy.h: the PPO policy of {c_comment(env_id)} as a dependency-free C99 library.
  * Generated by ppo_trt {package_version('ppo_trt') or '?'} (`ppo-trt export-c`); do not edit.
@@ -126,7 +203,7 @@ int ppo_policy_act_batch(const float *obs, float *act, size_t n);
 const char *ppo_policy_kernel(void);
 
 #define PPO_POLICY_HISTORY_ACTIONS {history}
-{_memory_api(history) if history else ''}
+{_memory_api(history) if history else ''}{_state_api(state) if state else ''}
 #endif
 """
 
@@ -174,8 +251,8 @@ int ppo_policy_commit(ppo_policy_memory *memory, const float applied[PPO_POLICY_
 """
 
 # %% ../../nbs/36_c_library.ipynb #a8bcc6e8
-def library_source(kernel, history=0, low=None, high=None):
-    "The text of ppo_policy.c: the kernel, the checked calls around it (and the memory of a `history` policy)."
+def library_source(kernel, history=0, low=None, high=None, state=None):
+    "The text of ppo_policy.c: the kernel, the checked calls around it (the memory of a `history` policy, a `state`)."
     return f"""/* ppo_policy.c: generated by ppo_trt (`ppo-trt export-c`); do not edit. See ppo_policy.h. */
 #include "ppo_policy.h"
 #include <math.h>
@@ -211,7 +288,7 @@ int ppo_policy_act_batch(const float *obs, float *act, size_t n) {{
 }}
 
 const char *ppo_policy_kernel(void) {{ return PPO_KERNEL; }}
-{_memory_source(low, high) if history else ''}"""
+{_memory_source(low, high) if history else ''}{_state_source(state) if state else ''}"""
 
 # %% ../../nbs/36_c_library.ipynb #2fc417c1
 SEQ_EPISODE, SEQ_FALLBACK_EVERY = 50, 7  # the test sequence: an episode start every 50 rows, a fallback every 7th
@@ -232,6 +309,20 @@ def history_sequence(act_fn, env_obs, k, low, high):
             pending = np.clip(fallback[r], low, high)
     return dict(act=act, fallback=fallback)
 
+# %% ../../nbs/36_c_library.ipynb #8e2f5a03
+def state_sequence(act_fn, env_obs, state, width):
+    "(packed input rows, output rows) of a recurrent policy over `env_obs`, its state carried (zeros every episode)."
+    rows = np.zeros((len(env_obs), width), np.float32)
+    outs, carried = [], np.zeros(state.dim, np.float32)
+    for r in range(len(env_obs)):
+        if r % SEQ_EPISODE == 0: carried[:] = 0.0
+        rows[r, state.obs[0]:state.obs[0] + state.obs[1]] = env_obs[r]
+        at = np.cumsum([0] + [w for _, _, w in state.pairs])
+        for (i, _, w), a in zip(state.pairs, at): rows[r, i:i + w] = carried[a:a + w]
+        outs.append(act_fn(rows[r:r + 1])[0])
+        carried = np.concatenate([outs[-1][o:o + w] for _, o, w in state.pairs])
+    return rows, np.asarray(outs, np.float32)
+
 # %% ../../nbs/36_c_library.ipynb #ba053989
 TEST_TOL = 1e-6  # max abs error against ONNX Runtime, on every row
 
@@ -239,8 +330,8 @@ def _c_rows(name, a):
     rows = ',\n'.join('    {' + ', '.join(_cf(v) for v in row) + '}' for row in np.asarray(a, np.float32))
     return f'static const float {name}[{a.shape[0]}][{a.shape[1]}] = {{\n{rows}\n}};'
 
-def test_vectors(obs, act, sequence=None):
-    "The text of ppo_policy_vectors.h: observations and ONNX Runtime's actions, the tolerance (and a `sequence`)."
+def test_vectors(obs, act, sequence=None, state=None):
+    "The text of ppo_policy_vectors.h: observations and ORT's actions, the tolerance (a `sequence`, a `state` one)."
     parts = [f'/* {len(obs)} export observations and ONNX Runtime\'s actions for them (ppo-trt export-c) */',
              f'#define PPO_TEST_ROWS {len(obs)}', f'#define PPO_TEST_TOL {TEST_TOL:g}',
              _c_rows('ppo_test_obs', obs), _c_rows('ppo_test_act', act)]
@@ -249,6 +340,9 @@ def test_vectors(obs, act, sequence=None):
                   f'{SEQ_FALLBACK_EVERY} */', f'#define PPO_TEST_EPISODE {SEQ_EPISODE}',
                   f'#define PPO_TEST_FALLBACK_EVERY {SEQ_FALLBACK_EVERY}',
                   _c_rows('ppo_test_seq_act', sequence['act']), _c_rows('ppo_test_seq_fallback', sequence['fallback'])]
+    if state is not None:  # the rows are one sequence of a recurrent policy, each carrying the state the last gave
+        parts += [f'/* the rows are one sequence, each carrying the state of the row before (zeros every '
+                  f'{SEQ_EPISODE} rows) */', f'#define PPO_TEST_STATE_EPISODE {SEQ_EPISODE}']
     return '\n'.join(parts + [''])
 
 # %% ../../nbs/36_c_library.ipynb #20dd6729
@@ -294,6 +388,26 @@ static double sequence_error(int *failed_calls) {
 }
 #endif
 
+#ifdef PPO_POLICY_STATE_DIM
+static double state_error(int *failed_calls) {
+    /* the rows as the sequence they are: the env's observations through ppo_policy_step_state, which must carry the
+       state from row to row as ONNX Runtime did (a reset every PPO_TEST_STATE_EPISODE rows) */
+    static ppo_policy_state state;
+    float act[PPO_POLICY_ENV_ACT_DIM];
+    double worst = 0;
+    int r, j;
+    for (r = 0; r < PPO_TEST_ROWS; r++) {
+        if (r % PPO_TEST_STATE_EPISODE == 0) ppo_policy_state_reset(&state);
+        *failed_calls += ppo_policy_step_state(&state, ppo_test_obs[r] + PPO_POLICY_ENV_OBS_AT, act) != PPO_POLICY_OK;
+        for (j = 0; j < PPO_POLICY_ENV_ACT_DIM; j++) {
+            double e = fabs((double)act[j] - (double)ppo_test_act[r][PPO_POLICY_ENV_ACT_AT + j]);
+            if (!(e <= worst)) worst = e;
+        }
+    }
+    return worst;
+}
+#endif
+
 int main(void) {
     static float single[PPO_TEST_ROWS][PPO_POLICY_ACT_DIM];
     float obs[PPO_POLICY_OBS_DIM], act[PPO_POLICY_ACT_DIM];
@@ -309,6 +423,11 @@ int main(void) {
     nan_status = ppo_policy_act(obs, act);
     for (j = 0; j < PPO_POLICY_ACT_DIM; j++) untouched &= act[j] == 12345.0f;
     batch_nan_status = ppo_policy_act_batch(obs, &batch[0][0], 1);
+#ifdef PPO_POLICY_STATE_DIM
+    e_sequence = state_error(&failed_calls);
+    printf("recurrent state of %d floats: the rows as one sequence (a reset every %d), max abs err %.2e\n",
+           PPO_POLICY_STATE_DIM, PPO_TEST_STATE_EPISODE, e_sequence);
+#endif
 #if PPO_POLICY_HISTORY_ACTIONS > 0
     e_sequence = sequence_error(&failed_calls);
     printf("memory of %d actions: the rows as one sequence (a reset every %d, a fallback committed every %d), "
@@ -504,28 +623,35 @@ int main(int argc, char **argv) {
 """
 
 # %% ../../nbs/36_c_library.ipynb #c22722d4
-def library_code(kernel, dims, meta, env_id, onnx_sha256):
-    "ppo_policy.h and ppo_policy.c of `kernel`, with the memory its policy's metadata asks for (`history_actions`)."
+def library_code(kernel, dims, meta, env_id, onnx_sha256, state=None):
+    "ppo_policy.h and ppo_policy.c of `kernel`, with the memory its metadata asks for (`history_actions`), a `state`."
     k = int(meta.get('history_actions') or 0)
-    return {'ppo_policy.h': library_header(env_id, dims, onnx_sha256, hashlib.sha256(kernel.encode()).hexdigest(), k),
-            'ppo_policy.c': library_source(kernel, k, meta.get('action_low'), meta.get('action_high'))}
+    return {'ppo_policy.h': library_header(env_id, dims, onnx_sha256, hashlib.sha256(kernel.encode()).hexdigest(), k,
+                                           state),
+            'ppo_policy.c': library_source(kernel, k, meta.get('action_low'), meta.get('action_high'), state)}
 
 # %% ../../nbs/36_c_library.ipynb #c4763cc3
 LIBRARY_MARKER, MADE_BY = '.ppo-trt-c-library.json', 'ppo-trt export-c'
 
 def library_files(onnx_path, obs, onnx_sha256):
     "{file name: text} of the C library for `onnx_path` (of hash `onnx_sha256`), test vectors from observations `obs`."
-    kernel, dims, meta = library_kernel(onnx_path)
-    if obs.ndim != 2 or obs.shape[1] != dims[0]:
-        raise BadInputError(f'test observations of shape {obs.shape} do not fit the policy\'s {dims[0]} inputs')
+    program, dims, meta = library_program(onnx_path)
+    kernel, state = _kernels(program, dims), state_layout(program)
     session = ort_cpu_session(onnx_path)
-    act_fn = lambda x: session.run(['action'], {'obs': x})[0]
-    act, k = act_fn(obs), int(meta.get('history_actions') or 0)
+    names = [session.get_inputs()[0].name], session.get_outputs()[0].name
+    act_fn = lambda x: session.run([names[1]], {names[0][0]: x})[0]
+    if state is not None and obs.ndim == 2 and obs.shape[1] in (state.obs[1], dims[0]):  # env observations, or rows
+        env_obs = obs if obs.shape[1] == state.obs[1] else obs[:, state.obs[0]:state.obs[0] + state.obs[1]]
+        obs, act = state_sequence(act_fn, env_obs, state, dims[0])
+    elif obs.ndim != 2 or obs.shape[1] != dims[0]:
+        raise BadInputError(f'test observations of shape {obs.shape} do not fit the policy\'s {dims[0]} inputs')
+    else: act = act_fn(obs)
+    k = int(meta.get('history_actions') or 0)
     low, high = meta.get('action_low'), meta.get('action_high')
     sequence = history_sequence(act_fn, obs[:, :dims[0] - k * dims[1]], k, low, high) if k else None
     env_id = str(meta.get('env_id', '?'))  # checked by library_kernel; escaped where written (c_string, c_comment)
-    return {**library_code(kernel, dims, meta, env_id, onnx_sha256),
-            'ppo_policy_vectors.h': test_vectors(obs, act, sequence),
+    return {**library_code(kernel, dims, meta, env_id, onnx_sha256, state),
+            'ppo_policy_vectors.h': test_vectors(obs, act, sequence, state),
             'test_ppo_policy.c': TEST_PROGRAM, 'bench_ppo_policy.c': BENCH_PROGRAM, 'Makefile': MAKEFILE}
 
 # %% ../../nbs/36_c_library.ipynb #f5dd152c
