@@ -16,7 +16,7 @@ from .numba_kernel import NativeUnsupportedError, Elementwise, parse_chain, _sta
 
 # %% auto #0
 __all__ = ['CFLAGS', 'PAD', 'DOT', 'ROWS', 'MAYBE_UNUSED', 'EXP_LO', 'EXP_HI', 'EXP_LOG2E', 'EXP_ROUND', 'EXP_LN2', 'EXP_P',
-           'EXP_BIAS', 'AVX512', 'AVX2', 'SSE2', 'ISAS', 'HSUM8', 'X86_PRELUDE', 'NEON_PRELUDE', 'NEON',
+           'EXP_BIAS', 'PPO_FMA', 'AVX512', 'AVX2', 'SSE2', 'ISAS', 'HSUM8', 'X86_PRELUDE', 'NEON_PRELUDE', 'NEON',
            'STACK_SCRATCH_MAX', 'SIGMOID', 'NATIVE_C_CACHE_MAX', 'c_toolchain', 'Isa', 'kernel_stack_bytes',
            'generate_c', 'CPolicy', 'evict_cache', 'compile_c_policy']
 
@@ -155,7 +155,7 @@ def _estrin(coefs, fma, lit):
 def _tanh_source():
     "C of `fast_tanh`: the clamped rational tanh, its polynomials by Estrin's scheme."
     c = f'{TANH_CLAMP!r}f'
-    fma, lit = (lambda a, b, d: f'({a} * {b} + {d})'), (lambda v: f'{v!r}f')
+    fma, lit = (lambda a, b, d: f'PPO_FMA({a}, {b}, {d})'), (lambda v: f'{v!r}f')
     return ['PPO_MAYBE_UNUSED static inline float fast_tanh(float x) {  /* a NaN fails both tests and stays NaN */',
             f'    x = x < -{c} ? -{c} : x; x = x > {c} ? {c} : x;',
             '    const float y = x * x, y2 = y * y, y4 = y2 * y2;',
@@ -174,9 +174,14 @@ def _horner(coefs, x, fma, lit):
     for c in coefs[1:]: out = fma(out, x, lit(c))
     return out
 
+PPO_FMA = ['#if defined(__FMA__) || defined(__ARM_FEATURE_FMA) || defined(__aarch64__)  /* a * b + c, one rounding */',
+           '#define PPO_FMA(a, b, c) fmaf(a, b, c)', '#else  /* no fused multiply-add: nothing to contract either */',
+           '#define PPO_FMA(a, b, c) ((a) * (b) + (c))', '#endif']
+# the scalar code below names every multiply-add: left to -ffp-contract, GCC fuses it in one context and not another
+
 def _exp_source():
     "C of `fast_expf`: Cephes' expf (x = n ln 2 + r, a degree-7 polynomial in r, times 2^n from the bits); NaN stays NaN."
-    fma, lit = (lambda a, b, d: f'({a} * {b} + {d})'), (lambda v: f'{v!r}f')
+    fma, lit = (lambda a, b, d: f'PPO_FMA({a}, {b}, {d})'), (lambda v: f'{v!r}f')
     return ['PPO_MAYBE_UNUSED static inline float fast_expf(float x) {  /* the same operations as every vexp */',
             f'    x = x < {lit(EXP_LO)} ? {lit(EXP_LO)} : x; x = x > {lit(EXP_HI)} ? {lit(EXP_HI)} : x;',
             f'    const float t = {fma("x", lit(EXP_LOG2E), lit(EXP_ROUND))}, n = t - {lit(EXP_ROUND)};',
@@ -472,7 +477,7 @@ def _norm_c(src, dst, width, eps):
     n = f'{float(width)!r}f'
     return ['{', f'    float m = 0.0f, q = 0.0f;  /* normalise {width} */',
             f'    for (int i = 0; i < {width}; i++) m += {src}[i];', f'    m = m / {n};',
-            f'    for (int i = 0; i < {width}; i++) {{ const float d = {src}[i] - m; q += d * d; }}',
+            f'    for (int i = 0; i < {width}; i++) {{ const float d = {src}[i] - m; q = PPO_FMA(d, d, q); }}',
             f'    q = 1.0f / sqrtf(q / {n} + {_cf(eps)});',
             f'    for (int j = 0; j < {width}; j++) {dst}[j] = ({src}[j] - m) * q;', '}']
 
@@ -605,11 +610,11 @@ def _gate_c(cell, E):
     g = lambda k: f'g[{k * H} + j]' if k else 'g[j]'
     if cell.kind == 'lstm':
         return [f'for (int j = 0; j < {H}; j++) {{',
-                f'    const float c = ppo_sigmoid({g(2)}) * cn[j] + ppo_sigmoid({g(0)}) * fast_tanh({g(3)});',
+                f'    const float c = PPO_FMA(ppo_sigmoid({g(2)}), cn[j], ppo_sigmoid({g(0)}) * fast_tanh({g(3)}));',
                 f'    cn[j] = c; hn[j] = ppo_sigmoid({g(1)}) * fast_tanh(c); }}']
-    n = f'{g(2)} + ppo_sigmoid({g(1)}) * {g(3)}' if cell.dense_n is None else f'{g(2)} + gn[j]'
+    n = f'PPO_FMA(ppo_sigmoid({g(1)}), {g(3)}, {g(2)})' if cell.dense_n is None else f'{g(2)} + gn[j]'
     return [f'for (int j = 0; j < {H}; j++) {{ const float z = ppo_sigmoid({g(0)});',
-            f'    hn[j] = (1.0f - z) * fast_tanh({n}) + z * xh[{E} + j]; }}']
+            f'    hn[j] = PPO_FMA(z, xh[{E} + j], (1.0f - z) * fast_tanh({n})); }}']
 
 # %% ../../nbs/34_c_kernel.ipynb #7c1d0a04
 def _recurrent_row(isa, prog, dims, const):
@@ -683,7 +688,8 @@ def _kernels(steps, dims):
                  *(isa.prelude or X86_PRELUDE), f'#define PPO_KERNEL "{isa.name}"', *_vtanh(isa), *_vexp(isa), '',
                  *code(isa)]
     driver = (_scratch(PAD, *dims, stack=True) if recurrent else chains[0][3])['driver']
-    return '\n'.join([*MAYBE_UNUSED, '#include <stdint.h>', *consts, '', *_tanh_source(), *_exp_source(), *SIGMOID,
+    return '\n'.join([*MAYBE_UNUSED, '#include <stdint.h>', *PPO_FMA, *consts, '', *_tanh_source(), *_exp_source(),
+                      *SIGMOID,
                       '', *simd, '#else',
                       '#define PPO_KERNEL "portable C"', *code(None), '#endif', '', *driver, ''])
 
