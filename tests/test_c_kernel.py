@@ -87,9 +87,11 @@ def _recurrent(seed, kind, lbr, obs, hidden, act):
     "A random `Recurrent`: an encoder, one GRU / LSTM cell, a head; in [obs | h (| c)], out [action | h' (| c')]."
     rng = np.random.default_rng(seed)
     w = lambda a, b: (rng.normal(size=(a, b)) / np.sqrt(a)).astype(np.float32)
-    e, g = 12, (3 if kind == 'gru' else 4) + (kind == 'gru' and lbr)
-    cell = Cell(kind, hidden, Dense(w(e + hidden, g * hidden), rng.normal(size=g * hidden).astype(np.float32) * 0.3),
-                Dense(w(hidden, hidden), np.zeros(hidden, np.float32)) if kind == 'gru' and not lbr else None)
+    e, g = 12, 2 if kind == 'gru' else 4
+    b = lambda n: rng.normal(size=n).astype(np.float32) * 0.3
+    cell = (Cell(kind, hidden, Dense(w(e + hidden, g * hidden), b(g * hidden))) if kind == 'lstm' else
+            Cell(kind, hidden, Dense(w(e + hidden, g * hidden), b(g * hidden)), Dense(w(e, hidden), b(hidden)),
+                 Dense(w(hidden, hidden), b(hidden)), bool(lbr)))
     out = [('action', 0, act), ('h', act, hidden)] + ([('c', act + hidden, hidden)] if kind == 'lstm' else [])
     prog = Recurrent([Dense(w(obs, e), np.zeros(e, np.float32)), Elementwise('tanh')], cell,
                      [Dense(w(hidden, 16), np.zeros(16, np.float32)), Elementwise('elu'), Dense(w(16, act),
@@ -98,7 +100,8 @@ def _recurrent(seed, kind, lbr, obs, hidden, act):
 
 
 CHAINS.update({'gru (linear before reset)': _recurrent(4, 'gru', 1, 7, 9, 2),
-               'gru': _recurrent(5, 'gru', 0, 5, 20, 3), 'lstm': _recurrent(6, 'lstm', 0, 11, 8, 4)})
+               'gru': _recurrent(5, 'gru', 0, 5, 20, 3), 'lstm': _recurrent(6, 'lstm', 0, 11, 8, 4),
+               'gru, 5 units': _recurrent(7, 'gru', 1, 3, 5, 1)})  # narrow layers: dot products
 
 
 def _numpy(steps, x):
@@ -140,8 +143,10 @@ def _numpy_recurrent(p, x):
         c = sig(part(2)) * x[:, p.c_in:p.c_in + H] + sig(part(0)) * np.tanh(part(3))
         new = dict(h=sig(part(1)) * np.tanh(c), c=c)
     else:
-        n = part(2) + (sig(part(1)) * part(3) if p.cell.dense_n is None else
-                       (sig(part(1)) * h) @ p.cell.dense_n.W.astype(np.float64))
+        dense = lambda d, v: v @ d.W.astype(np.float64) + d.b
+        r = sig(part(1))
+        n = dense(p.cell.dense_x, xh[:, :E]) + (r * dense(p.cell.dense_h, h) if p.cell.linear_before_reset else
+                                                  dense(p.cell.dense_h, r * h))
         new = dict(h=(1 - sig(part(0))) * np.tanh(n) + sig(part(0)) * h)
     new['action'] = _numpy(p.head, new['h'])
     return np.concatenate([new[k] for k, _, _ in p.out], 1)

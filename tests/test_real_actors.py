@@ -205,3 +205,16 @@ def test_a_1024_wide_actor_on_every_backend_and_in_c(saved, tmp_path):
     if CC:
         r = build_and_test(_library(path, tmp_path, x), 'cc', extra=('-march=native',))
         assert r['ok'], r['output']
+
+
+@pytest.mark.skipif(CC is None, reason='no C compiler (cc) on this machine')
+def test_the_timing_harness_states_the_arithmetic_and_its_limits(saved, tmp_path):
+    "make bench's harness prints the FMA limit for the actor's multiply-adds and the time to read its weights."
+    from ppo_trt.export.c_library import bench_c_library
+    lib = _library(saved('isaac-elu'), tmp_path, _obs(48, rows=64))
+    r = bench_c_library(lib, flags=('-O3', '-march=native'), calls=20_000)
+    macs = 48 * 512 + 512 * 256 + 256 * 128 + 128 * 12
+    assert r['multiply_adds'] == macs and r['weight_bytes'] == 4 * (macs + 512 + 256 + 128 + 12)
+    assert r['fma_per_ns'] > 0 and r['fma_limit_ns'] == pytest.approx(macs / r['fma_per_ns'], rel=1e-2)
+    assert r['p50_over_limit'] == pytest.approx(r['p50_ns'] / r['fma_limit_ns'], rel=2e-2)
+    assert r['weight_read_ns'] > 0 and r['batch64_ns'] > 0 and r['failed_calls'] == 0

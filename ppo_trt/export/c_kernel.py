@@ -17,8 +17,8 @@ from .numba_kernel import NativeUnsupportedError, Elementwise, parse_chain, _sta
 # %% auto #0
 __all__ = ['CFLAGS', 'PAD', 'DOT', 'ROWS', 'MAYBE_UNUSED', 'EXP_LO', 'EXP_HI', 'EXP_LOG2E', 'EXP_ROUND', 'EXP_LN2', 'EXP_P',
            'EXP_BIAS', 'PPO_FMA', 'AVX512', 'AVX2', 'SSE2', 'ISAS', 'HSUM8', 'X86_PRELUDE', 'NEON_PRELUDE', 'NEON',
-           'STACK_SCRATCH_MAX', 'SIGMOID', 'NATIVE_C_CACHE_MAX', 'c_toolchain', 'Isa', 'kernel_stack_bytes',
-           'generate_c', 'CPolicy', 'evict_cache', 'compile_c_policy']
+           'STACK_SCRATCH_MAX', 'SIGMOID', 'NATIVE_C_CACHE_MAX', 'c_toolchain', 'Isa', 'kernel_arithmetic',
+           'kernel_stack_bytes', 'generate_c', 'CPolicy', 'evict_cache', 'compile_c_policy']
 
 # %% ../../nbs/34_c_kernel.ipynb #cac7d082
 CFLAGS = ('-O3', '-march=native', '-fno-math-errno', '-fno-trapping-math', '-ffp-contract=fast', '-fPIC', '-shared',
@@ -605,34 +605,55 @@ def _cell_dense(isa, src, dst, dense, const):
 SIGMOID = ['PPO_MAYBE_UNUSED static inline float ppo_sigmoid(float v) { return 1.0f / (1.0f + fast_expf(-v)); }']
 
 def _gate_c(cell, E):
-    "C99 of the GRU / LSTM rule on the gates `g` (and `gn`), the old state in `xh` after its E inputs (and `cn`)."
+    "C99 of the GRU / LSTM rule (see `Cell`) on the gates g (gx, gh), the old state in xh after its E inputs (and cn)."
     H = cell.hidden
     g = lambda k: f'g[{k * H} + j]' if k else 'g[j]'
     if cell.kind == 'lstm':
         return [f'for (int j = 0; j < {H}; j++) {{',
                 f'    const float c = PPO_FMA(ppo_sigmoid({g(2)}), cn[j], ppo_sigmoid({g(0)}) * fast_tanh({g(3)}));',
                 f'    cn[j] = c; hn[j] = ppo_sigmoid({g(1)}) * fast_tanh(c); }}']
-    n = f'PPO_FMA(ppo_sigmoid({g(1)}), {g(3)}, {g(2)})' if cell.dense_n is None else f'{g(2)} + gn[j]'
+    n = f'PPO_FMA(ppo_sigmoid({g(1)}), gh[j], gx[j])' if cell.linear_before_reset else 'gx[j] + gh[j]'
     return [f'for (int j = 0; j < {H}; j++) {{ const float z = ppo_sigmoid({g(0)});',
             f'    hn[j] = PPO_FMA(z, xh[{E} + j], (1.0f - z) * fast_tanh({n})); }}']
+
+# %% ../../nbs/34_c_kernel.ipynb #7c1d0a08
+def _gate_simd(isa, cell, E):
+    "`_gate_c` a register at a time over the padded buffers (their padding lanes hold finite values nobody reads)."
+    H, P, L = cell.hidden, isa.p, isa.lanes
+    ld = lambda buf, at: f'{P}_loadu_ps({buf} + {at})'
+    one = f'{P}_set1_ps(1.0f)'
+    sig = lambda v: f'{P}_div_ps({one}, {P}_add_ps({one}, vexp({P}_sub_ps({P}_setzero_ps(), {v}))))'
+    g = lambda k: ld('g', f'{k * H} + j')
+    if cell.kind == 'lstm':
+        body = [f'const {isa.vt} c = {isa.fma(sig(g(2)), ld("cn", "j"), f"{P}_mul_ps({sig(g(0))}, vtanh({g(3)}))")};',
+                f'{P}_storeu_ps(cn + j, c); {P}_storeu_ps(hn + j, {P}_mul_ps({sig(g(1))}, vtanh(c)));']
+    else:
+        n = (isa.fma(sig(g(1)), ld('gh', 'j'), ld('gx', 'j')) if cell.linear_before_reset else
+             f'{P}_add_ps({ld("gx", "j")}, {ld("gh", "j")})')
+        body = [f'const {isa.vt} z = {sig(g(0))};',
+                f'{P}_storeu_ps(hn + j, {isa.fma("z", ld("xh", f"{E} + j"), f"{P}_mul_ps({P}_sub_ps({one}, z), vtanh({n}))")});']
+    return [f'for (int j = 0; j < {_pad(H, L)}; j += {L}) {{', *_indent(body), '}']
 
 # %% ../../nbs/34_c_kernel.ipynb #7c1d0a04
 def _recurrent_row(isa, prog, dims, const):
     "C of forward_row / forward_rows of a `Recurrent` (encoder, [x | h] -> gates, the rule, head) in `isa` (None: C99)."
     cell, E, H = prog.cell, prog.x_dim, prog.cell.hidden
     act = next((start, w) for part, start, w in prog.out if part == 'action')
-    buf = lambda name, n: f'float {name}[{_pad(n)}] __attribute__((aligned(64))) = {{0}};'
+    buf = lambda name, n: f'float {name}[{_pad(n) + PAD}] __attribute__((aligned(64))) = {{0}};'  # zeros after
     out = {'action': 'a', 'h': 'hn', 'c': 'cn'}
     lines = ['static void forward_row(const float *restrict x, float *restrict y) {',
-             *_indent([buf('xh', E + H), buf('g', cell.dense.W.shape[1]), buf('gn', H), buf('hn', H), buf('cn', H),
-                       buf('a', act[1]), f'enc_row(x + {prog.obs[0]}, xh);', '(void)gn; (void)cn;',
+             *_indent([buf('xh', E + H), buf('g', cell.dense.W.shape[1]), buf('gx', H), buf('gh', H), buf('hn', H),
+                       buf('cn', H), buf('a', act[1]), f'enc_row(x + {prog.obs[0]}, xh);', '(void)gx; (void)gh; (void)cn;',
                        *([f'memcpy(xh + {E}, x + {prog.h_in}, {H} * sizeof(float));'] if prog.h_in >= 0 else []),
                        *([f'memcpy(cn, x + {prog.c_in}, {H} * sizeof(float));'] if prog.c_in >= 0 else []),
                        *_cell_dense(isa, 'xh', 'g', cell.dense, const)])]
-    if cell.dense_n is not None:  # R_n applied to r * h: r * h into hn first, the product into gn
-        lines += _indent([f'for (int j = 0; j < {H}; j++) hn[j] = ppo_sigmoid(g[{H} + j]) * xh[{E} + j];',
-                          *_cell_dense(isa, 'hn', 'gn', cell.dense_n, const)])
-    lines += _indent([*_gate_c(cell, E), 'head_row(hn, a);'] +
+    if cell.kind == 'gru':  # the candidate's parts: W_n x, and R_n of h (or of r * h, made in hn first)
+        lines += _indent(_cell_dense(isa, 'xh', 'gx', cell.dense_x, const))
+        if not cell.linear_before_reset:
+            lines += _indent([f'for (int j = 0; j < {H}; j++) hn[j] = ppo_sigmoid(g[{H} + j]) * xh[{E} + j];'])
+        lines += _indent(_cell_dense(isa, f'(xh + {E})' if cell.linear_before_reset else 'hn', 'gh', cell.dense_h,
+                                     const))
+    lines += _indent([*(_gate_simd(isa, cell, E) if isa else _gate_c(cell, E)), 'head_row(hn, a);'] +
                      [f'memcpy(y + {start}, {out[part]}, {w} * sizeof(float));' for part, start, w in prog.out])
     return lines + ['}', '', 'static void forward_rows(const float *restrict x, float *restrict y) {  '
                     f'/* {ROWS} rows, one at a time */',
@@ -651,13 +672,19 @@ def _chains(prog, dims, const):
         out.append((name, _plan(stages, d, const), d, _scratch(_scratch_width(stages, d), *d, stack=True)))
     return out
 
+def kernel_arithmetic(prog):
+    "(multiply-adds, bytes of weights and biases) of one action of `prog`: what its dense layers compute and read."
+    dense = [s for s in ([*prog.encoder, *prog.cell.layers, *prog.head]
+                         if isinstance(prog, Recurrent) else prog) if isinstance(s, Dense)]
+    return sum(d.W.size for d in dense), 4 * sum(d.W.size + d.b.size for d in dense)
+
 def kernel_stack_bytes(prog, dims):
     "Bytes of stack the kernels of `prog` use at most (scratch rows, tiles, a recurrent step's buffers)."
     if not isinstance(prog, Recurrent): return 2 * ROWS * _scratch_width(_stages(prog), dims) * 4
     H, E = prog.cell.hidden, prog.x_dim
     enc = _scratch_width(_stages(prog.encoder), (prog.obs[1] - prog.obs[0], E))
     head = _scratch_width(_stages(prog.head), (H, 0))
-    bufs = _pad(E + H) + _pad(prog.cell.dense.W.shape[1]) + 4 * _pad(H) + _pad(dims[1])
+    bufs = _pad(E + H) + _pad(prog.cell.dense.W.shape[1]) + 4 * _pad(H) + _pad(dims[1]) + 7 * PAD
     return 4 * (2 * max(enc, head) + bufs)
 
 # %% ../../nbs/34_c_kernel.ipynb #9e98356f

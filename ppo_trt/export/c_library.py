@@ -17,10 +17,10 @@ from .c_kernel import ROWS, STACK_SCRATCH_MAX, _cf, _kernels, _scratch_width
 
 # %% auto #0
 __all__ = ['STATUS', 'SEQ_EPISODE', 'SEQ_FALLBACK_EVERY', 'TEST_TOL', 'TEST_PROGRAM', 'MAKEFILE', 'BENCH_PROGRAM',
-           'LIBRARY_MARKER', 'MADE_BY', 'STRICT', 'BENCH_LINES', 'c_string', 'c_comment', 'check_c_metadata',
-           'library_program', 'library_kernel', 'StateLayout', 'state_layout', 'library_header', 'library_source',
-           'history_sequence', 'state_sequence', 'test_vectors', 'library_code', 'library_files', 'write_c_library',
-           'compiler_missing', 'build_and_test', 'parse_bench', 'bench_c_library']
+           'LIBRARY_MARKER', 'MADE_BY', 'STRICT', 'BENCH_LINES', 'LIMIT_LINES', 'c_string', 'c_comment',
+           'check_c_metadata', 'library_program', 'library_kernel', 'StateLayout', 'state_layout', 'library_header',
+           'library_source', 'history_sequence', 'state_sequence', 'test_vectors', 'library_code', 'library_files',
+           'write_c_library', 'compiler_missing', 'build_and_test', 'parse_bench', 'bench_c_library']
 
 # %% ../../nbs/36_c_library.ipynb #fcfaf184
 from ..core.files import policy_sha256
@@ -29,7 +29,7 @@ from .onnx import load_observations
 from ..core.run_folder import check_env_id
 from .onnx import check_deploy_metadata
 from .numba_kernel import Recurrent
-from .c_kernel import kernel_stack_bytes
+from .c_kernel import kernel_stack_bytes, kernel_arithmetic
 
 _C_PLAIN = frozenset('abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _.:/-+=,;()[]{}<>@#%^&|~!')
 
@@ -330,10 +330,14 @@ def _c_rows(name, a):
     rows = ',\n'.join('    {' + ', '.join(_cf(v) for v in row) + '}' for row in np.asarray(a, np.float32))
     return f'static const float {name}[{a.shape[0]}][{a.shape[1]}] = {{\n{rows}\n}};'
 
-def test_vectors(obs, act, sequence=None, state=None):
+def test_vectors(obs, act, sequence=None, state=None, arithmetic=None):
     "The text of ppo_policy_vectors.h: observations and ORT's actions, the tolerance (a `sequence`, a `state` one)."
     parts = [f'/* {len(obs)} export observations and ONNX Runtime\'s actions for them (ppo-trt export-c) */',
-             f'#define PPO_TEST_ROWS {len(obs)}', f'#define PPO_TEST_TOL {TEST_TOL:g}',
+             f'#define PPO_TEST_ROWS {len(obs)}', f'#define PPO_TEST_TOL {TEST_TOL:g}']
+    if arithmetic:  # what the timing harness compares a call with: the machine's FMA limit, reading the weights
+        parts += [f'#define PPO_TEST_MULTIPLY_ADDS {arithmetic[0]}L  /* one action\'s multiply-adds */',
+                  f'#define PPO_TEST_WEIGHT_BYTES {arithmetic[1]}L  /* the constants one action reads */']
+    parts += [
              _c_rows('ppo_test_obs', obs), _c_rows('ppo_test_act', act)]
     if sequence is not None:  # a history policy driven through its memory: see `history_sequence`
         parts += [f'/* the same rows as one sequence: episodes of {SEQ_EPISODE} rows, a fallback every '
@@ -504,6 +508,48 @@ BENCH_PROGRAM = r"""/* bench_ppo_policy.c: the latency of one checked call, ppo_
 #include "ppo_policy.h"
 #include "ppo_policy_vectors.h"
 
+#if defined(__AVX512F__)  /* the FMA limit is measured with the widest vectors this build may use */
+#include <immintrin.h>
+#define PROBE "avx512 fused multiply-add"
+#define LANES 16
+typedef __m512 vec;
+#define SET1(x) _mm512_set1_ps(x)
+#define MADD(a, m, c) _mm512_fmadd_ps(a, m, c)
+#define ADD(a, b) _mm512_add_ps(a, b)
+#define LOAD(p) _mm512_loadu_ps(p)
+#define STORE(p, v) _mm512_storeu_ps(p, v)
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define PROBE "avx2 fused multiply-add"
+#define LANES 8
+typedef __m256 vec;
+#define SET1(x) _mm256_set1_ps(x)
+#define MADD(a, m, c) _mm256_fmadd_ps(a, m, c)
+#define ADD(a, b) _mm256_add_ps(a, b)
+#define LOAD(p) _mm256_loadu_ps(p)
+#define STORE(p, v) _mm256_storeu_ps(p, v)
+#elif defined(__SSE2__)
+#include <emmintrin.h>
+#define PROBE "sse2 multiply, then add (this build has no fused multiply-add)"
+#define LANES 4
+typedef __m128 vec;
+#define SET1(x) _mm_set1_ps(x)
+#define MADD(a, m, c) _mm_add_ps(_mm_mul_ps(a, m), c)
+#define ADD(a, b) _mm_add_ps(a, b)
+#define LOAD(p) _mm_loadu_ps(p)
+#define STORE(p, v) _mm_storeu_ps(p, v)
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#define PROBE "neon fused multiply-add"
+#define LANES 4
+typedef float32x4_t vec;
+#define SET1(x) vdupq_n_f32(x)
+#define MADD(a, m, c) vfmaq_f32(c, a, m)
+#define ADD(a, b) vaddq_f32(a, b)
+#define LOAD(p) vld1q_f32(p)
+#define STORE(p, v) vst1q_f32(p, v)
+#endif
+
 #define WARMUP 200000L
 #define BLOCK 1000L
 #define EMPTY 100000L  /* empty timed regions: the timer's own cost */
@@ -514,6 +560,57 @@ static uint64_t now_ns(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
+
+#if defined(LANES) && defined(PPO_TEST_MULTIPLY_ADDS)
+static double fma_per_ns(float *sum) {
+    /* the machine's limit: 12 independent chains of multiply-adds in registers (enough to cover the latency of two
+       pipes), the best of 3000 blocks of 12 000 vector operations */
+    volatile float m0 = 0.999999f, c0 = 1e-7f;
+    const vec m = SET1(m0), c = SET1(c0);
+    vec a[12];
+    double best = 1e30;
+    float out[LANES];
+    int i, k, b;
+    for (k = 0; k < 12; k++) a[k] = SET1(c0 * (float)(k + 1));  /* distinct, so no two chains can be merged */
+    for (b = 0; b < 3000; b++) {
+        const uint64_t t0 = now_ns();
+        for (i = 0; i < 1000; i++) {
+            a[0] = MADD(a[0], m, c); a[1] = MADD(a[1], m, c); a[2] = MADD(a[2], m, c); a[3] = MADD(a[3], m, c);
+            a[4] = MADD(a[4], m, c); a[5] = MADD(a[5], m, c); a[6] = MADD(a[6], m, c); a[7] = MADD(a[7], m, c);
+            a[8] = MADD(a[8], m, c); a[9] = MADD(a[9], m, c); a[10] = MADD(a[10], m, c); a[11] = MADD(a[11], m, c);
+        }
+        const double t = (double)(now_ns() - t0);
+        if (t < best) best = t;
+    }
+    for (k = 1; k < 12; k++) a[0] = ADD(a[0], a[k]);
+    STORE(out, a[0]); *sum += out[0];
+    return 12000.0 * LANES / best;
+}
+
+static double read_ns(float *sum) {
+    /* the best time to read PPO_TEST_WEIGHT_BYTES from cache, a vector at a time: what any call that reads each
+       weight once pays when they do not fit in L1 */
+    const long n = (PPO_TEST_WEIGHT_BYTES / 4 + LANES * 4 - 1) / (LANES * 4) * (LANES * 4);
+    float *w = calloc((size_t)n, sizeof(float)), out[LANES];
+    double best = 1e30;
+    long i, b;
+    vec s0 = SET1(0.0f), s1 = s0, s2 = s0, s3 = s0;
+    if (!w) return 0;
+    for (i = 0; i < n; i++) w[i] = (float)(i % 7);  /* written: untouched pages would all be the one zero page */
+    for (b = 0; b < 2000; b++) {
+        const uint64_t t0 = now_ns();
+        for (i = 0; i < n; i += 4 * LANES) {
+            s0 = ADD(s0, LOAD(w + i)); s1 = ADD(s1, LOAD(w + i + LANES));
+            s2 = ADD(s2, LOAD(w + i + 2 * LANES)); s3 = ADD(s3, LOAD(w + i + 3 * LANES));
+        }
+        const double t = (double)(now_ns() - t0);
+        if (t < best) best = t;
+    }
+    STORE(out, ADD(ADD(s0, s1), ADD(s2, s3))); *sum += out[0];
+    free(w);
+    return best;
+}
+#endif
 
 static int by_value(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -617,6 +714,30 @@ int main(int argc, char **argv) {
     if (target > 0)
         printf("target: p50 <= %.0f ns per call: %s (%.1f ns)\n", target, per_call_p50 <= target ? "met" : "NOT met",
                per_call_p50);
+#if defined(LANES) && defined(PPO_TEST_MULTIPLY_ADDS)
+    {   /* the arithmetic's own limits, measured now on this core: the FMA units, and reading the weights */
+        static float rows[64][PPO_POLICY_OBS_DIM], acts[64][PPO_POLICY_ACT_DIM];
+        float probe_sum = 0;
+        const double per_ns = fma_per_ns(&probe_sum), limit = (double)PPO_TEST_MULTIPLY_ADDS / per_ns;
+        const double weights = read_ns(&probe_sum);
+        double best_batch = 1e30;
+        for (i = 0; i < 64; i++) memcpy(rows[i], ppo_test_obs[i % PPO_TEST_ROWS], sizeof rows[i]);
+        for (j = 0; j < 2000; j++) {
+            a = now_ns();
+            failed += ppo_policy_act_batch(&rows[0][0], &acts[0][0], 64) != PPO_POLICY_OK;
+            b = now_ns();
+            if ((double)(b - a) < best_batch) best_batch = (double)(b - a);
+            sum += acts[j % 64][0];
+        }
+        printf("fma limit: %.1f multiply-adds per ns (%s, 12 chains, best of 3000 blocks); %ld multiply-adds a call "
+               "take %.1f ns at that rate (probe %g)\n", per_ns, PROBE, (long)PPO_TEST_MULTIPLY_ADDS, limit,
+               (double)probe_sum);
+        printf("against it: p50 %.2fx, best block %.2fx; a batch of 64 (ppo_policy_act_batch) %.1f ns per action, "
+               "%.2fx\n", per_call_p50 / limit, t[0] / limit, best_batch / 64, best_batch / 64 / limit);
+        printf("reading the %ld bytes of weights from cache: best %.1f ns (%.2fx the fma limit)\n",
+               (long)PPO_TEST_WEIGHT_BYTES, weights, weights / limit);
+    }
+#endif
     free(t); free(empty);
     return !(failed == 0 && nan_status == PPO_POLICY_NONFINITE_OBS && nan_untouched);
 }
@@ -651,7 +772,7 @@ def library_files(onnx_path, obs, onnx_sha256):
     sequence = history_sequence(act_fn, obs[:, :dims[0] - k * dims[1]], k, low, high) if k else None
     env_id = str(meta.get('env_id', '?'))  # checked by library_kernel; escaped where written (c_string, c_comment)
     return {**library_code(kernel, dims, meta, env_id, onnx_sha256, state),
-            'ppo_policy_vectors.h': test_vectors(obs, act, sequence, state),
+            'ppo_policy_vectors.h': test_vectors(obs, act, sequence, state, kernel_arithmetic(program)),
             'test_ppo_policy.c': TEST_PROGRAM, 'bench_ppo_policy.c': BENCH_PROGRAM, 'Makefile': MAKEFILE}
 
 # %% ../../nbs/36_c_library.ipynb #f5dd152c
@@ -717,13 +838,24 @@ BENCH_LINES = {  # what bench_ppo_policy prints, and the numbers each line gives
     r'checks: (\d+) failed calls; NaN obs: status (\d+), action (\w+)': ('failed_calls', 'nan_status', 'nan_action'),
 }
 
+LIMIT_LINES = {  # printed by a harness whose vectors header states the arithmetic (older libraries lack them)
+    r'fma limit: (\S+) multiply-adds per ns \(([^,]+), .*?; (\d+) multiply-adds a call take (\S+) ns':
+        ('fma_per_ns', 'fma_probe', 'multiply_adds', 'fma_limit_ns'),
+    r'against it: p50 (\S+)x, best block (\S+)x; a batch of 64 \(ppo_policy_act_batch\) (\S+) ns per action, (\S+)x':
+        ('p50_over_limit', 'block_min_over_limit', 'batch64_ns', 'batch64_over_limit'),
+    r'reading the (\d+) bytes of weights from cache: best (\S+) ns': ('weight_bytes', 'weight_read_ns'),
+}
+
 def parse_bench(output):
-    "The numbers of a bench_ppo_policy run's output, or the first line it lacks."
+    "The numbers of a bench_ppo_policy run's output (the FMA-limit lines where printed), or the first line it lacks."
     out = {}
-    for pattern, keys in BENCH_LINES.items():
-        m = re.search(pattern, output)
-        if m is None: raise PpoTrtError(f'bench_ppo_policy printed no line matching {pattern!r}: {output[-400:]}')
-        out.update({k: v if k in ('kernel', 'nan_action') else float(v) for k, v in zip(keys, m.groups())})
+    for optional, lines in ((False, BENCH_LINES), (True, LIMIT_LINES)):
+        for pattern, keys in lines.items():
+            m = re.search(pattern, output)
+            if m is None and optional: continue
+            if m is None: raise PpoTrtError(f'bench_ppo_policy printed no line matching {pattern!r}: {output[-400:]}')
+            out.update({k: v if k in ('kernel', 'nan_action', 'fma_probe') else float(v)
+                        for k, v in zip(keys, m.groups())})
     return out
 
 # %% ../../nbs/36_c_library.ipynb #dc208b4f

@@ -67,11 +67,15 @@ class Norm:
 # %% ../../nbs/33_numba_kernel.ipynb #4e0b1a02
 @dataclass
 class Cell:
-    "One step of a GRU or LSTM: gates = dense([x | h]), then the gate rule; `dense_n`: a GRU's R_n (r * h) term."
-    kind: str            # 'gru' or 'lstm'
-    hidden: int          # H
-    dense: Dense         # [x | h] -> GRU [z | r | n_x | n_h] (linear_before_reset) or [z | r | n]; LSTM [i | o | f | c]
-    dense_n: Dense | None = None  # GRU without linear_before_reset: R_n^T applied to r * h (its bias is in `dense`)
+    "One step of a GRU or LSTM: gates = dense([x | h]) (GRU z, r; LSTM i, o, f, c); a GRU's candidate from x and h."
+    kind: str                     # 'gru' or 'lstm'
+    hidden: int                   # H
+    dense: Dense                  # [x | h] -> GRU [z | r], LSTM [i | o | f | c] (ONNX's gate order), biases summed
+    dense_x: Dense | None = None  # GRU: x -> W_n x + Wb_n (+ Rb_n without linear_before_reset)
+    dense_h: Dense | None = None  # GRU: h -> R_n h + Rb_n (linear_before_reset), else r * h -> R_n (r * h)
+    linear_before_reset: bool = True
+    @property
+    def layers(self): return [d for d in (self.dense, self.dense_x, self.dense_h) if d is not None]
 
 # %% ../../nbs/33_numba_kernel.ipynb #4e0b1a03
 @dataclass
@@ -629,22 +633,17 @@ def _state(p, n, ins, i, H):
     return v.src[1]
 
 def _gates(W, R, B, H, kind, lbr):
-    "(dense over [x | h], dense of R_n for r * h or None) in the kernels' gate order (see `Cell`)."
-    E, G = W.shape[1], W.shape[0] // H
+    "The `Cell` of ONNX weights W [G*H, E], R [G*H, H], B [2*G*H]: dense layers without a zero block, biases summed."
+    G = W.shape[0] // H
     Wb, Rb = B[:G * H], B[G * H:]
-    blk = lambda M, g: M[g * H:(g + 1) * H].T
-    if kind == 'lstm': cols = [(g, g, g) for g in range(4)]        # i, o, f, c: [x | h] both
-    elif lbr: cols = [(0, 0, 0), (1, 1, 1), (2, None, 2), (None, 2, 3)]  # z, r, n_x (x only), n_h (h only)
-    else: cols = [(0, 0, 0), (1, 1, 1), (2, None, 2)]              # z, r, n (x only; R_n applies to r * h)
-    M, b = np.zeros((E + H, len(cols) * H), np.float32), np.zeros(len(cols) * H, np.float32)
-    for k, (gw, gr, _) in enumerate(cols):
-        o = slice(k * H, (k + 1) * H)
-        if gw is not None: M[:E, o], b[o] = blk(W, gw), Wb[gw * H:(gw + 1) * H]
-        if gr is not None: M[E:, o], b[o] = blk(R, gr), b[o] + Rb[gr * H:(gr + 1) * H]
-    if kind == 'gru' and not lbr:
-        b[2 * H:] += Rb[2 * H:3 * H]
-        return Dense(M, b), Dense(np.ascontiguousarray(blk(R, 2)), np.zeros(H, np.float32))
-    return Dense(M, b), None
+    blk = lambda M, g: M[g * H:(g + 1) * H]
+    mixed = range(4) if kind == 'lstm' else range(2)  # the gates that see x and h: LSTM i, o, f, c; GRU z, r
+    dense = Dense(np.ascontiguousarray(np.concatenate([np.concatenate([blk(W, g).T, blk(R, g).T]) for g in mixed], 1)),
+                  np.concatenate([blk(Wb, g) + blk(Rb, g) for g in mixed]))
+    if kind == 'lstm': return Cell(kind, H, dense)
+    dense_x = Dense(np.ascontiguousarray(blk(W, 2).T), blk(Wb, 2) + (0 if lbr else blk(Rb, 2)))
+    dense_h = Dense(np.ascontiguousarray(blk(R, 2).T), blk(Rb, 2) if lbr else np.zeros(H, np.float32))
+    return Cell(kind, H, dense, dense_x, dense_h, bool(lbr))
 
 def _cell(p, n, ins, attrs):
     "GRU / LSTM, one step of one layer: the packed graph's recurrent cell."
@@ -666,9 +665,8 @@ def _cell(p, n, ins, attrs):
         if not (isinstance(lens, np.ndarray) and (lens == 1).all()):
             raise NativeUnsupportedError(f'node {_node(n)}: sequence_lens other than 1 is not supported')
     if kind == 'lstm' and _given(ins, 7): raise NativeUnsupportedError(f'node {_node(n)}: peepholes are not supported')
-    dense, dense_n = _gates(W[0], R[0], B, H, kind, attrs.get('linear_before_reset', 0))
-    p.cell = (Cell(kind, H, dense, dense_n), x, _state(p, n, ins, 5, H), _state(p, n, ins, 6, H) if kind == 'lstm'
-              else -1)
+    cell = _gates(W[0], R[0], B, H, kind, attrs.get('linear_before_reset', 0))
+    p.cell = (cell, x, _state(p, n, ins, 5, H), _state(p, n, ins, 6, H) if kind == 'lstm' else -1)
     out = [_Row(('cell', 'h'), (1, 1, None, H)), _Row(('cell', 'h'), (1, None, H))]
     return out + ([_Row(('cell', 'c'), (1, None, H))] if kind == 'lstm' else [])
 
@@ -708,7 +706,7 @@ def _recurrent(p, out):
 def _size_of(program):
     "The steps of `program` that `_check_size` counts (a recurrent cell's layers as dense steps)."
     if not isinstance(program, Recurrent): return program
-    return [*program.encoder, program.cell.dense, *([program.cell.dense_n] if program.cell.dense_n else []),
+    return [*program.encoder, *program.cell.layers,
             *program.head]
 
 def parse_chain(proto):
@@ -818,35 +816,41 @@ def _dense_lines(dense, src, dst, names):
 # %% ../../nbs/33_numba_kernel.ipynb #6c0e11a2
 _SIG = 'np.float32(1.0) / (np.float32(1.0) + np.exp(-{}))'
 
-def _gate_lines(cell, g, xh, hn, cn, gn, E):
-    "The loop applying the GRU / LSTM rule to gates `g` (see `Cell`) and the old state in `xh` after its E inputs."
+def _gate_lines(cell, b, E):
+    "The loop applying the GRU / LSTM rule (see `Cell`) to the gates in buffers `b`, the old state in `xh` after E."
     H, sig = cell.hidden, _SIG.format
-    h, gi = (lambda j: xh.format(f'{E} + {j}')), (lambda k: g.format(f'{k * H} + j'))
+    h, gi = (lambda j: b['xh'].format(f'{E} + {j}')), (lambda k: b['g'].format(f'{k * H} + j'))
     if cell.kind == 'lstm':
-        return [f'for j in range({H}):', f'    c = {sig(gi(2))} * {cn.format("j")} + {sig(gi(0))} * fast_tanh({gi(3)})',
-                f'    {cn.format("j")} = c', f'    {hn.format("j")} = {sig(gi(1))} * fast_tanh(c)']
-    n = f'{gi(2)} + {sig(gi(1))} * {gi(3)}' if cell.dense_n is None else f'{gi(2)} + {gn.format("j")}'
+        return [f'for j in range({H}):',
+                f'    c = {sig(gi(2))} * {b["cn"].format("j")} + {sig(gi(0))} * fast_tanh({gi(3)})',
+                f'    {b["cn"].format("j")} = c', f'    {b["hn"].format("j")} = {sig(gi(1))} * fast_tanh(c)']
+    gh = b['gh'].format('j')
+    n = f'{b["gx"].format("j")} + ' + (f'{sig(gi(1))} * {gh}' if cell.linear_before_reset else gh)
     return [f'for j in range({H}):', f'    z = {sig(gi(0))}',
-            f'    {hn.format("j")} = (np.float32(1.0) - z) * fast_tanh({n}) + z * {h("j")}']
+            f'    {b["hn"].format("j")} = (np.float32(1.0) - z) * fast_tanh({n}) + z * {h("j")}']
 
 def _recurrent_body(prog, dims, names):
     "Loop nests for one row of a `Recurrent`: encoder into [x | h], the gates, the rule, the head; buffers in S[0]."
     cell, E, H = prog.cell, prog.x_dim, prog.cell.hidden
     base = max(_widest(prog.encoder, prog.obs[1] - prog.obs[0]), _widest(prog.head, H))
     buf, at = {}, base
-    for name, w in (('xh', E + H), ('g', cell.dense.W.shape[1]), ('gn', H), ('hn', H), ('cn', H)):
+    for name, w in (('xh', E + H), ('g', cell.dense.W.shape[1]), ('gx', H), ('gh', H), ('hn', H), ('cn', H)):
         buf[name], at = f'S[0, {at} + {{}}]', at + w
-    xh, g, gn, hn, cn = (buf[k] for k in ('xh', 'g', 'gn', 'hn', 'cn'))
+    xh, g, hn, cn = (buf[k] for k in ('xh', 'g', 'hn', 'cn'))
     state = lambda at: (lambda j: f'X[r, {at} + {j}]' if at >= 0 else 'np.float32(0.0)')
     body = ['# encoder'] + _body(_stages(prog.encoder), (prog.obs[1] - prog.obs[0],), names,
                                  src=f'X[r, {prog.obs[0]} + {{}}]', out=xh)
     body += [f'for j in range({H}): {xh.format(f"{E} + j")} = {state(prog.h_in)("j")}']
     if cell.kind == 'lstm': body += [f'for j in range({H}): {cn.format("j")} = {state(prog.c_in)("j")}']
     body += [f'# {cell.kind} gates'] + _dense_lines(cell.dense, xh, g, names)
-    if cell.dense_n is not None:  # R_n applied to r * h: r first, into hn, then the product into gn
-        body += [f'for j in range({H}): {hn.format("j")} = {_SIG.format(g.format(f"{H} + j"))} * '
-                 f'{xh.format(f"{E} + j")}'] + _dense_lines(cell.dense_n, hn, gn, names)
-    body += _gate_lines(cell, g, xh, hn, cn, gn, E)
+    if cell.kind == 'gru':  # the candidate's two parts: W_n x, and R_n of h (or of r * h, made in hn first)
+        h_part = xh.replace('{}', f'{E} + {{}}')
+        body += _dense_lines(cell.dense_x, xh, buf['gx'], names)
+        if not cell.linear_before_reset:
+            body += [f'for j in range({H}): {hn.format("j")} = {_SIG.format(g.format(f"{H} + j"))} * '
+                     f'{xh.format(f"{E} + j")}']
+        body += _dense_lines(cell.dense_h, h_part if cell.linear_before_reset else hn, buf['gh'], names)
+    body += _gate_lines(cell, buf, E)
     act = next(start for part, start, _ in prog.out if part == 'action')
     body += ['# head'] + _body(_stages(prog.head), (H,), names, src=hn, out=f'OUT[r, {act} + {{}}]')
     for part, start, w in prog.out:
