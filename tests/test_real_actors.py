@@ -218,3 +218,18 @@ def test_the_timing_harness_states_the_arithmetic_and_its_limits(saved, tmp_path
     assert r['fma_per_ns'] > 0 and r['fma_limit_ns'] == pytest.approx(macs / r['fma_per_ns'], rel=1e-2)
     assert r['p50_over_limit'] == pytest.approx(r['p50_ns'] / r['fma_limit_ns'], rel=2e-2)
     assert r['weight_read_ns'] > 0 and r['batch64_ns'] > 0 and r['failed_calls'] == 0
+
+
+@pytest.mark.parametrize('name', ['every-activation', 'layernorm-decomposed', 'gru', 'lstm-dynamo', 'gru-lbr0'])
+def test_the_triton_kernel_covers_them_too(name):
+    "The generated Triton kernel, in Triton's interpreter on the CPU (test_gpu.py runs it compiled where a GPU is)."
+    torch = pytest.importorskip('torch')
+    if torch.cuda.is_available(): pytest.skip('a GPU is present: the compiled kernel is tested in test_gpu.py')
+    from ppo_trt.export.triton_mlp import build_triton_policy, import_triton
+    if import_triton()[0] is None: pytest.skip(import_triton()[1])
+    model = _model(name)
+    steps, dims = parse_chain(model)
+    x = _obs(dims[0], rows=21)
+    ref = ort_cpu_session(model.SerializeToString()).run(None, {'obs': x})[0]
+    out = build_triton_policy(steps, dims).forward(torch.as_tensor(x), torch.empty(len(x), dims[1]))
+    assert np.abs(out.numpy() - ref).max() <= TOL
