@@ -166,7 +166,7 @@ def _run(kernel, dims, x, flags, tmp):
 
 
 def _bits(y):
-    "`y`'s bytes with every NaN made the same NaN: which NaN an operation returns (its sign, payload) is the compiler's."
+    "`y`'s bytes, every NaN made one NaN: which NaN an operation returns (its sign, payload) is the compiler's."
     return np.where(np.isnan(y), np.float32(np.nan), y).tobytes()
 
 

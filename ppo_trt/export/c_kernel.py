@@ -180,7 +180,7 @@ PPO_FMA = ['#if defined(__FMA__) || defined(__ARM_FEATURE_FMA) || defined(__aarc
 # the scalar code below names every multiply-add: left to -ffp-contract, GCC fuses it in one context and not another
 
 def _exp_source():
-    "C of `fast_expf`: Cephes' expf (x = n ln 2 + r, a degree-7 polynomial in r, times 2^n from the bits); NaN stays NaN."
+    "C of `fast_expf`: Cephes' expf (x = n ln 2 + r, a polynomial in r, times 2^n from the bits); NaN stays NaN."
     fma, lit = (lambda a, b, d: f'PPO_FMA({a}, {b}, {d})'), (lambda v: f'{v!r}f')
     return ['PPO_MAYBE_UNUSED static inline float fast_expf(float x) {  /* the same operations as every vexp */',
             f'    x = x < {lit(EXP_LO)} ? {lit(EXP_LO)} : x; x = x > {lit(EXP_HI)} ? {lit(EXP_HI)} : x;',
@@ -249,7 +249,8 @@ def _vexp(isa):
             f'z = {P}_mul_ps(r, r);',
             f'    const {vt} y = {P}_add_ps({isa.fma(_horner(EXP_P, "r", isa.fma, lit), "z", "r")}, {lit(1.0)});',
             f'    return {P}_mul_ps(y, {_vbits(isa, "t")});', '}',
-            f'PPO_MAYBE_UNUSED static inline {vt} vpos({vt} h, {vt} a, {vt} b) {{ return {pos}; }}  /* h > 0 ? a : b */']
+            f'PPO_MAYBE_UNUSED static inline {vt} vpos({vt} h, {vt} a, {vt} b) {{  /* h > 0 ? a : b */',
+            f'    return {pos}; }}']
 
 # %% ../../nbs/34_c_kernel.ipynb #c4f38c78
 HSUM8 = ['static inline float hsum8(__m128 lo, __m128 hi) {  /* 8 lanes, halving: (l, l+4), (l, l+2), (0, 1) */',
@@ -630,8 +631,9 @@ def _gate_simd(isa, cell, E):
     else:
         n = (isa.fma(sig(g(1)), ld('gh', 'j'), ld('gx', 'j')) if cell.linear_before_reset else
              f'{P}_add_ps({ld("gx", "j")}, {ld("gh", "j")})')
+        keep = f'{P}_mul_ps({P}_sub_ps({one}, z), vtanh({n}))'  # (1 - z) tanh(n), then + z h as one multiply-add
         body = [f'const {isa.vt} z = {sig(g(0))};',
-                f'{P}_storeu_ps(hn + j, {isa.fma("z", ld("xh", f"{E} + j"), f"{P}_mul_ps({P}_sub_ps({one}, z), vtanh({n}))")});']
+                f'{P}_storeu_ps(hn + j, {isa.fma("z", ld("xh", f"{E} + j"), keep)});']
     return [f'for (int j = 0; j < {_pad(H, L)}; j += {L}) {{', *_indent(body), '}']
 
 # %% ../../nbs/34_c_kernel.ipynb #7c1d0a04
@@ -643,7 +645,8 @@ def _recurrent_row(isa, prog, dims, const):
     out = {'action': 'a', 'h': 'hn', 'c': 'cn'}
     lines = ['static void forward_row(const float *restrict x, float *restrict y) {',
              *_indent([buf('xh', E + H), buf('g', cell.dense.W.shape[1]), buf('gx', H), buf('gh', H), buf('hn', H),
-                       buf('cn', H), buf('a', act[1]), f'enc_row(x + {prog.obs[0]}, xh);', '(void)gx; (void)gh; (void)cn;',
+                       buf('cn', H), buf('a', act[1]), f'enc_row(x + {prog.obs[0]}, xh);',
+                       '(void)gx; (void)gh; (void)cn;',
                        *([f'memcpy(xh + {E}, x + {prog.h_in}, {H} * sizeof(float));'] if prog.h_in >= 0 else []),
                        *([f'memcpy(cn, x + {prog.c_in}, {H} * sizeof(float));'] if prog.c_in >= 0 else []),
                        *_cell_dense(isa, 'xh', 'g', cell.dense, const)])]

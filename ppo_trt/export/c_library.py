@@ -530,7 +530,7 @@ typedef __m256 vec;
 #define STORE(p, v) _mm256_storeu_ps(p, v)
 #elif defined(__SSE2__)
 #include <emmintrin.h>
-#define PROBE "sse2 multiply, then add (this build has no fused multiply-add)"
+#define PROBE "sse2 multiply then add: no fused multiply-add in this build"
 #define LANES 4
 typedef __m128 vec;
 #define SET1(x) _mm_set1_ps(x)

@@ -99,10 +99,11 @@ def _constant_value(n):
     "The value of Constant node `n`: float32 (`value`, `value_float(s)`) or integers (`value`, `value_int(s)`)."
     from onnx import numpy_helper, TensorProto
     a = {x.name: x for x in n.attribute}
-    if 'value' in a and a['value'].t.data_type in (TensorProto.FLOAT, *_INTS): return numpy_helper.to_array(a['value'].t)
-    if 'value_float' in a: return np.float32(a['value_float'].f)
+    if 'value' in a and a['value'].t.data_type in (TensorProto.FLOAT, *_INTS):
+        return numpy_helper.to_array(a['value'].t)
+    if 'value_float' in a: return np.asarray(a['value_float'].f, np.float32)  # 0-d: an array, as every constant
     if 'value_floats' in a: return np.asarray(a['value_floats'].floats, np.float32)
-    if 'value_int' in a: return np.int64(a['value_int'].i)
+    if 'value_int' in a: return np.asarray(a['value_int'].i, np.int64)
     if 'value_ints' in a: return np.asarray(a['value_ints'].ints, np.int64)
     raise NativeUnsupportedError(f'Constant node {shown(n.name or n.output[0], 120)} holds '
                                  f'{", ".join(a) or "nothing"}, '
@@ -422,7 +423,7 @@ def _dense(p, n, ins, attrs):
 
 # %% ../../nbs/33_numba_kernel.ipynb #5a11c0da
 def _last_axis(p, n, ins, attrs, v, attr='axes', input_from=None):
-    "Whether node `n` acts on `v`'s feature axis only (its axes from the attribute, or the input from opset `input_from`)."
+    "Whether node `n` acts on `v`'s feature axis only (axes: an attribute, or an input from opset `input_from`)."
     if input_from is not None and p.opset >= input_from: axes = p.ints(ins[1], n, 'axes') if _given(ins, 1) else None
     else: axes = attrs.get(attr)
     axes = [axes] if isinstance(axes, int) else axes
@@ -772,6 +773,18 @@ def _ew_expr(e, idx, names):
         return f'v = {sp}' if e.c is None else f'v = v if v > {_f32(e.c)} else ({sp})'
     raise NativeUnsupportedError(f'elementwise op {k!r}')
 
+# %% ../../nbs/33_numba_kernel.ipynb #6c0e11a1
+def _widest(steps, width):
+    "The widest row a chain of `steps` on `width` inputs holds."
+    return max([width] + [s.W.shape[1] for s in steps if isinstance(s, Dense)])
+
+def _dense_lines(dense, src, dst, names):
+    "Loops computing `dst` = `src` @ W + b for one `Dense` (outputs inside, so every output is its own sum)."
+    n_in, width = dense.W.shape
+    W, b = names(dense.W, 'W'), names(dense.b, 'b')
+    return [f'for o in range({width}): {dst.format("o")} = {b}[o]', f'for i in range({n_in}):',
+            f'    xi = {src.format("i")}', f'    for o in range({width}): {dst.format("o")} += {W}[i, o] * xi']
+
 # %% ../../nbs/33_numba_kernel.ipynb #3e53138f
 def _norm_lines(src, dst, width, eps):
     "Loops writing row `src` normalised (`Norm`) into `dst`: the mean, then the mean squared deviation, in float32."
@@ -800,18 +813,6 @@ def _body(stages, dims, names, src='X[r, {}]', out='OUT[r, {}]'):
                     [f'    {_ew_expr(e, "j", names)}' for e in ews] + [f'    {dst.format("j")} = v']
         src = dst
     return body
-
-# %% ../../nbs/33_numba_kernel.ipynb #6c0e11a1
-def _widest(steps, width):
-    "The widest row a chain of `steps` on `width` inputs holds."
-    return max([width] + [s.W.shape[1] for s in steps if isinstance(s, Dense)])
-
-def _dense_lines(dense, src, dst, names):
-    "Loops computing `dst` = `src` @ W + b for one `Dense` (outputs inside, so every output is its own sum)."
-    n_in, width = dense.W.shape
-    W, b = names(dense.W, 'W'), names(dense.b, 'b')
-    return [f'for o in range({width}): {dst.format("o")} = {b}[o]', f'for i in range({n_in}):',
-            f'    xi = {src.format("i")}', f'    for o in range({width}): {dst.format("o")} += {W}[i, o] * xi']
 
 # %% ../../nbs/33_numba_kernel.ipynb #6c0e11a2
 _SIG = 'np.float32(1.0) / (np.float32(1.0) + np.exp(-{}))'

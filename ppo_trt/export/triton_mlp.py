@@ -126,11 +126,12 @@ def _cell_tile(prog, params):
     "Triton statements of one GRU / LSTM step: the encoder's tile `v` and the state loaded from X give hn (and cn)."
     cell, E, H = prog.cell, prog.x_dim, prog.cell.hidden
     hp = padded(H)
-    load = lambda at: (f'tl.load(X + rows[:, None] * IN + {at} + c{hp}[None, :], '
-                       f'mask=live & (c{hp}[None, :] < {H}), other=0.0)') if at >= 0 else f'tl.zeros((BM, {hp}), tl.float32)'
+    load = lambda at: (f'tl.load(X + rows[:, None] * IN + {at} + c{hp}[None, :], mask=live & (c{hp}[None, :] < {H}), '
+                       'other=0.0)' if at >= 0 else f'tl.zeros((BM, {hp}), tl.float32)')
     sig = lambda x: f'(1.0 / (1.0 + tl.exp(-({x}))))'
-    gate = lambda k: (f'{_dot("e", _split_dense(cell.dense, slice(0, E), slice(k * H, (k + 1) * H)), params)} + '
-                      f'{_dot("h", _split_dense(cell.dense, slice(E, E + H), slice(k * H, (k + 1) * H)), params, False)}')
+    block = lambda rows, k: _split_dense(cell.dense, rows, slice(k * H, (k + 1) * H))
+    gate = lambda k: (f'{_dot("e", block(slice(0, E), k), params)} + '
+                      f'{_dot("h", block(slice(E, E + H), k), params, False)}')
     body = ['e = v', f'h = {load(prog.h_in)}']
     if cell.kind == 'lstm':
         body += [f'c = {load(prog.c_in)}', f'c = {sig(gate(2))} * c + {sig(gate(0))} * _tanh({gate(3)})',
