@@ -167,7 +167,7 @@ class RecurrentRunner(Runner):
                                    'policy again')
         self.name, self.device, self.precision = inner.name, inner.device, inner.precision
         super().__init__(obs_dim, act_dim, **wrapped_info(inner), recurrent_state_dim=self.state_dim)
-        self.wide, self.restarted_rows = None, 0  # wide: [obs | state] per row, reused
+        self.wide, self.kept_rows = None, 0  # wide: [obs | state] per row, reused; rows whose state was kept
     @property
     def state(self):
         "Each row's state [B, state_dim] (None before the first call)."
@@ -195,9 +195,9 @@ def run(self: RecurrentRunner, obs):
     self.wide[:, :self.obs_dim] = obs
     out = self.inner.run(self.wide)
     new = out[:, self.act_dim:]
-    lost = ~np.isfinite(new).all(axis=1)
-    self.wide[:, self.obs_dim:] = new
-    if lost.any(): self.wide[lost, self.obs_dim:] = 0.0; self.restarted_rows += int(lost.sum())
+    ok = np.isfinite(new).all(axis=1)
+    if ok.all(): self.wide[:, self.obs_dim:] = new
+    else: self.wide[ok, self.obs_dim:] = new[ok]; self.kept_rows += int((~ok).sum())
     return out[:, :self.act_dim].copy()
 
 @patch

@@ -279,6 +279,8 @@ class BenchSettingsRecord(_Part):
     pin_cpu: int | None = None
     soak_calls: int = 0
     soak_window: int | None = None
+    obs_file: str | None = None          # --obs: the recorded observations benched on
+    obs_range: list[float] | None = None  # --obs-range: the box they were drawn from
 
 class TimerOverhead(_Part):
     "The cost of reading the clock, which the latencies include."
@@ -286,9 +288,9 @@ class TimerOverhead(_Part):
     mean_ns: float | None = None
     min_ns: float | None = None
 
-class BenchFile(_Record):
+class BenchFile(_Record, kw_only=True):
     "bench.json: every backend's records, merged across bench runs, and the sessions that made them."
-    env_id: EnvId
+    env_id: EnvId | None = None  # None: a foreign actor benched without an env (no closed loop)
     records: list[BenchRecord]
     settings: BenchSettingsRecord
     timer_overhead: TimerOverhead
@@ -301,7 +303,8 @@ class BenchFile(_Record):
     pinned_cpu: int | None = None
     gc_disabled_in_timed_loops: bool | None = None
     wall_s: float | None = None
-    obs_source: str = 'export_obs.npy'  # what parity and timing ran on: or 'env rollout (seed S, N obs)'
+    obs_source: str = 'export_obs.npy'  # what parity and timing ran on: or 'env rollout (seed S, N obs)', a box, a file
+    notes: list[str] = []  # what the bench left out and why (a closed loop without an env)
 
 # %% ../../nbs/03_records.ipynb #abc6102b
 class Event(_Part):

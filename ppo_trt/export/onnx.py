@@ -25,7 +25,7 @@ __all__ = ['PARITY_TOL', 'OPSET', 'DEPLOY_KEYS', 'ADOPTED_KEYS', 'CONTRACT_VERSI
            'load_onnx', 'onnx_metadata', 'policy_dims', 'check_policy_env', 'check_finite_policy', 'ort_cpu_session',
            'parity', 'ParityError', 'Deployment', 'reference_normalizer', 'plain_deployment', 'load_observations',
            'parity_bytes_per_obs', 'control_period', 'export', 'check_deploy_metadata', 'policy_metadata',
-           'policy_contract']
+           'contract_of', 'policy_contract']
 
 # %% ../../nbs/30_onnx.ipynb #2719ac5e
 PARITY_TOL = 1e-5
@@ -529,13 +529,9 @@ def _bounds(v):
     return None if v is None else [float(x) if np.isfinite(x) else None for x in v]
 
 # %% ../../nbs/30_onnx.ipynb #4dc376ef
-def policy_contract(path_or_proto):
-    "The policy's contract (mjlab / Isaac Lab style): names, widths, bounds, normaliser, scale, period, state, origin."
-    proto = load_onnx(path_or_proto) if isinstance(path_or_proto, (str, Path)) else path_or_proto
-    meta = policy_metadata(proto)
+def contract_of(meta, hashes=None):
+    "The contract (mjlab / Isaac Lab style) a policy's checked metadata states, with `hashes` of its files added."
     obs, act = policy_dims(meta)
-    hashes = {k: meta[k] for k in ('policy_sha256', 'obs_norm_sha256') if k in meta}
-    if isinstance(path_or_proto, (str, Path)): hashes['onnx_sha256'] = policy_sha256(path_or_proto)
     state = meta.get('recurrent_state')
     return dict(
         contract_version=CONTRACT_VERSION, env_id=meta.get('env_id'), control_period_s=meta.get('control_period_s'),
@@ -549,4 +545,10 @@ def policy_contract(path_or_proto):
                                  layout='input [observation, state...], output [action, state...]; zeros at a reset'),
         provenance=meta.get('adopted_from') or dict(origin='trained and exported by ppo_trt',
                                                     version=meta.get('ppo_trt_version')),
-        hashes=hashes)
+        hashes={**{k: meta[k] for k in ('policy_sha256', 'obs_norm_sha256') if k in meta}, **(hashes or {})})
+
+def policy_contract(path_or_proto):
+    "The contract of the policy at `path_or_proto` (its metadata checked), with the file's own hash for a path."
+    proto = load_onnx(path_or_proto) if isinstance(path_or_proto, (str, Path)) else path_or_proto
+    own = {'onnx_sha256': policy_sha256(path_or_proto)} if isinstance(path_or_proto, (str, Path)) else {}
+    return contract_of(policy_metadata(proto), own)
