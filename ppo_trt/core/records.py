@@ -109,6 +109,7 @@ class TrainRecord(_Record):
     discrete_actions: int | None = None  # a discrete-action policy (not deployable): its number of actions
     profile: dict[str, float] | None = None  # fast PPO: seconds per phase of the whole call (host clock)
     call_wall_s: float | None = None     # fast PPO: seconds of the whole call (setup, loop, held-out evaluation, save)
+    imported_from: dict | None = None    # `ppo-trt import`: the model file, its hash, what was read and ignored
 
 # %% ../../nbs/03_records.ipynb #00639896
 class BestRecord(_Record):
@@ -318,7 +319,7 @@ class PhaseRecord(_Part):
     "One scenario phase in evaluate.json: every policy's returns on the same seeds, each backend's violations."
     phase: str
     params: dict  # the phase's disturbance settings, as envs.PHASES names them
-    returns: dict[str, list[float]]  # {policy: [episode returns]}: 'pid', 'ppo:<backend>', 'residual'
+    returns: dict[str, list[float]]  # {policy: [episode returns]}: the fallback, 'ppo:<backend>', 'residual'
     violations: dict[str, int]       # {backend: count}
     events: dict[str, list[Event]]   # {backend: [first events]}
     sessions: dict[str, str] = {}    # {policy: session id}: when, where and from which policy.onnx
@@ -361,6 +362,8 @@ class EvaluateFile(_Record):
     delay_curve: DelayCurve = msgspec.field(default_factory=DelayCurve)
     created: str = ''
     sessions: dict[str, Session] = {}
+    fallback: str = 'pid'  # the safe loop's fallback, and the baseline beside PPO: pid, zero or hold
+    skipped_phases: dict[str, str] = {}  # {phase: why the env cannot take it}
 
 # %% ../../nbs/03_records.ipynb #bb14fc4f
 class Curve(_Part):

@@ -543,7 +543,7 @@ def contract_of(meta, hashes=None):
         history_actions=int(meta.get('history_actions') or 0),
         recurrent=state and dict(state=state, state_dim=meta['recurrent_state_dim'],
                                  layout='input [observation, state...], output [action, state...]; zeros at a reset'),
-        provenance=meta.get('adopted_from') or dict(origin='trained and exported by ppo_trt',
+        provenance=meta.get('adopted_from') or meta.get('imported_from') or dict(origin='trained and exported by ppo_trt',
                                                     version=meta.get('ppo_trt_version')),
         hashes={**{k: meta[k] for k in ('policy_sha256', 'obs_norm_sha256') if k in meta}, **(hashes or {})})
 
