@@ -256,9 +256,9 @@ def declared_observations(width, s):
     return obs, f'uniform box [{lo:g}, {hi:g}] (seed {s.seed}, {len(obs)} obs; {why})'
 
 # %% ../../nbs/50_bench.ipynb #374d57bd
-def network_rows(run, obs):
-    "`obs` as the bare network reads them along one sequence: with the history or recurrent state the policy keeps."
-    policy = B.load('ort', run.root)
+def network_rows(source, obs):
+    "`obs` as the bare network of `source` (a run folder, an ONNX file) reads them along one sequence, memory included."
+    policy = B.load('ort', source.root if isinstance(source, RunDir) else source)
     wide = getattr(policy, 'inner', policy).obs_dim
     if wide == obs.shape[1] or not isinstance(policy, (HistoryRunner, RecurrentRunner)): return obs
     rows = np.empty((len(obs), wide), np.float32)

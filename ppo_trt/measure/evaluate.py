@@ -15,7 +15,7 @@ from ..core.records import (EvaluateFile, PhaseRecord, Gate, DelayCurve, Event, 
 from ..envs.specs import env_spec, env_ids
 from ..envs.gym import (make_env, SensorNoise, ActuationDelay, Push, ModelScale, ActuatorFailure, Trip, PHASES,
                               make_phase_env, check_phases, env_phases)
-from ..export.onnx import onnx_metadata
+from ..export.onnx import onnx_metadata, check_policy_env
 from ..backends import registry as B
 from .bench import records_by, trained_model_missing
 from ..envs.controllers import pid_baseline, run_episode, fallback_policy, fallback_kind
@@ -209,6 +209,7 @@ def evaluated_env(run, meta, env_id=None):
     if mine is None and env_id is None:
         raise BadInputError(f'{run.root}: its policy names no env, and evaluating needs one: pass --env-id ID (the env '
                             f'it was trained in), or import it for one (ppo-trt import POLICY.onnx --env-id ID --run-dir DIR)')
+    if mine is None: check_policy_env(meta, env_id)  # its widths are the env's, or one line
     return mine or env_id
 
 @locked('evaluate')
@@ -251,7 +252,8 @@ def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, dead
             params = {**PHASES[ph][1], **((overrides or {}).get(ph, {}))}
             results.append(evaluate_phase(env_id, ph, params, [seed + i for i in range(episodes)], pid, extra, runners,
                                           deadline_us, sid, lambda policy, rets, ph=ph: tick(ph, policy, rets)))
-    if delay_steps: say(f'delay curve: PPO on {ref} and PID at {len(delay_steps)} actuation delays ...')
+    if delay_steps:
+        say(f'delay curve: PPO on {ref} and {fallback_label(fallback_kind(pid))} at {len(delay_steps)} actuation delays ...')
     curve = (delay_curve(run.root, runners[ref], env_id, delay_steps, min(episodes, 5), seed, bench, pid)
              if delay_steps else DelayCurve())
     new = record(EvaluateFile, env_id=env_id, episodes=episodes, seed=seed, deadline_us=deadline_us, reference=ref,
