@@ -132,6 +132,27 @@ def _add_export(p):
     p.add_argument('--parity-obs', type=number(int, 1000), default=1000,
                    help='rollout observations for the parity check')
 
+# %% ../nbs/90_cli.ipynb #79a5c47f
+def _box(s):
+    "An argparse type: LOW:HIGH, two finite numbers, low < high."
+    try: lo, hi = (float(x) for x in s.split(':'))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'expected LOW:HIGH, e.g. --obs-range=-1:1, got {s!r}') from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise argparse.ArgumentTypeError(f'expected two finite numbers LOW < HIGH, got {s!r}')
+    return lo, hi
+
+def _add_obs(p):
+    p.add_argument('--obs', default=None, metavar='FILE.npy',
+                   help='observations to time and check on: a [n, obs_dim] float .npy (recorded)')
+    p.add_argument('--obs-range', type=_box, default=None, metavar='LOW:HIGH',
+                   help='or draw them uniformly from this box, e.g. --obs-range=-2:2 (with neither, and no env or '
+                        'export_obs.npy: the box -1:1); the record says which')
+
+def _add_adopt(p):
+    p.add_argument('--obs-name', default=None, help="a foreign actor ONNX: its observation input, where ambiguous")
+    p.add_argument('--action-name', default=None, help='a foreign actor ONNX: its action output, where ambiguous')
+
 # %% ../nbs/90_cli.ipynb #7960d193
 def _add_bench(p):
     p.add_argument('--backends', type=_name_list, default=None,
@@ -204,10 +225,12 @@ def _add_evaluate(p):
 # %% ../nbs/90_cli.ipynb #910c3270
 def _add_import(p):
     p.add_argument('model', type=Path, metavar='MODEL.zip|POLICY.onnx',
-                   help='an SB3 / RL Zoo model.zip (PPO, A2C; read without unpickling) or an actor ONNX from any trainer')
+                   help='an SB3 / RL Zoo model.zip (PPO, A2C; read without unpickling) or an actor ONNX from any '
+                        'trainer')
     p.add_argument('--env-id', required=True, help='the gymnasium env it was trained in')
     p.add_argument('--vecnormalize', type=Path, default=None, metavar='FILE.pkl',
-                   help="the model's VecNormalize statistics (SB3 / RL Zoo vecnormalize.pkl; read through an allow-list)")
+                   help="the model's VecNormalize statistics (SB3 / RL Zoo vecnormalize.pkl; read through an "
+                        'allow-list)')
     p.add_argument('--parity-obs', type=number(int, 1000), default=1000,
                    help='rollout observations export checks parity against model.predict on')
     _add_adopt(p)
@@ -277,24 +300,6 @@ def _add_bench_file(p, what='bench this actor ONNX on its own (Polygraphy-style)
                             'runs/bench-<file name>), never beside the file'):
     p.add_argument('policy', nargs='?', type=Path, default=None, metavar='POLICY.onnx', help=what)
 
-def _box(s):
-    "An argparse type: LOW:HIGH, two finite numbers, low < high."
-    try: lo, hi = (float(x) for x in s.split(':'))
-    except ValueError: raise argparse.ArgumentTypeError(f'expected LOW:HIGH, e.g. --obs-range=-1:1, got {s!r}') from None
-    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-        raise argparse.ArgumentTypeError(f'expected two finite numbers LOW < HIGH, got {s!r}')
-    return lo, hi
-
-def _add_obs(p):
-    p.add_argument('--obs', default=None, metavar='FILE.npy',
-                   help='observations to time and check on: a [n, obs_dim] float .npy (recorded)')
-    p.add_argument('--obs-range', type=_box, default=None, metavar='LOW:HIGH',
-                   help='or draw them uniformly from this box, e.g. --obs-range=-2:2 (with neither, and no env or '
-                        'export_obs.npy: the box -1:1); the record says which')
-
-def _add_adopt(p):
-    p.add_argument('--obs-name', default=None, help="a foreign actor ONNX: its observation input, where ambiguous")
-    p.add_argument('--action-name', default=None, help='a foreign actor ONNX: its action output, where ambiguous')
 
 # %% ../nbs/90_cli.ipynb #21e90dc9
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
@@ -610,15 +615,18 @@ def _policy_file(a):
     from ppo_trt.core.files import inside
     p = inside(Path(a.policy))
     if not p.is_file(): raise BadInputError(f'{p} does not exist: pass an actor .onnx file')
-    if p.suffix != '.onnx': raise BadInputError(f'{p} is not a .onnx file: pass an actor ONNX, or a run folder as --run-dir')
+    if p.suffix != '.onnx':
+        raise BadInputError(f'{p} is not a .onnx file: pass an actor ONNX, or a run folder as --run-dir')
     return p
 
 def policy_bytes(src, opts):
-    "(bytes of the ppo_trt policy for the ONNX at `src`: itself, its data inlined, or adopted; the inferred line or '')."
+    "(bytes of the ppo_trt policy for the ONNX at `src`: itself, data inlined, or adopted; the inferred line or '')."
     import onnx
     from ppo_trt.export.onnx import policy_metadata, read_onnx
     from ppo_trt.export.foreign import adopted_bytes, is_ppo_trt_policy
-    mine = is_ppo_trt_policy(onnx.load(str(src), load_external_data=False))
+    try: proto = onnx.load(str(src), load_external_data=False)
+    except Exception: proto = read_onnx(src)  # not ONNX: one line saying so
+    mine = is_ppo_trt_policy(proto)
     if mine and opts.obs_name is None and opts.action_name is None:
         policy_metadata(src)  # a ppo_trt policy (env id, widths), checked before anything is written
         return read_onnx(src).SerializeToString(), ''  # its external data, if any, inside the copy
@@ -627,7 +635,7 @@ def policy_bytes(src, opts):
 
 # %% ../nbs/90_cli.ipynb #1ed7a27e
 def _bench_file(a):
-    "Put `a.policy` (adopted if foreign) into `bench_file_dir`, marked as bench's: (that folder, whether to start over)."
+    "Put `a.policy` (adopted if foreign) into `bench_file_dir`, marked as bench's: (that folder, to start over or not)."
     import hashlib
     from ppo_trt.core.files import atomic_path, mark_made_by, sha256_file
     src, rd = _policy_file(a), bench_file_dir(a)

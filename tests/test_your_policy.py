@@ -63,10 +63,10 @@ def actors(tmp_path_factory):
 
 
 def test_bench_and_export_c_take_an_actor_without_metadata(actors, tmp_path):
-    "An Isaac-Lab-style actor (no metadata, obs -> actions, batch 1): bench and export-c exit 0 and say what they found."
+    "An Isaac-Lab-style actor (no metadata, obs -> actions, batch 1): bench and export-c exit 0 and say what they see."
     path = actors['isaac'][0]
-    r = ppo_trt('bench', path, '--backends', 'ort,native-c', *QUICK, '--closed-loop-steps', '0', '--run-dir',
-                tmp_path/'b')
+    r = ppo_trt('bench', path, '--backends', 'ort,native-c', *QUICK, '--closed-loop-steps', '0',
+                '--run-dir', tmp_path/'b')
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "inferred anymal.onnx: observation 'obs' [48] -> action 'actions' [12]; its batch of 1 freed" in r.stdout
     bench = json.loads((tmp_path/'b'/'bench.json').read_text())
@@ -90,7 +90,8 @@ def test_obs_file_and_box_are_recorded(actors, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads((tmp_path/'f'/'bench.json').read_text())['obs_source'] == 'recorded: obs.npy (50 obs, --obs)'
     r = ppo_trt('bench', path, '--backends', 'ort', *QUICK, '--obs-range=-3:3', '--run-dir', tmp_path/'r')
-    assert r.returncode == 0 and 'uniform box [-3, 3]' in json.loads((tmp_path/'r'/'bench.json').read_text())['obs_source']
+    assert r.returncode == 0
+    assert 'uniform box [-3, 3]' in json.loads((tmp_path/'r'/'bench.json').read_text())['obs_source']
     r = ppo_trt('bench', path, '--obs', tmp_path/'obs.npy', '--obs-range=-3:3', '--run-dir', tmp_path/'x')
     assert r.returncode == 2 and r.stderr.count('\n') == 1 and 'not both' in r.stderr, r.stderr
 
@@ -144,7 +145,8 @@ def test_external_data_beside_the_file_is_benched_with_it(tmp_path):
     module = mlp([11, 64, 64, 3], torch.nn.Tanh)
     path = export(module, (torch.zeros(1, 11),), d/'policy.onnx', dynamo=True, external_data=True)
     assert (d/'policy.onnx.data').exists(), os.listdir(d)
-    r = ppo_trt('bench', path, '--backends', 'ort,native', *QUICK, '--closed-loop-steps', '0', '--run-dir', tmp_path/'b')
+    r = ppo_trt('bench', path, '--backends', 'ort,native', *QUICK, '--closed-loop-steps', '0',
+                '--run-dir', tmp_path/'b')
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     obs = np.random.default_rng(0).uniform(-1, 1, (8, 11)).astype(np.float32)
     with torch.no_grad(): want = module(torch.from_numpy(obs)).numpy()
@@ -191,8 +193,8 @@ def _sb3_walker(d, algo='PPO'):
 def test_imported_sb3_model_acts_as_predict(tmp_path, algo):
     "ppo-trt import of an SB3 model.zip + VecNormalize: policy.onnx's actions equal model.predict on normalised obs."
     model, venv = _sb3_walker(tmp_path, algo)
-    r = ppo_trt('import', tmp_path/'model.zip', '--vecnormalize', tmp_path/'vecnormalize.pkl', '--env-id', 'Walker2d-v4',
-                '--run-dir', tmp_path/'run')
+    r = ppo_trt('import', tmp_path/'model.zip', '--vecnormalize', tmp_path/'vecnormalize.pkl',
+                '--env-id', 'Walker2d-v4', '--run-dir', tmp_path/'run')
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert f'{algo} (stable-baselines3' in r.stdout and 'never unpickled' in r.stdout
     obs = np.load(tmp_path/'run'/'export_obs.npy')

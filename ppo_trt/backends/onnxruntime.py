@@ -118,7 +118,8 @@ class OrtCudaRunner(Runner):
         src = _source(src)
         self.sess, _ = ort_session(src.onnx(), self._providers(src), threads)
         meta, self._slots = src.meta, {}
-        super().__init__(meta['obs_dim'], meta['act_dim'], provider=self.sess.get_providers()[0], env_id=meta.get('env_id'),
+        super().__init__(meta['obs_dim'], meta['act_dim'], provider=self.sess.get_providers()[0],
+                         env_id=meta.get('env_id'),
                          versions={'onnxruntime': package_version('onnxruntime-gpu') or package_version('onnxruntime')})
     def _slot(self, b):
         import onnxruntime as ort

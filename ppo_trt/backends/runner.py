@@ -162,9 +162,9 @@ class RecurrentRunner(Runner):
         self.inner, self.state_dim = inner, int(state_dim)
         obs_dim, act_dim = inner.obs_dim - self.state_dim, inner.act_dim - self.state_dim
         if self.state_dim < 1 or obs_dim < 1 or act_dim < 1:
-            raise BadArtifactError(f'a recurrent state of {state_dim} numbers does not fit a graph of {inner.obs_dim} '
-                                   f'inputs and {inner.act_dim} outputs: the metadata and the graph disagree; adopt the '
-                                   'policy again')
+            raise BadArtifactError(f'a recurrent state of {state_dim} numbers does not fit a graph of '
+                                   f'{inner.obs_dim} inputs and {inner.act_dim} outputs: the metadata and the graph '
+                                   'disagree; adopt the policy again')
         self.name, self.device, self.precision = inner.name, inner.device, inner.precision
         super().__init__(obs_dim, act_dim, **wrapped_info(inner), recurrent_state_dim=self.state_dim)
         self.wide, self.kept_rows = None, 0  # wide: [obs | state] per row, reused; rows whose state was kept

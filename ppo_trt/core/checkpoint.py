@@ -234,7 +234,7 @@ def sb3_algorithm(z):
     return 'PPO' if {'clip_range', 'n_epochs', 'batch_size'} & (set(z.settings) | set(z.objects)) else 'A2C'
 
 def load_sb3_model(path, env=None, fix='it was not written by stable-baselines3, or it was altered'):
-    "The SB3 PPO (or A2C) model in `path` on the CPU (with `env` to train on), its `data` given to SB3 without one pickle."
+    "The SB3 PPO (or A2C) model in `path` on the CPU (with `env` to train on), its `data` given to SB3 unpickled."
     import stable_baselines3
     z = read_sb3_zip(path, fix)
     algo = sb3_algorithm(z)

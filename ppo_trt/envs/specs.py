@@ -142,7 +142,8 @@ def discover_specs(eps=None):
         except Exception as e: skipped[f'{ep.name} = {ep.value}'] = f'failed: {error_line(e)}'; continue
         dist = getattr(ep, 'dist', None)
         for s in specs:
-            if s.env_id in SPECS or s.env_id in found: skipped[f'{ep.name}: {s.env_id}'] = 'a spec for it exists already'
+            if s.env_id in SPECS or s.env_id in found:
+                skipped[f'{ep.name}: {s.env_id}'] = 'a spec for it exists already'
             else: found[s.env_id] = replace(s, origin=f'{dist.name} {dist.version}' if dist else ep.value)
     return found, skipped
 
@@ -163,8 +164,8 @@ def generic_spec(env_id):
         warnings.simplefilter('ignore')
         try: env = gym.make(env_id)
         except Exception as e:
-            raise BadInputError(f'unknown environment id {env_id!r} to ppo_trt: gymnasium has it but cannot make it here '
-                                f'({error_line(e, 160)})') from None
+            raise BadInputError(f'unknown environment id {env_id!r} to ppo_trt: gymnasium has it but cannot make it '
+                                f'here ({error_line(e, 160)})') from None
     try:
         spaces = (env.observation_space, env.action_space)
         bodies = _body_names(env)
@@ -172,7 +173,8 @@ def generic_spec(env_id):
     if not all(isinstance(s, gym.spaces.Box) and len(s.shape) == 1 for s in spaces):
         raise BadInputError(f'unknown environment id {env_id!r} to ppo_trt: gymnasium has it, with a '
                             f'{type(spaces[0]).__name__} observation and a {type(spaces[1]).__name__} action space; '
-                            f'ppo_trt deploys flat Box observations and actions; ppo_trt has specs for {", ".join(SPECS)}')
+                            'ppo_trt deploys flat Box observations and actions; ppo_trt has specs for '
+                            f'{", ".join(SPECS)}')
     return EnvSpec(env_id, push_body='torso' if 'torso' in bodies else None, origin='generic')
 
 def _body_names(env):

@@ -127,18 +127,19 @@ def _batch_axis(dims, where, name):
                         'batch axis is not plain (one symbolic axis, or [layers, 1, hidden]): export it with a dynamic '
                         'batch axis on the state')
 
-# %% ../../nbs/39_foreign.ipynb #e45fa3ab
+# %% ../../nbs/39_foreign.ipynb #a2221943
 def _width(dims, what, name, where):
     "The width of a [batch, width] value, or one line saying why it is not one."
     if dims is None or len(dims) != 2 or not dims[1]:
-        raise BadInputError(f'{where}: the {what} {shown(repr(name), 60)} has shape {None if dims is None else list(dims)}'
-                            f', not [batch, width]: ppo_trt runs a policy on a batch of flat {what}s')
+        shape = None if dims is None else list(dims)
+        raise BadInputError(f'{where}: the {what} {shown(repr(name), 60)} has shape {shape}, not [batch, width]: '
+                            f'ppo_trt runs a policy on a batch of flat {what}s')
     if dims[0] not in (None, 1):
         raise BadInputError(f'{where}: the {what} {shown(repr(name), 60)} takes a batch of {dims[0]} only: export it '
                             'with a dynamic batch axis or a batch of 1')
     return int(dims[1])
 
-# %% ../../nbs/39_foreign.ipynb #11d9fd49
+# %% ../../nbs/39_foreign.ipynb #fe14df86
 def infer_io(proto, opts=AdoptOptions(), where='the ONNX model'):
     "The `Inference` of a foreign actor: observation, action, recurrent states, outputs left out; or one line."
     ins, outs = graph_io(proto, where)
@@ -148,9 +149,9 @@ def infer_io(proto, opts=AdoptOptions(), where='the ONNX model'):
                 'observation input', '--obs-name', where)
     extra = [n for n in ins if n != obs and n not in {i for i, _ in pairs}]
     if extra:
-        raise BadInputError(f'{where}: its input {shown(repr(extra[0]), 60)} is neither the observation ({obs!r}) nor a '
-                            'recurrent state (no output of its shape named like it): ppo_trt runs an actor of one '
-                            'observation input (and state pairs such as h_in/h_out); pass --obs-name if it is the '
+        raise BadInputError(f'{where}: its input {shown(repr(extra[0]), 60)} is neither the observation ({obs!r}) '
+                            'nor a recurrent state (no output of its shape named like it): ppo_trt runs an actor of '
+                            'one observation input (and state pairs such as h_in/h_out); pass --obs-name if it is the '
                             'observation')
     left = {n: d for n, d in outs.items() if n not in {o for _, o in pairs}}
     action = _pick(left, opts.action_name, _ACTION_NAMES, 'action output', '--action-name', where)
@@ -160,7 +161,7 @@ def infer_io(proto, opts=AdoptOptions(), where='the ONNX model'):
     return Inference(obs, action, obs_dim, act_dim, states, tuple(n for n in left if n != action),
                      fixed_batch=ins[obs][0] == 1)
 
-# %% ../../nbs/39_foreign.ipynb #ac7e55fb
+# %% ../../nbs/39_foreign.ipynb #74060983
 def _set_batch(vi, axis):
     "Make axis `axis` of value `vi` the symbolic batch."
     d = vi.type.tensor_type.shape.dim[axis]
@@ -170,7 +171,8 @@ def _constants(graph):
     "{name: TensorProto} of the graph's initializers and Constant nodes' tensors."
     out = {t.name: t for t in graph.initializer}
     for n in graph.node:
-        if n.op_type == 'Constant' and n.attribute and n.attribute[0].name == 'value': out[n.output[0]] = n.attribute[0].t
+        if n.op_type == 'Constant' and n.attribute and n.attribute[0].name == 'value':
+            out[n.output[0]] = n.attribute[0].t
     return out
 
 def _inferred_shapes(proto):
@@ -258,7 +260,7 @@ def _const(graph, name, values):
     graph.initializer.append(numpy_helper.from_array(np.asarray(values, np.int64), name))
     return name
 
-# %% ../../nbs/39_foreign.ipynb #b3016dfb
+# %% ../../nbs/39_foreign.ipynb #d4602661
 def _unpack_state(g, s, start, tag):
     "Nodes that cut state `s` out of the packed input (from column `start`) into the graph's layout, as `s.input`."
     from onnx import helper
@@ -271,7 +273,8 @@ def _unpack_state(g, s, start, tag):
     rows = s.input if perm == sorted(perm) else f'{tag}_rows'
     g.node.append(helper.make_node('Reshape', [cut, _const(g, f'{tag}_shape', [-1, *rest])], [rows],
                                    name=f'{tag}_reshape'))
-    if rows != s.input: g.node.append(helper.make_node('Transpose', [rows], [s.input], perm=perm, name=f'{tag}_to_graph'))
+    if rows != s.input:
+        g.node.append(helper.make_node('Transpose', [rows], [s.input], perm=perm, name=f'{tag}_to_graph'))
 
 def _pack_state(g, s, tag):
     "Nodes that bring output `s.output` back to [batch, size] rows; the name of the result."
@@ -293,9 +296,9 @@ def _io(graph, name, width, inputs=True):
     keep = [vi for vi in vals if inputs and vi.name in init]
     del vals[:]; vals.extend([helper.make_tensor_value_info(name, TensorProto.FLOAT, ['batch', width]), *keep])
 
-# %% ../../nbs/39_foreign.ipynb #803d5bd4
+# %% ../../nbs/39_foreign.ipynb #aed8405b
 def pack_recurrent(proto, inf):
-    "`proto` with one input `obs` = [observation, states...] and one output `action` = [action, states'...]."
+    "`proto` with one input `obs` = [observation, states...], one output `action` = [action, states'...]."
     import onnx
     from dataclasses import replace
     from onnx import helper
@@ -311,9 +314,9 @@ def pack_recurrent(proto, inf):
         return m
     states = [replace(s, input=name(s.input), output=name(s.output)) for s in inf.states]
     body = list(g.node); del g.node[:]
-    g.node.append(helper.make_node('Slice', ['obs', _const(g, 'packed_obs_from', [0]),
-                                             _const(g, 'packed_obs_to', [inf.obs_dim]), _const(g, 'packed_obs_ax', [1])],
-                                   [obs], name='packed_observation'))
+    cut = [_const(g, 'packed_obs_from', [0]), _const(g, 'packed_obs_to', [inf.obs_dim]),
+           _const(g, 'packed_obs_ax', [1])]
+    g.node.append(helper.make_node('Slice', ['obs', *cut], [obs], name='packed_observation'))
     start = inf.obs_dim
     for k, s in enumerate(states): _unpack_state(g, s, start, f'packed_state{k}_in'); start += s.size
     g.node.extend(body)
@@ -339,7 +342,7 @@ def _one_row(sess, inf, obs, states):
     return np.concatenate([outs[inf.action].ravel(), *(np.moveaxis(outs[s.output], s.batch_axis, 0).ravel()
                                                        for s in inf.states)])
 
-# %% ../../nbs/39_foreign.ipynb #7352ff1a
+# %% ../../nbs/39_foreign.ipynb #ea927b3f
 def check_adopted(original, adopted, inf, where='the ONNX model', rows=CHECK_ROWS, seed=0):
     "The largest difference between `adopted` on a batch and `original` row by row; one line if over `PARITY_TOL`."
     rng = np.random.default_rng(seed)
@@ -349,8 +352,9 @@ def check_adopted(original, adopted, inf, where='the ONNX model', rows=CHECK_ROW
         sess = _session(original)
         want = np.stack([_one_row(sess, inf, obs[r], [st[r] for st in states]) for r in range(rows)])
     except Exception as e:
-        raise BadArtifactError(f'{where}: ONNX Runtime cannot run it ({shown(str(e).splitlines()[0] if str(e) else e, 160)}'
-                               '); it is not a policy ppo_trt can adopt') from None
+        why = shown(str(e).splitlines()[0] if str(e) else e, 160)
+        raise BadArtifactError(f'{where}: ONNX Runtime cannot run it ({why}); it is not a policy ppo_trt can '
+                               'adopt') from None
     try: got = _session(adopted).run(None, {'obs': np.concatenate([obs, *states], axis=1)})[0]
     except Exception as e: got, why = None, shown(str(e).splitlines()[0] if str(e) else type(e).__name__, 160)
     err = float('inf') if got is None or got.shape != want.shape else float(np.abs(got - want).max())
@@ -448,11 +452,12 @@ class Adopted:
                 f"{'; outputs left out: ' + ', '.join(i.ignored) if i.ignored else ''}; normaliser: {f.normaliser}; "
                 f"action: {f.action_scale}; checked on ONNX Runtime ({CHECK_ROWS} rows, max diff {self.check_err:.1e})")
 
-# %% ../../nbs/39_foreign.ipynb #a1e7e0b6
+# %% ../../nbs/39_foreign.ipynb #ce45f766
 def _source_metadata(proto, limit=1 << 16):
     "The original file's metadata_props (Isaac Lab / mjlab keep their contract there), kept if under `limit` bytes."
     meta = {e.key: e.value for e in proto.metadata_props}
-    return meta if sum(len(k) + len(v) for k, v in meta.items()) <= limit else {'omitted': f'{len(meta)} keys over {limit:,} bytes'}
+    if sum(len(k) + len(v) for k, v in meta.items()) <= limit: return meta
+    return {'omitted': f'{len(meta)} keys over {limit:,} bytes'}
 
 def adopted_metadata(path, inf, facts, opts, proto):
     "The metadata of an adopted graph: widths, names, state, bounds, env and period when known, provenance."
@@ -587,9 +592,9 @@ def sb3_ignored(path, z):
     if kept: out.append(f"{', '.join(kept)}: tensors (checked) kept in policy.zip, not used to act")
     return out
 
-# %% ../../nbs/39_foreign.ipynb #4f5615cc
+# %% ../../nbs/39_foreign.ipynb #a7275ba3
 def sanitized_zip(path, dest):
-    "Write a copy of SB3's zip at `path` to `dest` that holds data only: its JSON, each pickled payload blanked, its tensors."
+    "Copy SB3's zip at `path` to `dest` holding data only: its JSON, each pickled payload blanked, its tensors."
     with zipfile.ZipFile(path) as f:
         data = json.loads(f.read('data').decode('utf-8'))
         members = {n: f.read(n) for n in SB3_MEMBERS if n != 'data' and n in f.namelist()}
@@ -600,7 +605,7 @@ def sanitized_zip(path, dest):
         for n, blob in members.items(): out.writestr(n, blob)
     return dest
 
-# %% ../../nbs/39_foreign.ipynb #b00d048e
+# %% ../../nbs/39_foreign.ipynb #ef37c1b7
 def _check_spaces(z, env_id, where):
     "Refuse a model whose observation or action space is not the env's (shape, and action bounds)."
     from ppo_trt.envs.gym import make_env
@@ -610,16 +615,19 @@ def _check_spaces(z, env_id, where):
     mo, ma = z.objects['observation_space'], z.objects['action_space']
     if type(ma).__name__ != 'Box':
         raise BadInputError(f'{where} acts in a {type(ma).__name__} space: ppo_trt deploys continuous (Box) actions')
-    if mo.shape != ob.shape or ma.shape != ac.shape or not (np.allclose(ma.low, ac.low) and np.allclose(ma.high, ac.high)):
-        raise BadInputError(f'{where} observes {mo.shape} and acts in {ma.shape} [{ma.low.min():g}, {ma.high.max():g}], '
+    same = mo.shape == ob.shape and ma.shape == ac.shape and np.allclose(ma.low, ac.low)
+    if not (same and np.allclose(ma.high, ac.high)):
+        raise BadInputError(f'{where} observes {mo.shape} and acts in {ma.shape} [{ma.low.min():g}, '
+                            f'{ma.high.max():g}], '
                             f'where {env_id} has {ob.shape} and {ac.shape} [{ac.low.min():g}, {ac.high.max():g}]: '
                             'pass the --env-id it was trained on')
     return ob.shape[0], ac
 
-# %% ../../nbs/39_foreign.ipynb #f00f4628
+# %% ../../nbs/39_foreign.ipynb #cc987017
 def _norm_of(s, obs_dim):
     "(the `ObsNorm`, what it came from, what of the VecNormalize file was not used) for an SB3 import."
-    if s.vecnormalize is None: return identity_norm(obs_dim), 'none (no --vecnormalize: observations read as they are)', []
+    if s.vecnormalize is None:
+        return identity_norm(obs_dim), 'none (no --vecnormalize: observations read as they are)', []
     stats = read_vecnormalize(s.vecnormalize, 'pass the VecNormalize file saved with the model')
     if not stats.norm_obs: return identity_norm(obs_dim), f'none ({Path(s.vecnormalize).name} has norm_obs=False)', []
     if stats.obs_mean.shape != (obs_dim,):
@@ -676,9 +684,9 @@ def import_sb3(path, s: ImportSettings):
                     action_scale='the mean action, clipped to the action bounds (as model.predict)')
     return origin, export(run.root, n_obs=s.parity_obs, deployment=dep)
 
-# %% ../../nbs/39_foreign.ipynb #a9a44ba6
+# %% ../../nbs/39_foreign.ipynb #428337ac
 def import_policy(path, s: ImportSettings):
-    "Import an SB3 model.zip or an actor ONNX at `path` into run folder `s.run_dir`: (one line saying what, its record)."
+    "Import an SB3 model.zip or an actor ONNX at `path` into run folder `s.run_dir`: (a line saying what, the record)."
     path = inside(Path(path))
     if not path.is_file(): raise BadInputError(f'{path} does not exist: pass a model.zip or an actor .onnx')
     check_env_id(s.env_id, '--env-id')
@@ -691,4 +699,5 @@ def import_policy(path, s: ImportSettings):
     origin, rec = import_sb3(path, s)
     return (f"{path.name}: {origin['algorithm']} (stable-baselines3 {origin['stable_baselines3']}), normaliser "
             f"{origin['vecnormalize']}; ONNX Runtime vs model.predict max abs err {rec.parity_ort_cpu.max_abs_err:.1e} "
-            f"on {rec.parity_ort_cpu.n} rollout observations; ignored: {'; '.join(origin['ignored']) or 'nothing'}"), rec
+            f"on {rec.parity_ort_cpu.n} rollout observations; ignored: {'; '.join(origin['ignored']) or 'nothing'}"
+            ), rec

@@ -150,7 +150,7 @@ def _bad_location(loc):
     return ''
 
 def check_external_data(path):
-    "`path` if each tensor's external data stays in its folder and holds its declared size; else one line, nothing read."
+    "`path` if each tensor's external data stays in its folder and holds its declared size; else one line."
     import onnx
     from onnx.external_data_helper import _get_all_tensors
     path = Path(path)
@@ -162,9 +162,10 @@ def check_external_data(path):
         if t.data_location == t.EXTERNAL:
             loc = {e.key: e.value for e in t.external_data}.get('location', '')
             if why := _bad_location(loc):
-                raise BadArtifactError(f'{where} reads external data {shown(repr(loc), 80)}, which {why}: ppo_trt reads '
-                                       "a policy's data from its own folder only; save it with its data beside it "
-                                       "(onnx.save(model, path, save_as_external_data=True, location='policy.onnx.data'))")
+                raise BadArtifactError(f'{where} reads external data {shown(repr(loc), 80)}, which {why}: ppo_trt '
+                                       "reads a policy's data from its own folder only; save it with its data beside "
+                                       "it (onnx.save(model, path, save_as_external_data=True, "
+                                       "location='policy.onnx.data'))")
             inside(folder/loc, folder)  # a link out of the folder: refused with its target named
             if not (folder/loc).is_file():
                 raise BadArtifactError(f'{where} reads external data {shown(loc, 80)}, which is not in {folder}: copy '
@@ -520,8 +521,8 @@ def _normaliser(meta):
     "What normalises the policy's observations, in words, as its metadata says."
     if 'normaliser' in meta: return str(meta['normaliser'])
     if 'obs_norm_sha256' in meta:
-        return (f"VecNormalize statistics baked into the graph (obs_norm.json sha256 {str(meta['obs_norm_sha256'])[:12]}, "
-                f"clip ±{meta.get('clip_obs')})")
+        return (f"VecNormalize statistics baked into the graph (obs_norm.json sha256 "
+                f"{str(meta['obs_norm_sha256'])[:12]}, clip ±{meta.get('clip_obs')})")
     return 'unknown'
 
 def _bounds(v):
@@ -543,8 +544,8 @@ def contract_of(meta, hashes=None):
         history_actions=int(meta.get('history_actions') or 0),
         recurrent=state and dict(state=state, state_dim=meta['recurrent_state_dim'],
                                  layout='input [observation, state...], output [action, state...]; zeros at a reset'),
-        provenance=meta.get('adopted_from') or meta.get('imported_from') or dict(origin='trained and exported by ppo_trt',
-                                                    version=meta.get('ppo_trt_version')),
+        provenance=meta.get('adopted_from') or meta.get('imported_from') or dict(
+            origin='trained and exported by ppo_trt', version=meta.get('ppo_trt_version')),
         hashes={**{k: meta[k] for k in ('policy_sha256', 'obs_norm_sha256') if k in meta}, **(hashes or {})})
 
 def policy_contract(path_or_proto):

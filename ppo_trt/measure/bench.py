@@ -239,9 +239,11 @@ def _recorded(path, width):
         raise BadInputError(f'--obs {path}: not a readable .npy array ({error_line(e, 100)}); save observations with '
                             'np.save(path, obs) (a [n, obs_dim] float array)') from None
     if obs.dtype.kind != 'f' or obs.ndim != 2 or len(obs) < 1 or obs.shape[1] != width:
-        raise BadInputError(f'--obs {path}: holds {obs.dtype} of shape {obs.shape}, not [n, {width}] float observations')
+        raise BadInputError(f'--obs {path}: holds {obs.dtype} of shape {obs.shape}, not [n, {width}] float '
+                            'observations')
     if not np.isfinite(obs).all():
-        raise BadInputError(f'--obs {path}: holds NaN or inf (rows {np.flatnonzero(~np.isfinite(obs).all(1))[:5].tolist()})')
+        rows = np.flatnonzero(~np.isfinite(obs).all(1))[:5].tolist()
+        raise BadInputError(f'--obs {path}: holds NaN or inf (rows {rows})')
     return np.ascontiguousarray(obs, np.float32)
 
 def declared_observations(width, s):
@@ -306,7 +308,8 @@ def trained_model_missing(name, run):
     "Why backend `name` cannot measure `run`: it runs the trained model, and a policy-only folder has no policy.zip."
     if not (B.backends()[name].runner.needs_run and policy_only(run)): return None
     return (f'backend {name} runs the trained model (policy.zip), which {run.root} does not hold (policy.onnx only): '
-            f'put the policy.zip that policy.onnx was exported from beside it to measure {name}')
+            f'import the SB3 model it came from into a run folder of its own (ppo-trt import MODEL.zip '
+            f'[--vecnormalize FILE.pkl] --env-id ID --run-dir DIR) and bench DIR to measure {name}')
 
 # %% ../../nbs/50_bench.ipynb #31196e77
 def failed(name, what, e, mode='all'):
@@ -330,7 +333,8 @@ def measure_backend(name, run, obs, reference, env_id, s: BenchSettings):
             recs = [lat, *bench_sweep(runner, obs, s)]
         except Exception as e: return [failed(name, 'failed while measured', e)]  # a finding, not the end of bench
         deployed = B.with_memory(runner, name, run.root)  # the closed loop runs the policy as deployed
-        for mode, todo in (('closed-loop', s.closed_loop_steps and env_id and (lambda: bench_closed_loop(deployed, env_id, s))),
+        loop = s.closed_loop_steps and env_id and (lambda: bench_closed_loop(deployed, env_id, s))
+        for mode, todo in (('closed-loop', loop),
                            ('soak', s.soak_calls and (lambda: bench_soak(runner, obs, s)))):
             if not todo: continue
             try: recs.append(todo())
@@ -441,7 +445,7 @@ def bench(run_dir, backend_names=None, settings: BenchSettings | None = None, en
     say = say or (lambda msg: None)
     for n in notes: say(n)
     say(f"benchmarking {len(names)} backend(s) on {sess.machine}: batch-1 latency, batches "
-        f"{','.join(map(str, s.batches))}" + (f', {s.closed_loop_steps:,}-step closed loop' if s.closed_loop_steps
+        f"{','.join(map(str, s.batches))}" + (f', {s.closed_loop_steps:,}-step closed loop' if s.closed_loop_steps and env_id
                                               else '') + (f', {s.soak_calls:,}-call soak' if s.soak_calls else ''))
     from rich.progress import Progress
     try:

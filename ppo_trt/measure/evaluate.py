@@ -205,10 +205,12 @@ def evaluated_env(run, meta, env_id=None):
     "The env to evaluate in: the policy's (an --env-id must agree), else --env-id for one that names none; or one line."
     mine = meta.get('env_id')
     if mine is not None and env_id is not None and env_id != mine:
-        raise BadInputError(f"{run.root} holds a policy for {mine}, not {env_id}; drop --env-id or use that run's folder")
+        raise BadInputError(f"{run.root} holds a policy for {mine}, not {env_id}; drop --env-id or use that run's "
+                            'folder')
     if mine is None and env_id is None:
-        raise BadInputError(f'{run.root}: its policy names no env, and evaluating needs one: pass --env-id ID (the env '
-                            f'it was trained in), or import it for one (ppo-trt import POLICY.onnx --env-id ID --run-dir DIR)')
+        raise BadInputError(f'{run.root}: its policy names no env, and evaluating needs one: pass --env-id ID (the '
+                            'env it was trained in), or import it for one (ppo-trt import POLICY.onnx --env-id ID '
+                            '--run-dir DIR)')
     if mine is None: check_policy_env(meta, env_id)  # its widths are the env's, or one line
     return mine or env_id
 
@@ -253,7 +255,8 @@ def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, dead
             results.append(evaluate_phase(env_id, ph, params, [seed + i for i in range(episodes)], pid, extra, runners,
                                           deadline_us, sid, lambda policy, rets, ph=ph: tick(ph, policy, rets)))
     if delay_steps:
-        say(f'delay curve: PPO on {ref} and {fallback_label(fallback_kind(pid))} at {len(delay_steps)} actuation delays ...')
+        say(f'delay curve: PPO on {ref} and {fallback_label(fallback_kind(pid))} at {len(delay_steps)} actuation '
+            'delays ...')
     curve = (delay_curve(run.root, runners[ref], env_id, delay_steps, min(episodes, 5), seed, bench, pid)
              if delay_steps else DelayCurve())
     new = record(EvaluateFile, env_id=env_id, episodes=episodes, seed=seed, deadline_us=deadline_us, reference=ref,
@@ -277,7 +280,8 @@ def print_evaluation(rep, con=None):
     from ppo_trt.measure.bench import console
     t = Table(title=f'ppo-trt evaluate: {rep.env_id}, {rep.episodes} episodes per phase, '
                     f'deadline {rep.deadline_us:g} µs')
-    t.add_column('phase'); t.add_column(fallback_label(rep.fallback), justify='right'); t.add_column(f'PPO ({rep.reference})', justify='right')
+    t.add_column('phase'); t.add_column(fallback_label(rep.fallback), justify='right')
+    t.add_column(f'PPO ({rep.reference})', justify='right')
     others = [b for b in rep.backends if b != rep.reference]
     for b in others: t.add_column(f'{b} Δ', justify='right')
     t.add_column('violations', justify='right')

@@ -624,7 +624,8 @@ def claim_training(recs, bench):
         o = tr.imported_from
         return [f"The policy was trained elsewhere and imported from {code(o.get('file', '?'))} "
                 f"({esc(o.get('origin', '?'))}, {tr.kept_timesteps:,} timesteps as it says); here its deterministic "
-                f"return is {tr.final_eval_mean:.1f} ± {tr.final_eval_std:.1f} over {tr.final_eval_episodes} episodes."]
+                f"return is {tr.final_eval_mean:.1f} ± {tr.final_eval_std:.1f} over {tr.final_eval_episodes} "
+                'episodes.']
     s = (f"Training ran {tr.timesteps:,} timesteps (preset {code(tr.preset)}) at {tr.steps_per_s:,.0f} steps/s "
          f"and reached a final deterministic return of {tr.final_eval_mean:.1f} ± {tr.final_eval_std:.1f} "
          f"over {tr.final_eval_episodes} episodes"
