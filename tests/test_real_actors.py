@@ -4,7 +4,7 @@ LSTM packed as [obs | state] -> [action | state']) give ONNX Runtime's actions w
 runs an ONNX file (ort, ort-iobind, native, native-c), in the C library's own test program (x86 and, under QEMU,
 NEON), and step by step with resets for the recurrent ones; anything else is refused at load with the op named.
 (The torch backends run a run folder's trained model, not a foreign ONNX file: not applicable here.)"""
-import shutil, subprocess, tempfile
+import os, shutil, subprocess, sys, tempfile
 from pathlib import Path
 import numpy as np
 import onnx
@@ -233,3 +233,14 @@ def test_the_triton_kernel_covers_them_too(name):
     ref = ort_cpu_session(model.SerializeToString()).run(None, {'obs': x})[0]
     out = build_triton_policy(steps, dims).forward(torch.as_tensor(x), torch.empty(len(x), dims[1]))
     assert np.abs(out.numpy() - ref).max() <= TOL
+
+
+def test_triton_imported_before_the_interpreter_switch_is_a_reason():
+    "No GPU and triton already imported for one (torch's dynamo exporter imports it): a reason naming the fix."
+    if Path('/dev/nvidiactl').exists(): pytest.skip('an NVIDIA GPU is present: Triton compiles for it')
+    pytest.importorskip('triton')
+    code = ('import triton.language\nfrom ppo_trt.export.triton_mlp import import_triton\n'
+            'mod, why = import_triton(); print(mod is None, why)')
+    env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env)
+    assert r.stdout.startswith('True ') and 'set TRITON_INTERPRET=1 before Python starts' in r.stdout, r.stderr[-2000:]

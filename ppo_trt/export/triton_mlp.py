@@ -22,8 +22,13 @@ TRITON_FIX = 'pip install triton  (CUDA builds of torch bring it)'
 def import_triton():
     "(triton module, '') or (None, why and the fix); switches Triton to its CPU interpreter if torch sees no CUDA GPU."
     try:
-        import torch
-        if not torch.cuda.is_available(): os.environ.setdefault('TRITON_INTERPRET', '1')
+        import sys, torch
+        if not torch.cuda.is_available():
+            if 'triton.language' in sys.modules and os.environ.get('TRITON_INTERPRET', '0') in ('', '0'):
+                # its @jit functions (tl.sum, ...) were made for a GPU when it was imported: too late to switch
+                return None, ('triton was imported before ppo_trt could switch it to its CPU interpreter (no CUDA GPU '
+                              'here); set TRITON_INTERPRET=1 before Python starts')
+            os.environ.setdefault('TRITON_INTERPRET', '1')
         import triton, triton.language  # noqa: F401
         return triton, ''
     except Exception as e:
