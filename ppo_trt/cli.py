@@ -550,7 +550,7 @@ def cmd_export_c(a):
          f"(policy_contract.json) into {lib['path']}")
     r = lib['test']
     if r: _say(f"{r['cc']} {r['flags']}: {'no warnings' if not r['warnings'] else 'WARNINGS: ' + r['warnings'][:300]}; "
-               f"{r['output']}")
+               + '; '.join(r['output'].splitlines()))  # a recurrent library's test prints its sequence first
     return lib
 
 # %% ../nbs/90_cli.ipynb #49824196

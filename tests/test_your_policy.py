@@ -142,6 +142,19 @@ def test_recurrent_sequence_parity_with_resets(actors, name):
     for n, why in refused.items(): assert 'run it with ort' in why and '\n' not in why, (n, why)
 
 
+@pytest.mark.parametrize('name', ['gru', 'lstm'])
+def test_export_c_of_a_recurrent_actor(actors, name, tmp_path):
+    "export-c on an rsl_rl GRU / LSTM actor: the library carries its state (ppo_policy_step_state), its test passes."
+    r = ppo_trt('export-c', actors[name][0], '--out', tmp_path/'c', '--cc', 'cc')
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert 'the rows as one sequence (a reset every 50), max abs err' in r.stdout and '\\x0a' not in r.stdout
+    contract = json.loads((tmp_path/'c'/'policy_contract.json').read_text())
+    assert (contract['recurrent']['state_dim'], contract['c_library']['call']) == \
+        (16 * (2 if name == 'lstm' else 1), 'ppo_policy_step_state')
+    header = (tmp_path/'c'/'ppo_policy.h').read_text()
+    assert 'int ppo_policy_step_state(' in header and 'recurrent state: h_in->h_out [1, 1, 16]' in header
+
+
 def test_external_data_beside_the_file_is_benched_with_it(tmp_path):
     "torch 2.13's exporter writes policy.onnx + policy.onnx.data: bench reads both, the bench folder's copy holds both."
     d = tmp_path/'deploy'; d.mkdir()
