@@ -5,9 +5,6 @@ import pytest
 
 # generated code (the C extension) is cached per test session, never in the user's cache
 os.environ.setdefault('PPO_TRT_CACHE', tempfile.mkdtemp(prefix='ppo_trt_cache_'))
-# no NVIDIA GPU: Triton runs in its CPU interpreter, which it must know before anything imports it (torch's dynamo
-# exporter does, in the tests that export with it)
-if not Path('/dev/nvidiactl').exists(): os.environ.setdefault('TRITON_INTERPRET', '1')
 
 QUICK_BENCH = ['--warmup', '20', '--iters', '300', '--batches', '1,64,1024', '--sweep-seconds', '0.05',
                '--closed-loop-steps', '300']
