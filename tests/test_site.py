@@ -68,8 +68,9 @@ class Watched:
         self.ctx.route('**/*', route)
         self.page.on('console', lambda m: m.type == 'error' and self.errors.append(f'console: {m.text}'))
         self.page.on('pageerror', lambda e: self.errors.append(f'pageerror: {e}'))
-        self.page.on('requestfailed',
-                     lambda r: r.url not in self.blocked and self.errors.append(f'requestfailed: {r.url}'))
+        self.page.on('requestfailed',  # one the next navigation cancelled (a favicon, say) did not fail
+                     lambda r: r.url not in self.blocked and r.failure != 'net::ERR_ABORTED'
+                     and self.errors.append(f'requestfailed: {r.url} ({r.failure})'))
         self.page.on('response', lambda r: r.status >= 400 and self.errors.append(f'HTTP {r.status}: {r.url}'))
 
 
