@@ -44,6 +44,8 @@ class ConfigRecord(_Record):
     history_actions: int = 0
     privileged_critic: bool = False         # fast PPO: the critic also saw each episode's draws
     curriculum_return: float | None = None  # fast PPO: the ranges widened while training earned this
+    adr: dict | None = None                 # fast PPO: automatic domain randomization's rule (fast_ppo.ADR)
+    teacher_student: dict | None = None     # fast PPO: a teacher-student run's settings
     created: str = ''
     versions: dict = {}
 
@@ -77,7 +79,8 @@ class TrainRecord(_Record):
     randomize: dict[str, list[int | float]] | None = None  # ranges drawn every training episode
     history_actions: int = 0  # the policy's input ends with its last K actions (obs_dim counts them)
     privileged_critic: dict | None = None  # fast PPO: the critic's extra inputs (never in policy.zip or policy.onnx)
-    curriculum: dict | None = None  # fast PPO: throughput.fast_ppo.RangeCurriculum.record(), the ranges it reached
+    curriculum: dict | None = None  # fast PPO: RangeCurriculum / AdaptiveRanges .record(), the ranges it reached
+    teacher_student: dict | None = None  # fast PPO: the teacher, the distillation, the fine-tuning and their returns
     selection_eval_seed: int | None = None  # env seed of the periodic evaluations that chose the kept policy
     final_eval_seed: int | None = None      # env seed of the held-out evaluation final_eval_* report
     deployable: bool = True
