@@ -746,7 +746,7 @@ DERIVED = ('config.json', 'policy.zip', 'obs_norm.json', 'train_log.csv', 'train
            'policy.onnx', 'policy.fp16.onnx', 'export_obs.npy', 'export.json', 'build.json', 'policy.*.engine',
            'build.*.log', 'timing.*.cache', 'bench.json', 'evaluate.json', 'report.ipynb', 'report.html',
            'episode.gif', 'episode.mp4', 'native', 'ort_trt_cache', 'c_policy', 'c_loop',
-           'c_loop.json')
+           'c_loop.json', 'rrls.json')
 
 def derived_paths(run):
     "Everything in the run folder that was made from its policy (or by training it)."

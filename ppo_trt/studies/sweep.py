@@ -21,6 +21,7 @@ from ..train.sb3 import train, preset, read_train_log
 from ..export.onnx import export
 from ..measure.evaluate import evaluate, DELAY_STEPS
 from ..backends import registry as B
+from .rrls import RRLS_SETS, rrls_evaluate, rrls_fresh, rrls_pid, RRLS_FILE
 
 # %% auto #0
 __all__ = ['HELD_OUT_SEED', 'VARIANTS', 'COMPARISONS', 'DEFAULT_VARIANTS', 'DEFAULT_PHASES', 'MAX_SEED', 'RUN_SETTINGS',
@@ -35,12 +36,15 @@ __all__ = ['HELD_OUT_SEED', 'VARIANTS', 'COMPARISONS', 'DEFAULT_VARIANTS', 'DEFA
 HELD_OUT_SEED = HELD_OUT_SEED_OFFSET  # the first evaluation episode seed of every run: no training selects on it
 
 # %% ../../nbs/70_sweep.ipynb #e9eef140
-VARIANTS = ('nominal', 'randomized', 'randomized+history', 'randomized+history+critic+curriculum')
+VARIANTS = ('nominal', 'randomized', 'randomized+history', 'randomized+history+critic+curriculum',
+            'randomized+history+critic+adr', 'teacher-student')
 # (variant, the variant it adds to, its aggregates key, its column): P(variant > base) per phase
 COMPARISONS = (('randomized', 'nominal', 'p_randomized_beats_nominal', 'P(randomized > nominal)'),
                ('randomized+history', 'randomized', 'p_history_beats_randomized', 'P(+history > randomized)'),
                ('randomized+history+critic+curriculum', 'randomized+history', 'p_critic_curriculum_beats_history',
-                'P(+critic+curriculum > +history)'))
+                'P(+critic+curriculum > +history)'),
+               ('teacher-student', 'randomized+history+critic+adr', 'p_teacher_student_beats_adr',
+                'P(teacher-student > +critic+adr)'))
 DEFAULT_VARIANTS = ('nominal', 'randomized')
 DEFAULT_PHASES = ('nominal', 'noise', 'delay', 'push', 'mass', 'friction')  # those the env's spec can take
 MAX_SEED = 100_000  # training's own evaluation seeds (seed + 10 000) stay far from HELD_OUT_SEED
@@ -108,7 +112,7 @@ def history_actions(settings):
 # %% ../../nbs/70_sweep.ipynb #b8cc9259
 def sweep_settings(env_id=DEFAULT_ENV_ID, seeds=5, variants=DEFAULT_VARIANTS, fast=False, timesteps=None, randomize=None,
                    phases=None, episodes=10, preset_name='seed', backend='ort', deadline_us=1e6,
-                   train_kwargs=None, delay_steps=DELAY_STEPS):
+                   train_kwargs=None, delay_steps=DELAY_STEPS, rrls=False):
     "The checked settings of a sweep, as recorded in sweep.json (default `phases`: those of `DEFAULT_PHASES` it takes)."
     seeds, variants = check_seeds(seeds), check_variants(variants)
     if env_spec(env_id).pid is None:
@@ -120,21 +124,24 @@ def sweep_settings(env_id=DEFAULT_ENV_ID, seeds=5, variants=DEFAULT_VARIANTS, fa
     if timesteps is not None: check_timesteps(timesteps)
     if not fast:
         preset(preset_name)
-        fast_only = [v for v in variants if {'critic', 'curriculum'} & set(v.split('+'))]
+        fast_only = [v for v in variants if {'critic', 'curriculum', 'adr', 'teacher-student'} & set(v.split('+'))]
         if fast_only:
-            raise BadInputError(f'{", ".join(fast_only)} trains with fast PPO only (a privileged critic and a '
-                                'curriculum are fast_ppo options): add --fast, or drop the variant')
+            raise BadInputError(f'{", ".join(fast_only)} trains with fast PPO only (a privileged critic, a '
+                                'curriculum, ADR and teacher-student are fast_ppo options): add --fast, or drop the variant')
+    if rrls and env_id not in ('Hopper-v4', 'Hopper-v5'):
+        raise BadInputError(f'--rrls scores Hopper policies on the RRLS Hopper sets, not {env_id} policies: drop --rrls')
     backend = B.check_name(backend)
     delay_steps = sorted({int(k) for k in delay_steps if int(k) == k and 0 <= k <= 50}) if delay_steps else []
     return dict(env_id=env_id, fast=bool(fast), preset_name=None if fast else preset_name, timesteps=timesteps,
                 train_kwargs=dict(train_kwargs or {}), randomize=randomize_spec(randomize, env_id),
                 phases=phases, episodes=int(episodes), eval_seed=HELD_OUT_SEED, backend=backend,
-                deadline_us=float(deadline_us), delay_steps=delay_steps, seeds=seeds, variants=list(variants))
+                deadline_us=float(deadline_us), delay_steps=delay_steps, rrls=list(RRLS_SETS) if rrls else None,
+                seeds=seeds, variants=list(variants))
 
 # %% ../../nbs/70_sweep.ipynb #98641f87
 # what decides a run's result: one value per sweep folder
 RUN_SETTINGS = ('env_id', 'fast', 'preset_name', 'timesteps', 'train_kwargs', 'randomize', 'phases', 'episodes',
-                'eval_seed', 'backend', 'deadline_us', 'delay_steps')
+                'eval_seed', 'backend', 'deadline_us', 'delay_steps', 'rrls')
 
 def check_same_settings(old, new, where='sweep.json'):
     "Refuse settings that would make new runs incomparable with the runs of the sweep recorded in `where`."
@@ -161,7 +168,8 @@ def run_finished(run_dir, settings, seed):
     key = f"ppo:{settings['backend']}"
     done = {p.phase for p in rep.phases if len(p.returns.get(key, [])) == rep.episodes}
     same_curve = rep.delay_curve.delay_steps == settings.get('delay_steps', [])
-    return set(settings['phases']) <= done and same_curve and not lineage_problems(run)
+    scored = not settings.get('rrls') or rrls_fresh(run_dir, settings['rrls'])  # the RRLS sets, on this policy.onnx
+    return set(settings['phases']) <= done and same_curve and bool(scored) and not lineage_problems(run)
 
 # %% ../../nbs/70_sweep.ipynb #99a37f0c
 def reusable_stages(run_dir, settings, seed):
@@ -182,6 +190,7 @@ def reusable_stages(run_dir, settings, seed):
 # %% ../../nbs/70_sweep.ipynb #d949bb99
 def train_policy(run_dir, settings, variant, seed):
     "Train one (variant, seed) with SB3 PPO or fast PPO: each `+part` of the variant's name adds its option."
+    if variant == 'teacher-student': return _teacher_student(run_dir, settings, seed)
     kw = dict(env_id=settings['env_id'], seed=seed, timesteps=settings['timesteps'], progress=False,
               **settings['train_kwargs'])
     parts = variant.split('+')
@@ -189,9 +198,24 @@ def train_policy(run_dir, settings, variant, seed):
     if 'history' in parts: kw['history'] = history_actions(settings)
     if 'critic' in parts: kw['privileged_critic'] = True
     if 'curriculum' in parts: kw['curriculum'] = True
+    if 'adr' in parts:  # the rule stated in fast_ppo, thresholds from the env's spec
+        from ppo_trt.throughput.fast_ppo import ADR
+        kw['curriculum'] = ADR()
     if settings['fast']: kw.setdefault('num_threads', 1)  # EnvPool threads: one per task, as Ray counts it
     else: kw['preset_name'] = settings['preset_name']
     return _trainer(settings['fast'])(run_dir, **kw)
+
+# %% ../../nbs/70_sweep.ipynb #b48e21c1
+def _teacher_student(run_dir, settings, seed):
+    "Train the teacher-student variant: a privileged teacher with ADR, a student with the sweep's history."
+    import dataclasses
+    from ppo_trt.throughput.teacher_student import teacher_student_train, TeacherStudent
+    names = {f.name for f in dataclasses.fields(TeacherStudent)}
+    extra = dict(settings['train_kwargs'])
+    ts = TeacherStudent(history=history_actions(settings), **{k: extra.pop(k) for k in list(extra) if k in names})
+    extra.setdefault('num_threads', 1)  # one env thread per task, as Ray counts it
+    return teacher_student_train(run_dir, settings['env_id'], settings['timesteps'], seed, settings['randomize'], ts,
+                                 progress=False, **extra)
 
 # %% ../../nbs/70_sweep.ipynb #c35b6a47
 def install_run(partial, final):
@@ -222,13 +246,15 @@ def run_one(out_dir, settings, variant, seed):
     partial = runs/f'{PARTIAL}{final.name}-{os.getpid()}'
     keep = reusable_stages(final, settings, seed) if final.exists() else ()
     try:
-        if keep: shutil.copytree(final, partial, ignore=shutil.ignore_patterns('evaluate.json', LOCK_NAME, HOLDER_NAME))
+        if keep: shutil.copytree(final, partial, ignore=shutil.ignore_patterns('evaluate.json', RRLS_FILE, LOCK_NAME,
+                                                                              HOLDER_NAME))
         else: partial.mkdir(parents=True)
         if 'train' not in keep: train_policy(partial, settings, variant, seed)
         if 'export' not in keep: export(partial)
         evaluate(partial, backend_names=[settings['backend']], phases=settings['phases'], episodes=settings['episodes'],
                  seed=settings['eval_seed'], deadline_us=settings['deadline_us'], progress=False,
                  delay_steps=settings['delay_steps'], replace=True)
+        if settings.get('rrls'): rrls_evaluate(partial, settings['backend'], settings['rrls'], settings['eval_seed'])
         install_run(partial, final)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
@@ -240,6 +266,13 @@ def _learning_curve(run):
     "[[timesteps, evaluated mean return], ...] of a run's train_log.csv (its selection evaluations)."
     log = read_train_log(run.path('train_log'))
     return [[int(t), round(float(r), 1)] for t, r in zip(log['timesteps'], log['mean_return'])]
+
+# %% ../../nbs/70_sweep.ipynb #c32f7b3a
+def _rrls_result(run_dir, settings):
+    "What sweep.json keeps of a run's rrls.json: each set's worst, average and worst world; the 1- and 2-set returns."
+    if not settings.get('rrls'): return None
+    rec = load_json(Path(run_dir)/RRLS_FILE)
+    return {s: {k: v for k, v in r.items() if k != 'returns' or s != '3d'} for s, r in rec['sets'].items()}
 
 # %% ../../nbs/70_sweep.ipynb #9c0510c6
 def run_result(run_dir, settings, variant, seed):
@@ -255,7 +288,11 @@ def run_result(run_dir, settings, variant, seed):
                 final_eval_mean=rec.final_eval_mean, env_backend=rec.env_backend or 'gymnasium (SB3)',
                 delay_returns=curve.ppo, pid_delay_returns=curve.pid, evaluated=rep.created,
                 learning_curve=_learning_curve(run),
-                curriculum=rec.curriculum and {k: rec.curriculum[k] for k in ('final_level', 'widened')})
+                curriculum=rec.curriculum and {k: v for k, v in rec.curriculum.items()
+                                               if k in ('rule', 'final_level', 'widened', 'final_ranges', 'changes')},
+                teacher_student=rec.teacher_student and {k: rec.teacher_student[k] for k in
+                                                         ('returns', 'teacher', 'distillation', 'finetuning')},
+                rrls=_rrls_result(run_dir, settings))
 
 # %% ../../nbs/70_sweep.ipynb #586e4019
 @contextmanager
@@ -331,6 +368,12 @@ def aggregate(runs, settings, reps=2000, seed=0, ci=0.95):
         est = iqm_estimates(curves, [str(k) for k in settings['delay_steps']], reps, seed, ci)
         out['delay_iqm'] = {v: {k: e for k, e in by.items() if k != 'all'} for v, by in est.items()}
     out['curve_iqm'] = learning_curve_iqm(runs, settings, reps, seed, ci)
+    if settings.get('rrls'):  # worst case and average over each RRLS mesh, IQM over the runs
+        cols = [f'{s} {k}' for s in settings['rrls'] for k in ('worst', 'mean')]
+        m = {v: [[runs[run_name(v, s)]['rrls'][c.split()[0]][c.split()[1]] for c in cols] for s in seeds]
+             for v in scores}
+        out['rrls_iqm'] = {v: {k: e for k, e in by.items() if k != 'all'}
+                           for v, by in iqm_estimates(m, cols, reps, seed, ci).items()}
     for variant, base, key, _ in COMPARISONS:  # what each addition buys over the variant it adds to
         if {variant, base} <= set(scores):
             out[key] = improvement_probability(scores[variant], scores[base], phases, reps, seed, ci)
@@ -471,11 +514,11 @@ def _result_line(name, result, settings):
 # %% ../../nbs/70_sweep.ipynb #9331b5cc
 def sweep(out_dir, env_id=DEFAULT_ENV_ID, seeds=5, variants=DEFAULT_VARIANTS, fast=False, timesteps=None, randomize=None,
           address=None, phases=None, episodes=10, preset_name='seed', backend='ort', deadline_us=1e6,
-          num_cpus=None, reps=2000, train_kwargs=None, delay_steps=DELAY_STEPS, progress=True, con=None):
+          num_cpus=None, reps=2000, train_kwargs=None, delay_steps=DELAY_STEPS, progress=True, con=None, rrls=False):
     "Train, export and evaluate every (seed, variant) on Ray into `out_dir/runs`; aggregate into `out_dir/sweep.json`."
     from ppo_trt.measure.bench import console
     settings = sweep_settings(env_id, seeds, variants, fast, timesteps, randomize, phases, episodes, preset_name,
-                              backend, deadline_us, train_kwargs, delay_steps)
+                              backend, deadline_us, train_kwargs, delay_steps, rrls)
     address, out, con = check_address(address), Path(out_dir).absolute(), con or console()
     with run_lock(out, 'ppo-trt sweep', wait=False, no_wait_flag=False):
         old = _previous_sweep(out)
@@ -512,6 +555,8 @@ def sweep(out_dir, env_id=DEFAULT_ENV_ID, seeds=5, variants=DEFAULT_VARIANTS, fa
             first = next(iter(rec['failed'].items()))
             raise PpoTrtError(f'{len(rec["failed"])} of {len(pairs)} runs failed ({first[0]}: {first[1]}); the others '
                               f'are kept: fix the cause and rerun the same command (see {out/"sweep.json"})')
+        if settings.get('rrls'):  # the PID baseline on the same worlds: once per sweep, kept when resumed
+            rec['rrls_pid'] = (old or {}).get('rrls_pid') or rrls_pid(settings['rrls'], settings['eval_seed'])
         rec.update(status='complete', aggregates=aggregate(rec['runs'], settings, reps))
         _save(out, rec)
         return rec
