@@ -16,7 +16,7 @@ from ..core.records import (LOCK_NAME, HOLDER_NAME, load_artifact, lineage_probl
 from ..core.machine import package_version, machine_summary
 from ..envs.specs import env_spec, env_ids
 from ..envs.gym import (check_randomize, format_randomize, parse_randomize, check_phases, env_phases,
-                             HELD_OUT_SEED_OFFSET)
+                             HELD_OUT_SEED_OFFSET, rrls_grid)
 from ..train.sb3 import train, preset, read_train_log
 from ..export.onnx import export
 from ..measure.evaluate import evaluate, DELAY_STEPS
@@ -24,13 +24,14 @@ from ..backends import registry as B
 from .rrls import RRLS_SETS, rrls_evaluate, rrls_fresh, rrls_pid, RRLS_FILE
 
 # %% auto #0
-__all__ = ['HELD_OUT_SEED', 'VARIANTS', 'COMPARISONS', 'DEFAULT_VARIANTS', 'DEFAULT_PHASES', 'MAX_SEED', 'RUN_SETTINGS',
-           'check_seeds', 'check_variants', 'check_address', 'randomize_spec', 'history_actions', 'sweep_settings',
-           'check_same_settings', 'run_name', 'run_finished', 'reusable_stages', 'train_policy', 'install_run',
-           'remove_partials', 'run_one', 'run_result', 'iqm_estimates', 'improvement_probability', 'score_matrix',
-           'learning_curve_iqm', 'aggregate', 'cluster_info', 'captured_stderr', 'ray_failure', 'ray_session',
-           'in_flight', 'task_error', 'run_on_ray', 'load_sweep', 'sweep', 'sweep_rows', 'sweep_table', 'print_sweep',
-           'plot_sweep', 'plot_sweep_delay', 'plot_sweep_curves']
+__all__ = ['HELD_OUT_SEED', 'VARIANTS', 'COMPARISONS', 'DEFAULT_VARIANTS', 'DEFAULT_PHASES', 'MAX_SEED', 'RUN_SETTINGS', 'TARGET',
+           'RRLS_PUBLISHED', 'RRLS_PUBLISHED_NOTE', 'check_seeds', 'check_variants', 'check_address', 'randomize_spec',
+           'history_actions', 'sweep_settings', 'check_same_settings', 'run_name', 'run_finished', 'reusable_stages',
+           'train_policy', 'install_run', 'remove_partials', 'run_one', 'run_result', 'iqm_estimates',
+           'improvement_probability', 'score_matrix', 'learning_curve_iqm', 'aggregate', 'cluster_info',
+           'captured_stderr', 'ray_failure', 'ray_session', 'in_flight', 'task_error', 'run_on_ray', 'load_sweep',
+           'sweep', 'sweep_rows', 'sweep_table', 'print_sweep', 'plot_sweep', 'plot_sweep_delay', 'plot_sweep_curves',
+           'target_check', 'target_table', 'rrls_rows', 'gap_rows', 'adr_levels', 'plot_adr_ranges']
 
 # %% ../../nbs/70_sweep.ipynb #79fb66ac
 HELD_OUT_SEED = HELD_OUT_SEED_OFFSET  # the first evaluation episode seed of every run: no training selects on it
@@ -289,7 +290,8 @@ def run_result(run_dir, settings, variant, seed):
                 delay_returns=curve.ppo, pid_delay_returns=curve.pid, evaluated=rep.created,
                 learning_curve=_learning_curve(run),
                 curriculum=rec.curriculum and {k: v for k, v in rec.curriculum.items()
-                                               if k in ('rule', 'final_level', 'widened', 'final_ranges', 'changes')},
+                                               if k in ('rule', 'final_level', 'widened', 'final_ranges', 'final_levels',
+                                                        'changes')},
                 teacher_student=rec.teacher_student and {k: rec.teacher_student[k] for k in
                                                          ('returns', 'teacher', 'distillation', 'finetuning')},
                 rrls=_rrls_result(run_dir, settings))
@@ -421,6 +423,7 @@ def ray_session(address=None, num_cpus=None):
     started = not ray.is_initialized()
     if started:
         kw = dict(address=address) if address else dict(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False)
+        if not address: os.environ.setdefault('RAY_worker_niceness', '0')  # Ray's 15 starves the runs on a shared box
         failed = None
         with captured_stderr() as noise:  # Ray's C++ client retries for 20 s, a warning a second
             try: ray.init(log_to_driver=False, logging_level=logging.ERROR, **kw)
@@ -645,13 +648,17 @@ def plot_sweep_curves(sweep_json):
     import matplotlib.pyplot as plt
     s = load_sweep(sweep_json)
     curves, runs = s['aggregates'].get('curve_iqm') or {}, s['runs']
-    levels = {n: r['curriculum'] for n, r in runs.items() if r.get('curriculum')}
+    levels = {n: r['curriculum'] for n, r in runs.items() if (r.get('curriculum') or {}).get('widened') is not None}
     fig, axes = plt.subplots(1, 2 if levels else 1, figsize=(11 if levels else 6, 3.4), dpi=100, squeeze=False)
     ax = axes[0, 0]
     for v, c in curves.items():
         ax.plot(c['timesteps'], c['iqm'], 'o-', ms=3, label=f'{v} (IQM, {len(s["settings"]["seeds"])} seeds)')
         ax.fill_between(c['timesteps'], *c['ci'], alpha=0.2)
-    ax.set(xlabel='training steps', ylabel='evaluated return (undisturbed env)', title='learning curves')
+    ts = next((r['teacher_student'] for r in runs.values() if r.get('teacher_student')), None)
+    for phase in ('teacher', 'distillation') if ts else ():  # where the teacher-student runs changed phase
+        ax.axvline(ts[phase]['until_timesteps'], color='grey', ls=':', lw=1)
+    ax.set(xlabel='training steps', ylabel='evaluated return (undisturbed env)', title='learning curves'
+           + (' (dotted: end of teacher, of distillation)' if ts else ''))
     ax.legend(fontsize=8)
     if levels:
         for name, cur in levels.items():
@@ -661,5 +668,120 @@ def plot_sweep_curves(sweep_json):
         axes[0, 1].set(xlabel='training steps', ylabel='fraction of the --randomize ranges',
                        title='curriculum: ranges widened', ylim=(-0.05, 1.05))
         axes[0, 1].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+# %% ../../nbs/70_sweep.ipynb #62d5af61
+TARGET = dict(nominal_iqm=2500.0, kept=0.8, kept_phases=('delay', 'friction'), max_delay_ms=24.0)
+
+def target_check(sweep):
+    "Per variant: each criterion of `TARGET` as (what the records give, met?); 'met' when every one is."
+    from ppo_trt.envs.gym import make_env
+    s = load_sweep(sweep)
+    st, agg, runs = s['settings'], s['aggregates'], list(s['runs'].values())
+    dt_ms = make_env(st['env_id']).unwrapped.dt * 1e3
+    pid = {p: float(np.mean([r['pid_returns'][p] for r in runs])) for p in st['phases']}
+    out = {}
+    for v, est in agg['iqm'].items():
+        nominal = est['nominal']['iqm']
+        rows = {'nominal IQM': (nominal, nominal >= TARGET['nominal_iqm'])}
+        for p in TARGET['kept_phases']:
+            if p in est: rows[f'kept, {p}'] = (est[p]['iqm'] / nominal, est[p]['iqm'] >= TARGET['kept'] * nominal)
+        delays = [k for k in st.get('delay_steps', []) if 0 < k * dt_ms <= TARGET['max_delay_ms'] + 1e-9]
+        if delays and v in agg.get('delay_iqm', {}):
+            worst = min(agg['delay_iqm'][v][str(k)]['iqm'] for k in delays)
+            rows[f'kept, every delay ≤ {TARGET["max_delay_ms"]:g} ms'] = (worst / nominal,
+                                                                          worst >= TARGET['kept'] * nominal)
+        below = [p for p in st['phases'] if est[p]['iqm'] < pid[p]]
+        rows['phases below PID'] = (len(below), not below)
+        out[v] = dict(rows=rows, met=all(ok for _, ok in rows.values()), below_pid=below)
+    return out
+
+# %% ../../nbs/70_sweep.ipynb #7cbe690a
+def target_table(sweep):
+    "The target check as a markdown table: a row per variant, each criterion's value and whether it is met."
+    checks = target_check(sweep)
+    cols = list(next(iter(checks.values()))['rows'])
+    fmt = lambda k, x: f'{x:.0f}' if k in ('nominal IQM', 'phases below PID') else f'{x:.0%}'
+    rows = [[v, *(f"{fmt(k, c['rows'][k][0])} {'✓' if c['rows'][k][1] else '✗'}" for k in cols),
+             'met' if c['met'] else 'not met'] for v, c in checks.items()]
+    header = ['variant', *cols, 'target']
+    return '\n'.join(['| ' + ' | '.join(header) + ' |', '|---' + '|---:' * (len(header) - 1) + '|'] +
+                     ['| ' + ' | '.join(r) + ' |' for r in rows])
+
+# %% ../../nbs/70_sweep.ipynb #88312bb7
+RRLS_PUBLISHED = None  # the paper's rows (arXiv 2406.08406) as read; None: not found in what could be read
+RRLS_PUBLISHED_NOTE = ("RRLS's published Hopper rows (TD3, domain randomization, M2TD3, ...) are not beside these: the "
+                       "paper's text within reach of this project's search tools (arXiv 2406.08406; its HTML and "
+                       "abstract pages) stops before its result tables, and the SuReLI/RRLS repository holds code, no "
+                       "results. They are not quoted from memory.")
+
+def rrls_rows(sweep, metric='worst'):
+    "(header, rows): per variant, the IQM [95 % CI] over its runs of each RRLS set's `metric` (worst, mean); PID's."
+    s = load_sweep(sweep)
+    agg, pid, sets = s['aggregates']['rrls_iqm'], s.get('rrls_pid') or {}, s['settings']['rrls']
+    header = ['variant', *(f'{k} ({len(rrls_grid(k)):,} worlds)' for k in sets)]
+    rows = [[v, *(_fmt_ci(agg[v][f'{k} {metric}'], 'iqm', 0) for k in sets)] for v in agg]
+    if pid: rows.append(['PID controller', *(f"{pid[k][metric]:.0f}" for k in sets)])
+    return header, rows
+
+# %% ../../nbs/70_sweep.ipynb #aec268da
+def gap_rows(sweep):
+    "(header, rows): the teacher, the student after distillation and the final student, per world: mean over runs."
+    s = load_sweep(sweep)
+    runs = [r['teacher_student'] for r in s['runs'].values() if r.get('teacher_student')]
+    if not runs: return None
+    worlds = list(runs[0]['returns']['teacher'])
+    who = ('teacher', 'student_distilled', 'student')
+    mean = lambda w, k: float(np.mean([r['returns'][w][k] for r in runs]))
+    return (['world', *who, 'student / teacher'],
+            [[k, *(f'{mean(w, k):.0f}' for w in who), f"{mean('student', k) / mean('teacher', k):.0%}"]
+             for k in worlds])
+
+# %% ../../nbs/70_sweep.ipynb #69c313ae
+def adr_levels(sweep):
+    "(header, rows): per ADR bound, the level each variant's runs ended at (min–max over seeds; 1 = the full bound)."
+    s = load_sweep(sweep)
+    by = {}
+    for r in s['runs'].values():
+        cur = r.get('curriculum') or {}
+        if cur.get('rule') != 'adr': continue
+        for bound, level in _final_levels(cur).items(): by.setdefault(bound, {}).setdefault(r['variant'], []).append(level)
+    if not by: return None
+    variants = list(dict.fromkeys(v for b in by.values() for v in b))
+    cell = lambda xs: f'{min(xs):.0%}–{max(xs):.0%}' if xs and min(xs) != max(xs) else (f'{xs[0]:.0%}' if xs else '-')
+    return ['bound', *variants], [[b, *(cell(by[b].get(v, [])) for v in variants)] for b in by]
+
+def _final_levels(cur):
+    "{knob:side: level} an ADR record ended at, from its moves (sweep.json keeps the moves and the final ranges)."
+    if cur.get('final_levels') is not None: return cur['final_levels']
+    levels = {}
+    for c in cur.get('changes', []): levels[f"{c['knob']}:{c['side']}"] = c['level']
+    return levels
+
+# %% ../../nbs/70_sweep.ipynb #2ebdfe2e
+def plot_adr_ranges(sweep_json):
+    "Each ADR run's range per knob over training (low and high bound), one panel per knob, a colour per variant."
+    import matplotlib.pyplot as plt
+    from ppo_trt.envs.specs import RANDOMIZABLE
+    s = load_sweep(sweep_json)
+    runs = [r for r in s['runs'].values() if (r.get('curriculum') or {}).get('rule') == 'adr']
+    knobs = list(parse_randomize(s['settings']['randomize']))
+    fig, axes = plt.subplots(1, len(knobs), figsize=(2.6 * len(knobs), 2.8), dpi=100, squeeze=False)
+    colors = {v: f'C{i}' for i, v in enumerate(dict.fromkeys(r['variant'] for r in runs))}
+    for ax, knob in zip(axes[0], knobs):
+        nominal = RANDOMIZABLE[knob].nominal
+        for r in runs:
+            for side in ('low', 'high'):
+                moves = [c for c in r['curriculum'].get('changes', []) if c['knob'] == knob and c['side'] == side]
+                x = [0] + [c['timesteps'] for c in moves] + [r['timesteps']]
+                y = [nominal] + [c['value'] for c in moves]
+                ax.step(x, y + y[-1:], where='post', color=colors[r['variant']], alpha=0.6, lw=1)
+        lo, hi = parse_randomize(s['settings']['randomize'])[knob]
+        ax.axhline(lo, color='k', ls=':', lw=0.8); ax.axhline(hi, color='k', ls=':', lw=0.8)
+        ax.set(title=knob, xlabel='training steps')
+    axes[0, 0].set_ylabel('range bounds (dotted: --randomize)')
+    for v, c in colors.items(): axes[0, -1].plot([], [], color=c, label=v)
+    axes[0, -1].legend(fontsize=7, loc='upper left')
     fig.tight_layout()
     return fig
