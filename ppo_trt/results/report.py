@@ -622,6 +622,10 @@ def claim_robust(recs, bench):
             a = agg[key]['all']
             out.append(f"A {esc(variant)} run beats a {esc(base)} one with probability {a['p']:.2f} "
                        f"[{a['ci'][0]:.2f}, {a['ci'][1]:.2f}] averaged over the phases.")
+    for v, c in (agg.get('curve_iqm') or {}).items():  # what the budget bought: where the curve peaked, where it ended
+        top = int(np.argmax(c['iqm']))
+        out.append(f"{esc(v)}'s learning curve (IQM over runs, undisturbed world) peaked at {c['iqm'][top]:.0f} after "
+                   f"{c['timesteps'][top]:,} steps and ended at {c['iqm'][-1]:.0f} after {c['timesteps'][-1]:,}.")
     if agg.get('rrls_iqm'):
         worst = {v: e[f"{st['rrls'][-1]} worst"]['iqm'] for v, e in agg['rrls_iqm'].items()}
         pid = (s.get('rrls_pid') or {}).get(st['rrls'][-1], {}).get('worst')
