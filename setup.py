@@ -2,6 +2,7 @@
 from configparser import ConfigParser
 from pathlib import Path
 import setuptools
+from setuptools.command.editable_wheel import editable_wheel
 
 cfg = ConfigParser(delimiters=['='])
 cfg.read(Path(__file__).parent/'settings.ini', encoding='utf-8')
@@ -16,6 +17,12 @@ statuses = ['1 - Planning', '2 - Pre-Alpha', '3 - Alpha', '4 - Beta', '5 - Produ
 lic = licenses[cfg['license']]
 py_versions = '3.10 3.11 3.12 3.13'.split()
 min_python = cfg['min_python']
+
+class editable_wheel_with_data(editable_wheel):
+    "`pip install -e .` installing data_files: setuptools' editable wheel asks for `has_data`, not `has_data_files`."
+    def _run_install(self, category):
+        if category == 'data' and self.distribution.has_data_files(): self.run_command('install_data')
+        else: super()._run_install(category)
 
 setuptools.setup(
     name=cfg['lib_name'],
@@ -40,6 +47,9 @@ setuptools.setup(
                     'fast': reqs('fast_requirements'), 'sweep': reqs('sweep_requirements')},
     python_requires='>=' + min_python,
     zip_safe=False,
+    # JupyterLab opens the notebooks unmodified: a Jupyter server extension, enabled where ppo_trt is installed
+    data_files=[('etc/jupyter/jupyter_server_config.d', ['jupyter-config/jupyter_server_config.d/ppo_trt.json'])],
+    cmdclass={'editable_wheel': editable_wheel_with_data},
     entry_points={'console_scripts': cfg['console_scripts'].split(),
                   'nbdev': [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"]},
 )

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import argparse, contextlib, errno, math, os, sys, time
 from pathlib import Path
-from .core.files import PpoTrtError, BadInputError
+from .core.files import PpoTrtError, BadInputError, shown, terminal_line, leftovers
 from .core.run_folder import (DEFAULT_ENV_ID, ARTIFACTS, OPTIONAL_STAGES, default_run_dir, RunDir,
                                      check_timesteps)
 from .core.records import load_artifact, lineage_problems, run_lock, LOCK_NAME, HOLDER_NAME
@@ -15,16 +15,18 @@ from .export.onnx import onnx_metadata
 from . import __version__
 
 # %% auto #0
-__all__ = ['MAX_BATCH', 'MAX_CALLS', 'MIN_EVAL_FREQ', 'JSON_COMMANDS', 'FAST_ONLY', 'BENCH_MARKER', 'BENCH_MADE_BY', 'COMMANDS',
-           'READ_ONLY', 'number', 'number_list', 'parser', 'writable_run_dir', 'cmd_train', 'cmd_export',
-           'cmd_export_c', 'cmd_c_loop', 'cmd_build', 'bench_file_dir', 'cmd_bench', 'cmd_evaluate',
-           'cmd_residual_study', 'cmd_env_bench', 'cmd_report', 'cmd_advise', 'run_folder_rows', 'cmd_doctor',
-           'cmd_enjoy', 'cmd_docs', 'cmd_sweep', 'cmd_run', 'cmd_compare', 'main']
+__all__ = ['MAX_BATCH', 'MAX_CALLS', 'MIN_EVAL_FREQ', 'MAX_EPISODES', 'JSON_COMMANDS', 'C_TARGETS', 'FAST_ONLY',
+           'ENV_STATE_BYTES', 'BENCH_MARKER', 'BENCH_MADE_BY', 'COMMANDS', 'READ_ONLY', 'number', 'number_list',
+           'parser', 'writable_run_dir', 'cmd_train', 'cmd_export', 'cmd_export_c', 'cmd_c_loop', 'cmd_build',
+           'bench_file_dir', 'CommandFailed', 'bench_failures', 'cmd_bench', 'cmd_evaluate', 'cmd_residual_study',
+           'cmd_env_bench', 'cmd_report', 'cmd_advise', 'run_folder_rows', 'cmd_doctor', 'cmd_enjoy', 'cmd_docs',
+           'cmd_sweep', 'cmd_run', 'cmd_compare', 'main']
 
 # %% ../nbs/90_cli.ipynb #5ac301a7
 MAX_BATCH = 1 << 24  # the largest batch policy.onnx's dynamic axis allows
 MAX_CALLS = 10_000_000  # timed or warmup calls per backend: past this a bench is hours, not a setting
 MIN_EVAL_FREQ = 256  # timesteps between evaluations: fewer and evaluating takes longer than training
+MAX_EPISODES = 10_000  # episodes per evaluation or phase: past this it is days of stepping, not a setting
 
 def number(kind=int, lo=None, hi=None, above=None):
     "An argparse type: a finite `kind` number >= `lo` (or > `above`) and <= `hi`, or a one-line error saying the range."
@@ -88,7 +90,7 @@ def _add_train(p):
                    help="train again from scratch, deleting everything made from the old policy")
     p.add_argument('--eval-freq', type=number(int, MIN_EVAL_FREQ), default=None,
                    help='timesteps between evaluations (default: timesteps/20, <= 10000)')
-    p.add_argument('--eval-episodes', type=number(int, 1), default=5, help='episodes per evaluation')
+    p.add_argument('--eval-episodes', type=number(int, 1, MAX_EPISODES), default=5, help='episodes per evaluation')
     p.add_argument('--keep', choices=['best', 'last'], default='best',
                    help='deploy the best-evaluated policy seen in training or the last one')
     p.add_argument('--expert', default=None,
@@ -192,7 +194,7 @@ def _add_evaluate(p):
                    help='default: every backend but sb3 (torch is the reference)')
     p.add_argument('--phases', type=_name_list, default=None,
                    help='default: all (nominal,noise,delay,push,mass,friction,actuator,trip)')
-    p.add_argument('--episodes', type=number(int, 1), default=20, help='episodes per phase and policy')
+    p.add_argument('--episodes', type=number(int, 1, MAX_EPISODES), default=20, help='episodes per phase and policy')
     p.add_argument('--seed', type=number(int, 0), default=0, help='first episode seed')
     p.add_argument('--deadline-us', type=number(float, above=0), default=None,
                    help='per-step inference deadline (default: the bench SLA)')
@@ -209,7 +211,7 @@ def _add_residual_study(p):
                    help="timesteps of each training (default: the preset's)")
     p.add_argument('--preset', default='seed', help='training preset')
     p.add_argument('--eval-freq', type=number(int, MIN_EVAL_FREQ), default=None, help='timesteps between evaluations')
-    p.add_argument('--eval-episodes', type=number(int, 1), default=5, help='episodes per evaluation')
+    p.add_argument('--eval-episodes', type=number(int, 1, MAX_EPISODES), default=5, help='episodes per evaluation')
     p.add_argument('--expert', default='pid', help='the expert the residual corrects')
     p.add_argument('--residual-scale', type=number(float, above=0), default=0.5,
                    help='action = clip(expert + scale * residual)')
@@ -244,8 +246,15 @@ def _add_enjoy(p):
     p.add_argument('--seed', type=number(int, 0), default=0, help='episode seed')
 
 # %% ../nbs/90_cli.ipynb #067e0869
+C_TARGETS = ('host', 'aarch64', 'cortex-m4f')  # export-c and c-loop --target (export.targets.TARGETS, and this machine)
+
+def _add_target(p, what):
+    p.add_argument('--target', choices=C_TARGETS, default='host', help=what)
+
 def _add_c_loop(p):
     _add_env(p)
+    _add_target(p, 'host: the policy in the loop; aarch64, cortex-m4f: the policy on an emulated device, one '
+                   'observation and one action a step over a serial link (hardware in the loop; --steps unused)')
     p.add_argument('--steps', type=number(int, 0, 100 * MAX_CALLS), default=1_000_000,
                    help='control steps the loop is timed over (its jitter percentiles)')
     p.add_argument('--episodes', type=number(int, 1, 10_000), default=5,
@@ -287,6 +296,9 @@ def parser():
     p = _sub(sub, 'export-c', 'write policy.onnx as a dependency-free C99 library, then build and test it'); _add_env(p)
     p.add_argument('--out', type=Path, default=None, help='the library folder (default: <run-dir>/c_policy)')
     p.add_argument('--cc', default='cc', help='the C compiler that builds and tests it (none: write only)')
+    _add_target(p, 'host: built and tested here with --cc; aarch64, cortex-m4f: cross-built, tested under QEMU, its '
+                   'instructions per action counted, its real-time facts in ppo_policy.h (default --out: '
+                   '<run-dir>/c_policy_<target>)')
     _add_c_loop(_sub(sub, 'c-loop', 'Hopper in C: MuJoCo\'s C API and the C policy library, checked against '
                           'gymnasium, timed'))
     p = _sub(sub, 'bench', 'benchmark every backend'); _add_env(p); _add_bench(p)
@@ -331,7 +343,7 @@ def _check_env(a, rd):
     have = (load_artifact(run, 'train_record').env_id if run.has('train_record') else
             onnx_metadata(run.path('onnx')).get('env_id') if run.has('onnx') else None)
     if have and have != a.env_id:
-        raise BadInputError(f'{run.root} holds a policy for {have}, not {a.env_id}; '
+        raise BadInputError(f'{run.root} holds a policy for {shown(have, 60)}, not {shown(a.env_id, 60)}; '
                             'drop --env-id or use that run\'s folder')
 
 # %% ../nbs/90_cli.ipynb #62fe35ae
@@ -342,7 +354,7 @@ def _bench_settings(a):
                          pin_cpu=a.pin_cpu, soak_calls=a.soak_calls if a.soak else 0, soak_window=a.soak_window)
 
 # %% ../nbs/90_cli.ipynb #e7575ef3
-def _say(msg): print(f'[ppo-trt] {msg}', flush=True)
+def _say(msg): print(terminal_line(f'[ppo-trt] {msg}'), flush=True)  # names from files: control characters escaped
 
 # %% ../nbs/90_cli.ipynb #e493487f
 FAST_ONLY = ('num_envs', 'env_threads', 'device', 'compile', 'cudagraphs', 'privileged_critic', 'curriculum',
@@ -422,6 +434,22 @@ def _train_teacher_student(a, rd):
          f"ranges teacher {gap['teacher']['full']:.1f}, student {gap['student']['full']:.1f}")
     return r
 
+# %% ../nbs/90_cli.ipynb #88139ff5
+ENV_STATE_BYTES = 128 << 10  # a MuJoCo env's model and data, generously (a torch env's state is a few floats)
+
+def _check_num_envs(env_id, st):
+    "Refuse a --num-envs whose rollout storage and env states would not fit in free memory (checked before any env)."
+    import gymnasium as gym
+    from ppo_trt.core.machine import check_memory
+    from ppo_trt.envs.gym import quiet_gym_warnings
+    from ppo_trt.envs.specs import env_spec
+    quiet_gym_warnings()
+    env = gym.make(env_id)  # its spaces only (CartPole's are discrete)
+    width = math.prod(env.observation_space.shape) + math.prod(env.action_space.shape or (1,))
+    env.close()
+    per_env = st.n_steps * (width + 6) * 4 * 3 + (512 if env_spec(env_id).batched else ENV_STATE_BYTES)
+    check_memory(st.num_envs * per_env, '--num-envs', st.num_envs, per_env)
+
 # %% ../nbs/90_cli.ipynb #0b68941b
 def _train_fast(a):
     import dataclasses
@@ -429,6 +457,7 @@ def _train_fast(a):
     env_id = a.env_id = a.env_id or 'CartPole-v1'
     st = fast_preset(env_id)['settings']
     if a.num_envs: st = dataclasses.replace(st, num_envs=a.num_envs)
+    _check_num_envs(env_id, st)
     if a.env_threads and a.env_threads > st.num_envs:
         raise BadInputError(f'--env-threads {a.env_threads} is more than the {st.num_envs} envs they step: '
                             f'use at most {st.num_envs}')
@@ -463,16 +492,20 @@ def cmd_export(a):
 
 # %% ../nbs/90_cli.ipynb #b6d5c842
 def cmd_export_c(a):
-    from ppo_trt.export.c_library import write_c_library, build_and_test
+    from ppo_trt.export.c_library import write_c_library
     rd = _run_dir(a)
     _check_env(a, rd)
-    lib = write_c_library(rd, a.out)
+    if a.target != 'host':
+        from ppo_trt.measure.targets import export_target, print_target
+        rec = export_target(rd, a.target, a.out)
+        print_target(rec)
+        _say(f"wrote {Path(rd)/f'c_target_{a.target}.json'}")
+        return rec
+    lib = write_c_library(rd, a.out, None if a.cc == 'none' else a.cc)  # a failing test leaves the old folder as it was
     _say(f"wrote the C library of policy.onnx (sha256 {lib['onnx_sha256'][:12]}…) into {lib['path']}")
-    if a.cc == 'none': return lib
-    r = build_and_test(lib['path'], a.cc)
-    _say(f"{r['cc']} {r['flags']}: {'no warnings' if not r['warnings'] else 'WARNINGS: ' + r['warnings'][:300]}; "
-         f"{r['output']}")
-    if not r['ok']: raise PpoTrtError(f"the C library's test failed: {r['output']}")
+    r = lib['test']
+    if r: _say(f"{r['cc']} {r['flags']}: {'no warnings' if not r['warnings'] else 'WARNINGS: ' + r['warnings'][:300]}; "
+               f"{r['output']}")
     return lib
 
 # %% ../nbs/90_cli.ipynb #49824196
@@ -480,11 +513,19 @@ def cmd_c_loop(a):
     from ppo_trt.measure.c_loop import c_loop, print_c_loop
     rd = _run_dir(a)
     _check_env(a, rd)
+    if a.target != 'host':
+        from ppo_trt.measure.hil import c_loop_target, print_hil
+        rec = c_loop_target(rd, a.target, episodes=a.episodes, seed=a.seed, cc=a.cc)
+        print_hil(rec)
+        _say(f"wrote {Path(rd)/f'c_loop_{a.target}.json'}; the programs are in {Path(rd)/f'c_loop_{a.target}'}")
+        if not rec.passed: raise PpoTrtError(f'the loop with the policy on the emulated {a.target} did not pass (see above)')
+        return rec
     rec = c_loop(rd, steps=a.steps, episodes=a.episodes, seed=a.seed, cc=a.cc)
     print_c_loop(rec)
     _say(f"wrote {Path(rd)/'c_loop.json'}; the program is {Path(rd)/'c_loop'/'c_loop'}")
-    if not (rec.check.passed and rec.fallback['passed']):
-        raise PpoTrtError('the C loop does not match gymnasium, or its fallback did not engage (see above)')
+    if not (rec.check.passed and rec.fallback.passed):
+        raise PpoTrtError('the C loop does not match gymnasium or ONNX Runtime, or its fallback did not engage '
+                          '(see above)')
     return rec
 
 # %% ../nbs/90_cli.ipynb #f6d7770f
@@ -523,7 +564,8 @@ def _bench_file(a):
     from ppo_trt.core.files import atomic_path, mark_made_by, sha256_file
     from ppo_trt.export.onnx import policy_metadata
     import shutil
-    src, rd = Path(a.policy), bench_file_dir(a)
+    from ppo_trt.core.files import inside
+    src, rd = inside(Path(a.policy)), bench_file_dir(a)  # a link out of its folder is refused, never copied
     policy_metadata(src)  # a ppo_trt policy (env id, widths), checked before anything is written
     dst = rd/'policy.onnx'
     other = dst.exists() and sha256_file(dst) != sha256_file(src)
@@ -536,6 +578,18 @@ def _bench_file(a):
     return rd, other
 
 # %% ../nbs/90_cli.ipynb #4e1b647d
+class CommandFailed(PpoTrtError):
+    "The command ran and wrote its records, but something it was asked to do failed: exit status 1."
+    exit_status = 1
+
+def bench_failures(result, asked=None):
+    "One line naming the backends (of `asked`, default all) that failed to load or while measured this session, or ''."
+    bad = {r.backend: r.reason for r in result.records  # a closed loop or soak lost to the machine (no GL): not counted
+           if r.failed and r.mode == 'all' and r.session == result.session and (asked is None or r.backend in asked)}
+    if not bad: return ''
+    return (f"{len(bad)} backend(s) failed: " + '; '.join(f'{b}: {shown(why, 160)}' for b, why in bad.items())
+            + f"; their records are in {RunDir(result.run_dir).path('bench_record')}")
+
 def cmd_bench(a):
     from ppo_trt.measure.bench import bench
     rd, fresh = _bench_file(a) if getattr(a, 'policy', None) else (_run_dir(a), False)
@@ -544,6 +598,7 @@ def cmd_bench(a):
               say=None if live else _say)
     if getattr(a, 'policy', None): _say(f'benched {a.policy} in {rd}, the run folder made for it (the file: only read)')
     _say(f"wrote {RunDir(rd).path('bench_record')}")
+    if a.command == 'bench' and (why := bench_failures(r, a.backends)): raise CommandFailed(why)
     return r
 
 # %% ../nbs/90_cli.ipynb #c277b7f0
@@ -655,13 +710,18 @@ def cmd_doctor(a):
                plugins_skipped=B.skipped(), run_folder=dict(path=str(rd), exists=Path(rd).exists(), records=[]))
     if not Path(rd).exists(): print(f'run folder {rd} does not exist yet: ppo-trt run --run-dir {rd}'); return out
     state = run_folder_rows(rd)
-    for file, st, detail in state: print(f'run folder {file:16s} {st:8s} {detail}')
+    for file, st, detail in state: print(terminal_line(f'run folder {file:16s} {st:8s} {detail}'))
     bad = [r for r in state if r[1] not in ('ok', 'n/a')]
     print(f'run folder {rd}: '
           + ('consistent: every record is readable and made from the current policy' if not bad else
              f'{len(bad)} to fix: ' + ', '.join(f'{f} ({s})' for f, s, _ in bad)))
     if policy_only(rd): print(f'run folder {rd}: {policy_only_advice(rd)}')
+    left = leftovers(rd)
+    names = ', '.join(str(p.relative_to(rd)) for p in left[:5]) + (' ...' if len(left) > 5 else '')
+    if left: print(terminal_line(f'run folder {rd}: {len(left)} left half-written by a killed command: {names}; '
+                                 'the next ppo-trt command that writes this folder removes them'))
     out['run_folder']['records'] = [dict(file=f, state=s, fix=d) for f, s, d in state]
+    out['run_folder']['leftovers'] = [str(p.relative_to(rd)) for p in left]
     return out
 
 # %% ../nbs/90_cli.ipynb #3f9f7c8b
@@ -702,7 +762,9 @@ def _add_compare(sub):
     p.add_argument('--run-dir', type=Path, default=None,
                    help='the folder compare makes and writes (default: runs/compare-<reference name>)')
     p.add_argument('--no-wait', action='store_true', help='fail at once if another ppo-trt process is writing it')
-    p.add_argument('--backends', type=_name_list, default=None, help='comma-separated (default: all)')
+    p.add_argument('--backends', type=_name_list, default=None,
+                   help="comma-separated (default: all but those that run the trained model: the reference's "
+                        'policy.zip is loaded only for sb3, torch, ... named here)')
     p.add_argument('--settings', choices=['reference', 'default'], default='reference',
                    help="bench with the reference's bench settings or the defaults")
     p.add_argument('--warmup', type=number(int, 0, MAX_CALLS), default=None, help='override: untimed calls')
@@ -714,7 +776,8 @@ def _add_compare(sub):
                    help='override: closed-loop control steps (0: none)')
     p.add_argument('--evaluate', action='store_true',
                    help="also run evaluate's nominal phase on the reference's seeds and compare the returns")
-    p.add_argument('--episodes', type=number(int, 1), default=5, help='--evaluate: episodes (seeds) to compare')
+    p.add_argument('--episodes', type=number(int, 1, MAX_EPISODES), default=5,
+                   help='--evaluate: episodes (seeds) to compare')
     return p
 
 # %% ../nbs/90_cli.ipynb #b350a0f3
@@ -739,7 +802,8 @@ def _add_sweep(sub):
     p.add_argument('--phases', default=None,
                    help='evaluation phases, comma-separated (default: those of nominal,noise,delay,push,mass,friction '
                         'the env can take)')
-    p.add_argument('--episodes', type=number(int, 1), default=10, help='held-out evaluation episodes per phase')
+    p.add_argument('--episodes', type=number(int, 1, MAX_EPISODES), default=10,
+                   help='held-out evaluation episodes per phase')
     p.add_argument('--rrls', action='store_true',
                    help='also score every run and PID on the RRLS Hopper uncertainty sets (worst case and average)')
     p.add_argument('--out', type=Path, default=None, help='sweep folder (default: sweeps/<env-id>)')
@@ -771,8 +835,9 @@ def cmd_run(a):
         raise BadInputError('run --fast exports the policy, which needs continuous actions: use --env-id Pendulum-v1 '
                             '(or `ppo-trt train --fast` for CartPole-v1)')
     t0, a.run_dir = time.perf_counter(), Path(_folder(a))
-    cmd_train(a); cmd_export(a); cmd_bench(a); cmd_report(a)
+    cmd_train(a); cmd_export(a); r = cmd_bench(a); cmd_report(a)
     _say(f'done in {time.perf_counter() - t0:.0f} s: open {RunDir(_run_dir(a)).path("report")}')
+    if why := bench_failures(r, a.backends): raise CommandFailed(why)  # the report shows them; the exit status too
 
 # %% ../nbs/90_cli.ipynb #30fd9af7
 def cmd_compare(a):
@@ -851,8 +916,8 @@ def main(argv=None):
                 with run_lock(rd, f'ppo-trt {a.command}', wait=not a.no_wait): result = COMMANDS[a.command](a)
     except (PpoTrtError, OSError) as e:
         if created: _forget_if_empty(rd)
-        print(f'ppo-trt {a.command}: error: {_one_line(e)}', file=sys.stderr)
-        return 2
+        print(terminal_line(f'ppo-trt {a.command}: error: {_one_line(e)}'), file=sys.stderr)
+        return getattr(e, 'exit_status', 2)
     if as_json: print(_json_text(result), flush=True)
     return 0
 

@@ -143,6 +143,8 @@ def test_the_kernel_is_chosen_by_the_flags_and_portable_c_by_a_macro():
     guards = [l for l in kernel.splitlines() if l.startswith(('#if', '#elif', '#else', '#endif'))]
     assert guards == ['#if !defined(PPO_POLICY_PORTABLE) && defined(__AVX512F__)',
                       '#elif !defined(PPO_POLICY_PORTABLE) && defined(__AVX2__) && defined(__FMA__)',
-                      '#elif !defined(PPO_POLICY_PORTABLE) && defined(__SSE2__)', '#else', '#endif']
+                      '#elif !defined(PPO_POLICY_PORTABLE) && defined(__SSE2__)',
+                      '#elif !defined(PPO_POLICY_PORTABLE) && defined(__ARM_NEON) && defined(__aarch64__)', '#else',
+                      '#endif']
     # the observation's last partial vector is a masked load: no copy into a buffer, no failed store forwarding
     assert '_mm512_maskz_loadu_ps(0x7ff, x + 0)' in kernel and 'memcpy(u, x' not in kernel

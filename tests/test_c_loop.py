@@ -57,7 +57,7 @@ def test_cli_writes_the_record(run_copy):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert 'Traceback' not in r.stderr and 'PASS' in r.stdout and 'FAIL' not in r.stdout
     rec = read_record(run_copy/'c_loop.json')
-    assert rec.steps == 3000 and rec.check.passed and rec.fallback['fallbacks'] == 1
+    assert rec.steps == 3000 and rec.check.passed and rec.fallback.fallbacks == 1
     assert rec.policy.n == 3000 and rec.period.p999_ns >= rec.period.p50_ns > 0
     assert len(rec.returns) == 2 and rec.python_returns['ppo:native-c'] == rec.returns
 

@@ -1,11 +1,30 @@
-"""The GPU kit (tools/gpu_session.sh) and what it relies on, tried on any machine: bench goes on when mujoco cannot
-load its GL, the stages say why GPU steps skip, and a stage stops at its time budget."""
-import json, os, subprocess, sys
+"""The GPU kit (tools/gpu_prepare.sh, gpu_session.sh quick, gpu_rehearse.sh, gpu_records.py) tried on any machine: the
+session's plan fits the device tool's limits, what travels stays under 64 MiB, the budget stops every step, the image
+guard hides what the GPU image lacks, bench goes on when mujoco cannot load its GL, and (slow) the whole session
+rehearsed here, its GPU steps skipped with their reasons, its stand-ins passing, its files converted into records."""
+import importlib.util, json, os, re, shutil, subprocess, sys, time
 from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SESSION = ROOT/'tools'/'gpu_session.sh'
+TOOLS = ROOT/'tools'
+SESSION = TOOLS/'gpu_session.sh'
+
+
+def _tool(name):
+    "A module of tools/ loaded from its file (tools/ is no package and stays off sys.path)."
+    spec = importlib.util.spec_from_file_location(name, TOOLS/f'{name}.py')
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+gpu_quick, gpu_records = _tool('gpu_quick'), _tool('gpu_records')
+
+QUICK_BUDGET_S = 360  # issue 35: one call of at most 6 minutes, inside a 7-minute command limit
+RUN_TIMEOUT_S = 420
+FILE_LIMIT, CARRY_MIB = 8, 64
+GPU_WHEELS_MIB = 16  # .gpu as tools/gpu_prepare.sh made it on 2026-11-27 (14 MiB), rounded up: used where it is absent
 
 
 def _cuda():
@@ -15,11 +34,19 @@ def _cuda():
     except ImportError: return False
 
 
-def kit(stage, out, **env):
-    "Run one stage of the kit with this Python as it is (no install); the CompletedProcess."
-    e = {**os.environ, 'OUT': str(out), 'KIT_DIR': str(out/'kit'), 'PPO_TRT_PY': sys.executable,
+def quick(out, *args, **env):
+    "Run `gpu_session.sh quick` with this Python as it is (no install); the CompletedProcess."
+    e = {**os.environ, 'OUT': str(out), 'KIT_DIR': str(out.parent/'kit'), 'PPO_TRT_PY': sys.executable,
          'KIT_INSTALL': 'none', **env}
-    return subprocess.run(['bash', str(SESSION), stage], capture_output=True, text=True, env=e, timeout=300)
+    return subprocess.run(['bash', str(SESSION), 'quick', *args], capture_output=True, text=True, env=e, timeout=600)
+
+
+def plan():
+    "{step: (limit_s, min_s)} and the budget, as `gpu_session.sh plan` prints them."
+    r = subprocess.run(['bash', str(SESSION), 'plan'], capture_output=True, text=True, check=True,
+                       env={**os.environ, 'KIT_QUICK_S': ''})
+    lines = [ln.split() for ln in r.stdout.splitlines()]
+    return {n: (int(lim), int(m)) for n, lim, m in lines[:-1]}, int(lines[-1][1])
 
 
 @pytest.fixture(scope='module')
@@ -50,27 +77,226 @@ def test_bench_goes_on_when_mujoco_cannot_load_gl(small_run, gl):
     assert not loop['ran'] and loop['failed'] and loop['reason'].startswith('closed-loop failed: '), loop
 
 
-def test_session_without_a_stage_prints_its_usage(tmp_path):
+def test_session_without_a_command_prints_its_plan(tmp_path):
     r = subprocess.run(['bash', str(SESSION)], capture_output=True, text=True, env={**os.environ, 'OUT': str(tmp_path)})
-    assert r.returncode == 2 and 'smoke|bench|envs|ppo' in r.stderr
-    assert 'gpu_session.sh smoke' in r.stdout and 'timeout_s=600' in r.stdout
+    assert r.returncode == 2 and 'quick [STEP,...] | plan' in r.stderr
+    assert f'run(command="bash tools/gpu_session.sh quick", carry=[".gpu"], timeout_s={RUN_TIMEOUT_S})' in r.stdout
+    assert 'give_back()' in r.stdout and 'tools/gpu_records.py' in r.stdout
 
 
-@pytest.mark.skipif(_cuda(), reason='on a GPU machine the ppo stage runs for real (minutes)')
-def test_ppo_stage_says_why_gpu_steps_skip(tmp_path):
-    r = kit('ppo', tmp_path)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert 'skipped:' in (tmp_path/'pytest_gpu.txt').read_text()
-    log = (tmp_path/'kit_ppo.txt').read_text()
-    assert 'no GPU: ' in log and 'fast PPO and pytest -m gpu skipped: ' in log
+def test_quick_plan_fits_the_device_limits():
+    "Every step has a hard limit; the budget and the run call fit the device tool; what comes back is <= 8 files."
+    steps, budget = plan()
+    assert budget == QUICK_BUDGET_S and budget + 30 <= RUN_TIMEOUT_S <= 600
+    assert list(steps)[:5] == ['install', 'nvidia-smi', 'versions', 'doctor', 'bench']
+    assert {'envs', 'ppo-cudagraphs', 'rollout', 'pytest', 'ppo-eager'} <= set(steps)
+    for name, (limit, least) in steps.items():
+        assert 5 <= least <= limit <= 120, (name, limit, least)
+    assert steps['bench'][0] <= 100  # the sweep to 1 048 576 within ~90 s
+    assert steps['ppo-eager'][1] >= 20  # eager only when time is left
+    head = SESSION.read_text().split('\nset -uo')[0]
+    files = re.search(r'# Files under \$OUT: (.*?)\n# Usage', head, re.S).group(1)
+    names = set(re.findall(r'\b[a-z_]+\.(?:json|txt)\b', files))
+    assert len(names) == FILE_LIMIT, names
+    for name, (limit, _) in steps.items():  # the header's table says what the script does
+        assert re.search(rf'^#   {re.escape(name)} +{limit} ', head, re.M), name
 
 
-def test_a_stage_stops_its_steps_at_its_budget(tmp_path):
-    "With 6 s for the stage, no step can get its 5 s minimum: none starts, and the logs say so."
-    r = kit('smoke', tmp_path, KIT_STAGE_S='6', MUJOCO_GL='bogus')
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    doctor, log = (tmp_path/'doctor.txt').read_text(), (tmp_path/'kit_smoke.txt').read_text()
+def test_carried_tree_fits_the_device_tool():
+    "The working tree and .gpu (as tools/gpu_prepare.sh makes it) stay under 64 MiB, with room to spare."
+    tree, gpu = gpu_quick.carried_bytes(ROOT)
+    gpu = gpu or GPU_WHEELS_MIB << 20
+    assert tree + gpu < (CARRY_MIB - 2) << 20, (tree >> 20, gpu >> 20)
+    r = subprocess.run([sys.executable, str(TOOLS/'gpu_quick.py'), 'carried'], capture_output=True, text=True,
+                       cwd=ROOT)
+    assert re.match(r'carried: working tree [\d.]+ MiB \+ \.gpu [\d.]+ MiB = [\d.]+ MiB \(limit 62 MiB\)', r.stdout)
+    pins = subprocess.run([sys.executable, str(TOOLS/'gpu_quick.py'), 'pins', str(TOOLS/'gpu_carry.txt')],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert {p.split('==')[0] for p in pins} >= {'stable-baselines3', 'gymnasium', 'mujoco', 'msgspec'}
+
+
+def test_carried_size_counts_untracked_files(tmp_path):
+    "What git would not ignore travels: an untracked file counts, an ignored one does not."
+    subprocess.run(['git', 'init', '-q', str(tmp_path)], check=True)
+    (tmp_path/'.gitignore').write_text('ignored/\n.gpu/\n')
+    (tmp_path/'a.txt').write_bytes(b'x' * 1000)
+    (tmp_path/'ignored').mkdir(); (tmp_path/'ignored'/'big').write_bytes(b'x' * 100_000)
+    (tmp_path/'.gpu').mkdir(); (tmp_path/'.gpu'/'w.whl').write_bytes(b'x' * 5000)
+    assert gpu_quick.carried_bytes(tmp_path) == (1000 + len('ignored/\n.gpu/\n'), 5000)
+
+
+def test_quick_stops_every_step_at_its_budget(tmp_path):
+    "With 6 s for the session no step gets its minimum: none starts, each says why, and the record is whole."
+    out = tmp_path/'out'
+    t0 = time.monotonic()
+    r = quick(out, KIT_QUICK_S='6', MUJOCO_GL='bogus')
+    assert time.monotonic() - t0 < 60, r.stdout[-2000:]
+    rec = json.loads((out/'quick.json').read_text())
+    assert rec['finished'] and rec['budget_s'] == 6
+    steps = {s['name']: s for s in rec['steps']}
+    assert steps['install']['status'] == 'ok'
+    for name in plan()[0]:
+        if name == 'install': continue
+        if name in ('nvidia-smi', 'ppo-eager') and steps[name]['status'] == 'skipped': continue  # no GPU: said at once
+        if steps[name]['status'] == 'skipped' and 'no run folder' in steps[name]['reason']: continue  # no .gpu/ here
+        assert steps[name]['status'] == 'not run', steps[name]
+        assert "the session's 6 s budget is spent" in steps[name]['reason']
+    log = (out/'quick.txt').read_text()
     assert 'MUJOCO_GL was bogus, now disable' in log, log
-    for name in ('nvidia-smi', 'versions', 'doctor', 'cli-help', 'mujoco'):
-        assert f"{name}: not run: the stage's 6 s are spent" in log
-        assert f"== {name}: not run: the stage's time is spent" in doctor
+    assert len(list(out.iterdir())) <= FILE_LIMIT
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def test_quick_runs_only_the_steps_asked_for(short_session):
+    "`quick versions`: install and that step alone, the rest absent from the record."
+    rec = json.loads((short_session/'quick.json').read_text())
+    assert [s['name'] for s in rec['steps']] == ['install', 'versions']
+    assert rec['versions']['python'] == '.'.join(map(str, sys.version_info[:3]))
+    assert 'torch' in rec['versions'] and ('gpu' in rec['versions'] or 'torch_error' in rec['versions'])
+
+
+def test_image_guard_hides_what_the_image_lacks():
+    "Under the guard a package off the GPU image is absent (import, find_spec, metadata); the image's and ppo_trt load."
+    env = {**os.environ, 'PYTHONPATH': str(TOOLS/'image_guard'),
+           'KIT_IMAGE_ALLOW': os.pathsep.join(str(TOOLS/f) for f in ('gpu_image.txt', 'gpu_carry.txt'))}
+    code = '''
+import importlib.util, importlib.metadata as md
+import numpy, msgspec, ppo_trt
+assert importlib.util.find_spec('nbformat') is None
+try: import nbformat
+except ModuleNotFoundError as e: print('hidden:', e)
+try: md.version('nbformat')
+except md.PackageNotFoundError: print('no metadata')
+print('numpy', md.version('numpy'))'''
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "hidden: No module named 'nbformat'" in r.stdout and 'no metadata' in r.stdout and 'numpy ' in r.stdout
+    plain = subprocess.run([sys.executable, '-c', 'import nbformat'], capture_output=True, text=True)
+    assert plain.returncode == 0  # installed here: the guard alone hid it
+
+
+@pytest.fixture(scope='module')
+def short_session(tmp_path_factory):
+    "What `quick versions` wrote: a session record with two steps."
+    out = tmp_path_factory.mktemp('short')/'out'
+    assert quick(out, 'versions').returncode == 0
+    return out
+
+
+def _out_of_a_short_session(tmp_path, short_session):
+    shutil.copytree(short_session, tmp_path/'out')
+    return tmp_path/'out'
+
+
+def test_records_refuse_a_folder_without_a_session(tmp_path):
+    (tmp_path/'bench.json').write_text('{}')
+    r = subprocess.run([sys.executable, str(TOOLS/'gpu_records.py'), str(tmp_path), '--dest', str(tmp_path/'b')],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count('\n') == 1 and 'has no quick.json' in r.stderr
+    assert not (tmp_path/'b').exists()
+
+
+def test_records_refuse_a_damaged_bench_and_write_nothing(tmp_path, short_session):
+    out = _out_of_a_short_session(tmp_path, short_session)
+    (out/'bench.json').write_text(json.dumps({'schema_version': 2, 'records': 3}))
+    dest = tmp_path/'bench'
+    with pytest.raises(gpu_records.RecordsError, match=r'out/bench.json does not hold a valid .* another ppo_trt'):
+        gpu_records.convert(out, dest)
+    assert list(dest.iterdir()) == []  # no folder, no half-written temporary
+
+
+def test_records_keep_an_existing_folder_unless_replace(tmp_path, short_session):
+    out, dest = _out_of_a_short_session(tmp_path, short_session), tmp_path/'bench'
+    first = gpu_records.convert(out, dest)
+    assert first.name.startswith('cpu-rehearsal-') and (first/'gpu_session.json').exists()
+    (first/'mine.txt').write_text('kept')
+    with pytest.raises(gpu_records.RecordsError, match='exists: give --replace'):
+        gpu_records.convert(out, dest)
+    assert (first/'mine.txt').read_text() == 'kept'
+    assert gpu_records.convert(out, dest, replace=True) == first and not (first/'mine.txt').exists()
+    assert [p.name for p in dest.iterdir()] == [first.name]
+
+
+def test_records_escape_what_reaches_markdown(tmp_path, short_session):
+    out = _out_of_a_short_session(tmp_path, short_session)
+    rec = json.loads((out/'quick.json').read_text())
+    rec['steps'][1]['reason'] = '<script>x</script> | `rm`\nnext'
+    (out/'quick.json').write_text(json.dumps(rec))
+    md = (gpu_records.convert(out, tmp_path/'b')/'README.md').read_text()
+    assert '<script>' not in md and '&lt;script&gt;x&lt;/script&gt; \\| \'rm\' next' in md
+
+
+def _stats(p50, p99):
+    return dict(n=1000, mean_us=p50, p50_us=p50, p99_us=p99, p999_us=p99 * 1.5, max_us=p99 * 2)
+
+
+def test_records_report_the_targets_of_a_gpu_session(tmp_path, short_session):
+    "A session on an H100 (its records written here by hand): the folder is named after the GPU, each target judged."
+    out = _out_of_a_short_session(tmp_path, short_session)
+    rec = json.loads((out/'quick.json').read_text())
+    rec['gpu'] = 'NVIDIA H100 80GB HBM3'
+    rec['versions']['gpu'] = dict(name=rec['gpu'], capability='9.0', sms=132, memory_gib=79.2, count=1)
+    (out/'quick.json').write_text(json.dumps(rec))
+    lat = dict(backend='triton', mode='latency', batch=1, ran=True, device='cuda', precision='fp32',
+               stats=_stats(7.0, 9.5), kernel_only=_stats(2.0, 2.5), parity_vs_ort_fp32=dict(max_abs_err=3e-7, mean_abs_err=1e-7, n=1000))
+    sweep = dict(backend='triton', mode='sweep', batch=1 << 20, ran=True, device='cuda', precision='fp32',
+                 stats=_stats(400.0, 500.0), throughput_per_s=2.6e9, kernel_only=_stats(150.0, 160.0),
+                 kernel_throughput_per_s=7e9)
+    skipped = dict(backend='trt', mode='all', batch=None, ran=False, reason='tensorrt does not import')
+    (out/'bench.json').write_text(json.dumps(dict(
+        schema_version=2, env_id='Hopper-v4', records=[lat, sweep, skipped], machine_summary='H100 box', machine={},
+        settings=dict(warmup=500, iters=10000, sla_us=1000.0, threads=1), timer_overhead=dict(p50_ns=30.0))))
+    (out/'env_bench.json').write_text(json.dumps(dict(
+        schema_version=1, cpu='x', env_id='CartPole-v1', device='cuda', rows=[
+            dict(env_id='CartPole-v1', num_envs=1 << 24, device='cuda:0', level='env', impl='Triton kernel',
+                 steps_per_s=2e10),
+            dict(env_id='CartPole-v1', num_envs=1 << 24, device='cuda:0', level='env+inference', impl='eager MLP',
+                 steps_per_s=4e8)])))
+    folder = gpu_records.convert(out, tmp_path/'b')
+    assert folder.name == f"h100-{rec['started'][:10]}"
+    md = (folder/'README.md').read_text()
+    assert 'Device: **NVIDIA H100 80GB HBM3** (compute capability 9.0, 132 SMs, 79.2 GiB)' in md
+    assert '| trt | skipped: tensorrt does not import |' in md
+    verdicts = dict(re.findall(r'^\| ([^|]+?) \| [^|]+ \| [^|]+ \| (met|not met|not measured) \|$', md, re.M))
+    assert verdicts == {'batch-1 end-to-end p99 (µs)': 'met', 'actions/s batched, end to end': 'not met',
+                        'actions/s batched, kernel only': 'met', 'raw CartPole steps/s': 'met',
+                        'env + policy steps/s': 'not met', 'PPO solves CartPole (s)': 'not measured'}
+
+
+@pytest.mark.parametrize('name,slug', [('NVIDIA H100 80GB HBM3', 'h100'), ('NVIDIA H200', 'h200'),
+                                       ('NVIDIA GeForce RTX 4090', 'geforce-rtx-4090'),
+                                       ('NVIDIA A100-SXM4-80GB', 'a100')])
+def test_records_name_the_gpu(name, slug):
+    assert gpu_records.slug(name) == slug
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_cuda(), reason='a GPU is here: the session runs for real (6 minutes); run tools/gpu_session.sh')
+def test_rehearsal_runs_the_whole_session_within_its_budget(small_run, tmp_path):
+    """tools/gpu_rehearse.sh: the offline install, the GPU image's imports, every step within 6 minutes, each GPU step
+    skipped with its reason or its CPU stand-in passing, <= 8 files, and the records converted through their schemas."""
+    from ppo_trt.core.records import read_record
+    out = tmp_path/'rehearsal'
+    t0 = time.monotonic()
+    r = subprocess.run(['bash', str(TOOLS/'gpu_rehearse.sh'), str(out)], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, 'PPO_TRT_PY': sys.executable, 'KIT_GPU_RUN': str(small_run)})
+    wall = time.monotonic() - t0
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    session = json.loads((out/'session'/'quick.json').read_text())
+    assert session['finished'] and session['wall_s'] <= QUICK_BUDGET_S and wall < QUICK_BUDGET_S + 120
+    steps = {s['name']: s for s in session['steps']}
+    assert set(steps) == set(plan()[0])
+    assert steps['install']['status'] == 'ok' and steps['install']['reason'] == 'mode target'
+    for name in ('bench', 'envs', 'ppo-cudagraphs', 'rollout', 'pytest'):
+        assert steps[name]['status'] == 'ok' and 'no CUDA GPU' in steps[name]['stand_in'], steps[name]
+    assert all(s['status'] in ('ok', 'skipped') for s in session['steps']), session['steps']
+    assert session['train']['cpu']['solved'] and session['pytest']['passed'] == session['pytest']['failed'] == 0
+    assert len(list((out/'session').iterdir())) <= FILE_LIMIT
+    folder = next((out/'records').iterdir())
+    for f in ('bench.json', 'env_bench_CartPole-v1.json', 'fast-cpu/train.json'):
+        assert not isinstance(read_record(folder/f), dict), f
+    bench = json.loads((folder/'bench.json').read_text())
+    skipped = {x['backend']: x['reason'] for x in bench['records'] if not x['ran']}
+    assert {'torch-cuda', 'triton', 'ort-cuda', 'trt'} <= set(skipped) and all(skipped.values())
+    assert 'No GPU: ' in (folder/'README.md').read_text()
+    assert re.search(r'carried: .* \(limit 62 MiB\)', r.stdout)

@@ -178,5 +178,5 @@ def test_memoryless_policies_stay_plain(run_dir):
 def test_c_loop_drives_the_memory(fast_run):
     "Hopper in C through ppo_policy_step: gymnasium's steps, the Python native-c returns to the bit, the fallback held."
     rec = c_loop(fast_run, steps=5_000, episodes=3)
-    assert rec.check.passed and rec.fallback['passed'], (rec.check, rec.fallback)
+    assert rec.check.passed and rec.fallback.passed, (rec.check, rec.fallback)
     assert rec.returns == rec.python_returns['ppo:native-c']  # the same memory rule, bit for bit

@@ -69,7 +69,8 @@ def _markdown_html(items):
     return '\n'.join(md2html(x.data) if type(x).__name__ == 'Markdown' else x.data for x in items)
 
 
-KEEP = {'mode', 'session', 'created', 'policy_sha256', 'machine_id', 'schema_version'}  # ids the report matches on
+KEEP = {'mode', 'session', 'created', 'policy_sha256', 'machine_id', 'schema_version',  # ids the report matches on
+        'env_id'}  # an env id is refused by every record's schema unless it is [A-Za-z0-9_.:/-]: no markup fits
 
 def _poisoned(x, key=None):
     "Every string value but the ids above, the payload appended."

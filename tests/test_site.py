@@ -2,9 +2,12 @@
 playwright, no browser download) loads every page from file:// and from a local server with every other request
 aborted, and checks: no console errors, every image decoded, every internal link and anchor resolves, search answers,
 the results page shows the latency table, a run's report page shows its records' text as text, and no file points at
-the network; and at a 1400 px window every table shows all its columns (or scrolls in its own box with its first column
-in view), no figure is shrunk below 60 % of its size, no cell is empty or shows an `In [ ]:` prompt, and each page's
-navigation entry is its title."""
+the network; at a 1400 px window and a 390 px phone no page scrolls sideways and every table shows all its columns (or
+scrolls in its own box with its first column in view); at 1400 px no figure is shrunk below 60 % of its size and a
+pair of figures sits side by side, on the phone every figure takes the column's width and a pair stacks; no cell is
+empty or shows an `In [ ]:` prompt, no page shows an import cell unfolded, each page's navigation entry is its title,
+the sidebar's title never covers an entry, the results open with at most a dozen headline claims, and no figure of the
+report has its legend over the data."""
 import functools, http.server, os, re, shutil, subprocess, sys, threading
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -128,7 +131,7 @@ def test_search(site, base, browser, query, expect):
     w.ctx.close()
 
 
-WINDOW = dict(width=1400, height=900)
+WINDOW, PHONE = dict(width=1400, height=900), dict(width=390, height=844)
 LAYOUT = """() => {
   const article = document.querySelector('article.md-content__inner');
   const box = t => { // the box that shows the table: the nearest one that clips it, else the content column
@@ -144,21 +147,30 @@ LAYOUT = """() => {
             head: [...t.querySelectorAll('th')].slice(0, 3).map(h => h.innerText).join(' | ')}; });
   const images = [...article.querySelectorAll('img')].filter(i => i.offsetParent !== null && i.naturalWidth).map(i => {
     const size = Math.min(i.naturalWidth, Number(i.getAttribute('width')) || Infinity); // width=: drawn for 2x screens
-    return {scale: i.getBoundingClientRect().width / size, alt: i.alt.slice(0, 60),
-            zoom: !!i.closest('a.glightbox')}; });
+    const width = i.getBoundingClientRect().width;
+    return {scale: width / size, alt: i.alt.slice(0, 60), zoom: !!i.closest('a.glightbox'),
+            full: width >= Math.min(size, article.clientWidth) - 2}; });  // as wide as the column, or as drawn
+  const rows = [...article.querySelectorAll('.figure-row')].map(r => [...r.querySelectorAll('img')].map(i =>
+    Math.round(i.getBoundingClientRect().top)));  // a pair side by side: the same top
+  const importLine = /^(import |from \\S+ import |\\s|\\)|$)/;
+  const imports = [...article.querySelectorAll('.jp-InputArea')].filter(a => a.offsetParent !== null)
+    .map(a => a.innerText.trim()).filter(t => t && t.split('\\n').every(l => importLine.test(l)));
+  const said = [...article.querySelectorAll('h2')].find(h => h.innerText.startsWith('What the numbers say'));
+  let list = said && said.nextElementSibling;
+  while (list && list.tagName !== 'UL') list = list.nextElementSibling;
   const cells = [...article.querySelectorAll('.jp-Cell')].filter(c => !c.innerText.trim() && !c.querySelector('img'));
   const prompts = [...article.querySelectorAll('.jp-InputPrompt, .jp-OutputPrompt')].filter(p => p.innerText.trim());
   const active = document.querySelector('.md-nav--primary .md-nav__link--active');
-  return {tables, images, empty_cells: cells.length, prompts: prompts.length, width: article.clientWidth,
+  return {tables, images, rows, imports, empty_cells: cells.length, prompts: prompts.length, width: article.clientWidth,
+          overflow: document.documentElement.scrollWidth - innerWidth, headlines: list ? list.children.length : null,
           h1: [...article.querySelectorAll('h1')].map(h => h.innerText.replace(/¶$/, '').trim()),
           h1_outputs: article.querySelectorAll('.jp-OutputArea h1').length,
           nav: active ? active.innerText.trim() : null}; }"""
 
 
-@pytest.fixture(scope='module')
-def layout(site, browser):
-    "What each page looks like in a 1400 px window (file://): its tables, figures, cells, titles and navigation entry."
-    ctx = browser.new_context(viewport=WINDOW, service_workers='block')
+def _layout(site, browser, viewport):
+    "What each page looks like in a window of `viewport` (file://): its tables, figures, cells, titles, navigation."
+    ctx = browser.new_context(viewport=viewport, service_workers='block')
     page, seen = ctx.new_page(), {}
     for p in sorted(site.glob('*.html')):
         if p.name == '404.html': continue
@@ -166,6 +178,81 @@ def layout(site, browser):
         seen[p.name] = page.evaluate(LAYOUT)
     ctx.close()
     return seen
+
+
+@pytest.fixture(scope='module')
+def layout(site, browser): return _layout(site, browser, WINDOW)
+
+
+@pytest.fixture(scope='module')
+def phone(site, browser): return _layout(site, browser, PHONE)
+
+
+def test_no_page_scrolls_sideways(layout, phone):
+    wide = [f"{page} at {w} px: {s['overflow']} px too wide" for w, seen in ((1400, layout), (390, phone))
+            for page, s in seen.items() if s['overflow'] > 0]
+    assert not wide, '\n'.join(wide)
+
+
+def test_on_a_phone_tables_scroll_in_their_own_box_and_figures_take_the_column(phone):
+    cut = [f"{page}: table [{t['head']}] is {t['width']} px in a {t['box']} px box"
+           for page, s in phone.items() for t in s['tables'] if not (t['fits'] or t['scrolls'])]
+    assert not cut, '\n'.join(cut)
+    assert sum(not t['fits'] for t in phone['results.html']['tables']) >= 3  # the wide ones scroll, first column stays
+    narrow = [f"{page}: {i['alt']!r} at {i['scale']:.0%} of its size" for page, s in phone.items()
+              for i in s['images'] if not i['full']]
+    assert not narrow, '\n'.join(narrow)
+    rows = phone['results.html']['rows']
+    assert len(rows) >= 3 and all(len(set(tops)) == len(tops) for tops in rows), rows  # each pair: one under the other
+
+
+def test_a_pair_of_figures_sits_side_by_side_on_a_wide_screen(layout):
+    rows = layout['results.html']['rows']
+    assert len(rows) >= 3 and all(len(tops) == 2 and len(set(tops)) == 1 for tops in rows), rows
+
+
+def test_pages_start_with_their_explanation_not_their_imports(site, layout):
+    shown = {page: s['imports'] for page, s in layout.items() if s['imports']}
+    assert not shown, shown
+    html = (site/'fast_ppo.html').read_text(encoding='utf-8')
+    assert html.count('<details class="imports">') >= 2 and '<details class="imports" open' not in html
+
+
+def test_results_open_with_the_headline_claims(layout):
+    assert 5 <= layout['results.html']['headlines'] <= 11, layout['results.html']['headlines']
+
+
+def test_the_sidebar_title_never_covers_an_entry(site, browser):
+    page = browser.new_page(viewport=WINDOW)
+    page.goto((site/'fast_ppo.html').as_uri(), wait_until='load')
+    at_load, covered = page.evaluate("""() => {
+        const title = document.querySelector('.md-nav--primary > .md-nav__title');
+        const wrap = title.closest('.md-sidebar__scrollwrap'), at_load = wrap.scrollTop, covered = [];
+        const look = () => { const r = title.getBoundingClientRect();
+            covered.push(...[...document.querySelectorAll('.md-nav--primary .md-nav__link')].filter(a => {
+                const q = a.getBoundingClientRect(); return q.height && q.bottom > r.top + 1 && q.top < r.bottom - 1; })
+                .map(a => `${wrap.scrollTop}: ${a.innerText.trim()}`)); };
+        look();
+        for (const y of [137, 600, 1500, wrap.scrollHeight]) { wrap.scrollTop = y; look(); }
+        return [at_load, covered]; }""")
+    page.close()
+    assert at_load > 0  # Material scrolled the long navigation to this page's entry: entries pass the title's place
+    assert not covered, covered
+
+
+def test_no_legend_of_the_report_lies_over_its_data():
+    from ppo_trt.results import report as R
+    recs = R.load_records(ROOT/'nbs'/'_reference'/'hopper')
+    cur = R.current_bench(recs.bench, recs.policy_sha256)
+    figures = {'latency CDF': R.plot_latency_cdf(cur), 'latency tail': R.plot_latency_tail(cur),
+               'throughput': R.plot_throughput(cur), 'cost per action': R.plot_cost_per_action(cur),
+               'delay': R.plot_delay_curve(recs.evaluate.delay_curve),
+               'residual': R.plot_residual_study(recs.residual_studies[0]),
+               'learning curve': R.plot_learning_curve(recs.train_log, recs.train),
+               'sweep delay': R.plot_sweep_delay(recs.sweep), 'sweep curves': R.plot_sweep_curves(recs.sweep),
+               'curriculum': R.plot_sweep_curriculum(recs.sweep)}
+    covered = {name: R.legend_overlaps(f) for name, f in figures.items() if R.legend_overlaps(f)}
+    assert not covered, covered
 
 
 def test_every_table_shows_all_its_columns(layout):

@@ -1,7 +1,8 @@
 """Teacher-student training (`train --fast --teacher-student`): a privileged teacher, a history student distilled from
 it on its own rollouts and fine-tuned; what the records say, that nothing of the teacher is deployed, and that the
 student is an ordinary history policy: sequence parity on every CPU backend and the C loop with its memory."""
-import subprocess, sys
+import shutil, subprocess, sys
+from pathlib import Path
 import numpy as np, pytest, torch
 from ppo_trt.backends import registry as B
 from ppo_trt.backends.runner import HistoryRunner
@@ -72,7 +73,40 @@ def test_student_sequence_parity_on_every_cpu_backend(ts_run):
 def test_c_loop_drives_the_student(ts_run):
     "The student in C through the library's memory: gymnasium's steps, native-c's returns to the bit, fallback held."
     rec = c_loop(ts_run, steps=3_000, episodes=2)
-    assert rec.check.passed and rec.fallback['passed'], (rec.check, rec.fallback)
+    assert rec.check.passed and rec.fallback.passed, (rec.check, rec.fallback)
+    assert rec.returns == rec.python_returns['ppo:native-c']
+
+
+COMMITTED = Path(__file__).resolve().parents[1]/'nbs'/'_reference'/'hopper'/'robust'/'runs'/'teacher-student-s1'
+
+
+@pytest.fixture(scope='module')
+def committed_student(tmp_path_factory):
+    "A copy of the committed study's deployed student (4M steps): the C loop writes its record beside it."
+    d = tmp_path_factory.mktemp('committed')/'student'
+    shutil.copytree(COMMITTED, d)
+    return d
+
+
+def test_committed_student_parity_on_every_cpu_backend(committed_student):
+    "The study's own student, not a toy: every CPU backend replays ORT's delayed episodes within 1e-5."
+    ort = B.load('ort', committed_student)
+    assert isinstance(ort, HistoryRunner) and ort.info['history_actions'] == 3
+    obs_seq, ort_actions, starts = _episodes(ort)
+    ran = []
+    for name in CPU_BACKENDS:
+        if not B.available()[name][0]: continue
+        np.testing.assert_allclose(_replay(B.load(name, committed_student), obs_seq, starts), ort_actions, atol=1e-5,
+                                   err_msg=name)
+        ran.append(name)
+    assert {'ort', 'native', 'native-c', 'torch', 'sb3'} <= set(ran)
+
+
+@pytest.mark.skipif(bool(c_loop_missing()), reason=c_loop_missing() or 'the C loop builds here')
+def test_c_loop_drives_the_committed_student(committed_student):
+    "The committed student in the C loop with its memory: gymnasium's steps, native-c's returns to the bit."
+    rec = c_loop(committed_student, steps=3_000, episodes=2)
+    assert rec.check.passed and rec.fallback.passed, (rec.check, rec.fallback)
     assert rec.returns == rec.python_returns['ppo:native-c']
 
 

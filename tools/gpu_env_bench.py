@@ -1,7 +1,7 @@
-"""env-bench for the GPU kit (tools/gpu_session.sh envs): `ppo_trt.throughput.batched_envs.env_bench` with the record rewritten
-after every (level, num_envs) point, the training level capped at `TRAIN_LEVEL_MAX_ENVS` and, on CUDA, the Triton
-CartPole kernel timed before the training level; so a time-out keeps every figure measured so far.
-Usage: python tools/gpu_env_bench.py --device cuda --compile --num-envs 1024,65536,1048576,16777216 --out FILE.json"""
+"""env-bench for the GPU kit (tools/gpu_session.sh quick, step envs): `ppo_trt.throughput.batched_envs.env_bench` with
+the record rewritten after every (level, num_envs) point, the training level capped at `TRAIN_LEVEL_MAX_ENVS` and, on
+CUDA, the Triton CartPole kernel timed before the training level; so a time-out keeps every figure measured so far.
+Usage: python tools/gpu_env_bench.py --device cuda --num-envs 65536,1048576,16777216 --out FILE.json"""
 import argparse, sys
 
 
@@ -19,15 +19,20 @@ def main(argv=None):
     p.add_argument('--train-max-envs', type=int, default=TRAIN_LEVEL_MAX_ENVS,
                    help='largest num_envs the training level runs at (default: %(default)s)')
     p.add_argument('--no-train', action='store_true', help='skip the training level')
+    p.add_argument('--triton-launches', type=int, default=10, help='launches (of 100 steps) per Triton kernel timing')
     p.add_argument('--out', required=True, help='the record, rewritten after every point')
     a = p.parse_args(argv)
     sizes, dev = [int(n) for n in a.num_envs.split(',')], resolve_device(a.device)
     say = lambda msg: print(msg, flush=True)
     levels = []
-    if a.env_id == 'CartPole-v1' and dev.type == 'cuda':  # the hand-written kernel's raw figure, on a GPU only
+    if a.env_id == 'CartPole-v1' and dev.type != 'cuda':
+        say(f'Triton CartPole kernel skipped: it is timed on a CUDA GPU only (the device is {dev})')
+    elif a.env_id == 'CartPole-v1':  # the hand-written kernel's raw figure, on a GPU only
         from ppo_trt.throughput.triton_cartpole import triton_throughput, TRITON_MISSING
         if TRITON_MISSING: say(f'Triton CartPole kernel skipped: {TRITON_MISSING}')
-        else: levels.append(('Triton CartPole kernel', lambda ns: triton_throughput(ns, dev), sizes))
+        else:
+            kernel = lambda ns: triton_throughput(ns, dev, launches=a.triton_launches)
+            levels.append(('Triton CartPole kernel', kernel, sizes))
     if not a.no_train:
         from ppo_trt.throughput.fast_ppo import train_throughput
         train_sizes = train_level_sizes(sizes, a.train_max_envs)

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The GPU kit's first half, on the CPU box (which reaches PyPI): the GPU machine has python3.12 with torch, triton,
 # cuda-bindings, onnx and onnxruntime (CPU) but no registry access and no gymnasium, mujoco, SB3 or msgspec. This puts
-# their wheels for CPython 3.12 in .gpu/wheels (the versions of the project's venv, so the GPU run uses the libraries
-# this checkout was tested with) and a trained, exported run folder in .gpu/run. .gpu/ is git-ignored: carry it,
-# then run the stages of tools/gpu_session.sh (its head says how), e.g.
-#   run(command="bash tools/gpu_session.sh smoke", carry=[".gpu"], timeout_s=600)
+# the wheels named in tools/gpu_carry.txt, for CPython 3.12, in .gpu/wheels (the versions of the project's venv, so the
+# GPU run uses the libraries this checkout was tested with) and a trained, exported run folder in .gpu/run, and checks
+# that the working tree and .gpu together stay under what the device tool carries. .gpu/ is git-ignored: carry it, then
+# rehearse (tools/gpu_rehearse.sh) and run the session as the head of tools/gpu_session.sh plans it:
+#   run(command="bash tools/gpu_session.sh quick", carry=[".gpu"], timeout_s=420)
 # Usage: tools/gpu_prepare.sh [RUN_DIR]
 #   RUN_DIR: a folder made by `ppo-trt run` (or train + export). Without it, a short Hopper-v4 run is trained and
 #   exported into runs/gpu-kit-Hopper-v4 (kept: a second prepare reuses it). Uses the project's venv (.venv, or
@@ -30,16 +31,7 @@ fi
   echo "gpu_prepare: $run has no policy.onnx / export_obs.npy; run ppo-trt run (or train + export) first" >&2; exit 2; }
 
 rm -rf .gpu.tmp && mkdir -p .gpu.tmp/wheels .gpu.tmp/run
-# not carried: tensorrt-rtx-cu13-libs (95 MB) is over the 64 MiB carry limit, and TensorRT-RTX does not support
-# H100/H200 (compute 9.0); onnxruntime-gpu (255 MB) likewise. filelock: the image's may predate is_singleton.
-# mujoco-studio (13 MB, a requirement of mujoco's metadata) is left out: `import mujoco` does not load it.
-pins=$("$PY" - <<'PY'
-import importlib.metadata as md
-names = ('stable-baselines3 gymnasium farama-notifications mujoco mujoco-core glfw pyopengl '
-         'onnxconverter-common msgspec filelock').split()
-print(' '.join(f'{n}=={md.version(n)}' for n in names))
-PY
-)
+pins=$("$PY" tools/gpu_quick.py pins tools/gpu_carry.txt) || exit 2  # what is carried and what is not: that file
 echo "gpu_prepare: wheels for CPython 3.12: $pins"
 plats=()
 for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 \
@@ -50,8 +42,4 @@ cp -r "$run"/. .gpu.tmp/run/
 rm -rf .gpu.tmp/run/checkpoints/*.zip .gpu.tmp/run/*.engine .gpu.tmp/run/.ppo-trt.lock .gpu.tmp/run/.ppo-trt.holder.json
 rm -rf .gpu && mv .gpu.tmp .gpu
 ls -l .gpu/wheels
-size=$(du -sb .gpu | cut -f1)
-tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2> /dev/null | tail -n 1 | cut -f1)
-echo "gpu_prepare: .gpu is $(( size >> 20 )) MiB; with the working tree $(( (size + tree) >> 20 )) MiB travel" \
-     "(limit 64)"
-(( size + tree < 62 << 20 )) || { echo "gpu_prepare: over the 64 MiB the device tool carries" >&2; exit 1; }
+"$PY" tools/gpu_quick.py carried || { echo "gpu_prepare: over the 64 MiB the device tool carries" >&2; exit 1; }

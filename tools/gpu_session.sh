@@ -1,63 +1,123 @@
 #!/usr/bin/env bash
-# The GPU kit's second half: everything that needs the GPU, in stages that each end well inside the device tool's
-# 10-minute command limit and each bring back their own files. Prepare first, on the CPU box: tools/gpu_prepare.sh.
-# Run the stages back to back while the machine is warm; each installs what it needs when the machine is fresh,
-# so any stage also runs alone:
-#   run(command="bash tools/gpu_session.sh smoke", carry=[".gpu"], timeout_s=600)  ~1-2 min: nvidia-smi, Python,
-#        torch, triton, the offline install (what the machine has, what was done), doctor, import and CLI checks
-#        -> $OUT: kit_smoke.txt doctor.txt
-#   run(command="bash tools/gpu_session.sh bench", carry=[".gpu"], timeout_s=600)  <= 8 min: ppo-trt bench of every
-#        backend, batches up to 1 048 576          -> kit_bench.txt bench.txt bench.json (saved after each backend)
-#   run(command="bash tools/gpu_session.sh envs", carry=[".gpu"], timeout_s=600)   <= 8 min: env-bench CartPole on
-#        CUDA, three levels + the Triton kernel    -> kit_envs.txt env_bench.txt env_bench.json (saved after each point)
-#   run(command="bash tools/gpu_session.sh ppo", carry=[".gpu"], timeout_s=600)    <= 8 min: fast PPO CartPole eager,
-#        --cudagraphs, --compile; pytest -m gpu    -> kit_ppo.txt fast.txt fast_{eager,cudagraphs,compile}.json
-#                                                     pytest_gpu.txt
-# `all` runs the four in a row (only where no command limit applies; 14 files, of which the device tool brings 8).
-# Every stage writes kit_<stage>.txt: the install log and each step's limit, wall time (bash's `time`) and exit status
-# (124: killed at its limit). A stage stops its steps at KIT_STAGE_S seconds (default 540), whatever their limits.
-# Where torch sees no CUDA GPU (the CPU box), each GPU step says why it skips; bench and envs then run a short CPU
-# check of the same commands instead (GPU backends record their skip reasons), so the kit can be tried here.
-# Environment: PPO_TRT_PY (the Python to use; default python3), KIT_INSTALL=auto|venv|target|none (auto: into the
-# Python's own environment when it is writable and has setuptools, else pip install --target + PYTHONPATH; none: the
-# Python already has the project, e.g. the CPU box's .venv), KIT_STAGE_S, KIT_DIR (default /tmp/ppo_trt_kit), OUT.
+# The GPU kit's second half: every GPU check in one call of at most 6 minutes (KIT_QUICK_S, default 360 s), each step
+# under its own hard limit, each writing its result under $OUT the moment it ends (8 files: what the device tool brings
+# back), so a session cut off anywhere still returns what it measured. The first half is tools/gpu_prepare.sh.
+#
+# THE PLAN when a GPU machine is lent (15 minutes of device time in all: each start ~1-2 min, commands, idle, close).
+#  Before, on the CPU box (no device time), in the checkout the session was started in (the device tool carries that
+#  one, not a helper's worktree); status() says at no cost whether this task is lent a machine at all:
+#   a. tools/gpu_prepare.sh [RUN_DIR]: .gpu/wheels (CPython 3.12 wheels of tools/gpu_carry.txt), .gpu/run, the size.
+#   b. tools/gpu_rehearse.sh: this script end to end here, offline install and the GPU image's imports enforced; every
+#      GPU step says why it skips, every stand-in passes, the records convert. Fix until it exits 0; commit.
+#  On the device:
+#   1. run(command="bash tools/gpu_session.sh quick", carry=[".gpu"], timeout_s=420): once (<= 6 min + the start).
+#   2. give_back() at once, unless the next call follows within seconds (an idle machine costs the same as a busy one).
+#   3. Read the reply's output_tail (the step table) and files_at/quick.json: every step ok / failed / timeout /
+#      skipped / not run, with its reason; the logs beside it say why. Keep them at once:
+#      python tools/gpu_records.py FILES_AT (-> benchmarks/<gpu>-<yyyy-mm-dd>/); commit.
+#   4. Fix what broke on the CPU box; rehearse again.
+#   5. status(): with L = budget_left_s >= 300, one more call for the steps that failed or did not run:
+#        run(command="KIT_QUICK_S=<L-150> bash tools/gpu_session.sh quick bench,pytest", carry=[".gpu"],
+#            timeout_s=<L-120>)
+#      then give_back(); convert with --name <gpu>-<date>-2. Under 300 s left: stop (no machine starts under 4 min).
+#   6. Closing note: the figures and the device, what broke on first contact and how it was fixed, device time used.
+#
+# Steps, in order (limit in s; `bash tools/gpu_session.sh plan` prints them; without a CUDA GPU the stand-in runs):
+#   install 45         the wheels of .gpu/wheels and this checkout, offline   | same (KIT_INSTALL=none: as it is)
+#   nvidia-smi 10      name, driver, memory, clocks, compute capability       | skipped: no nvidia-smi
+#   versions 30        Python, torch/CUDA, triton, JAX, ORT, the GPU          | same
+#   doctor 30          ppo-trt doctor: every backend, available or why not    | same
+#   bench 100          GPU backends: batch-1 checked call + kernel-only (CUDA events) p50/p99/p99.9, parity vs ORT
+#                      FP32 on export_obs.npy, sweep to 1 048 576; ort-cuda/ort-trt/trt/trt-rtx recorded with the
+#                      reason they cannot run                                  | the same command, batches 1-256
+#   envs 60            env-bench CartPole on CUDA at 65 536 / 1 048 576 / 16 777 216 envs and the Triton CartPole
+#                      kernel                                                  | CPU at 1 024 / 4 096 / 16 384
+#   ppo-cudagraphs 60  train --fast CartPole-v1 --device cuda --cudagraphs (to 475)  | train --fast on the CPU
+#   rollout 30         device rollout (CartPole, Pendulum, 1 048 576 envs) under torch.cuda.set_sync_debug_mode('error')
+#                                                                              | the rollout on the CPU, unchecked
+#   pytest 90          pytest -m gpu tests/test_gpu.py                         | same: every test skips with its reason
+#   ppo-eager 40       train --fast on CUDA without graphs, if >= 20 s are left | skipped (the stand-in was eager)
+# Files under $OUT: quick.json (the record, rewritten after every step), quick.txt (step log, install, nvidia-smi,
+# versions, doctor), bench.txt, bench.json, envs.txt, env_bench.json, ppo.txt, pytest_gpu.txt.
+# Usage: tools/gpu_session.sh quick [STEP,...]   (STEPs: only these, after install; default all) | plan
+# Environment: PPO_TRT_PY (default python3), KIT_INSTALL=auto|venv|target|none (auto: into the Python's own environment
+# when it is writable and has setuptools, else pip install --target + PYTHONPATH; none: the Python already has the
+# project, e.g. the CPU box's .venv), KIT_QUICK_S, KIT_GPU_DIR (default .gpu), KIT_DIR (default /tmp/ppo_trt_kit),
+# KIT_IMAGE_GUARD=1 (imports limited to the GPU image's, tools/image_guard), OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
-OUT=${OUT:-/tmp/ppo_trt_gpu_out}; mkdir -p "$OUT"
+OUT=${OUT:-/tmp/ppo_trt_gpu_out}; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 PY=${PPO_TRT_PY:-python3}
 KIT=${KIT_DIR:-/tmp/ppo_trt_kit}; mkdir -p "$KIT/bin"  # kept between calls while the machine stays warm
+GPUDIR=${KIT_GPU_DIR:-.gpu}
+QUICK_S=${KIT_QUICK_S:-360}
 MUJOCO_GL_WAS=${MUJOCO_GL-<unset>}
 # nothing renders on the GPU machine: `disable` never loads a GL library (egl without its loaders fails inside
 # PyOpenGL with an AttributeError that mujoco does not catch, and `import mujoco` takes bench down with it)
-export MUJOCO_GL=disable PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore MPLBACKEND=Agg PPO_TRT_CACHE=$KIT/cache
-BENCH_BACKENDS=ort,native-c,torch-cuda,torch-cuda-graph,torch-compile,ort-cuda,ort-trt,trt,trt-rtx,triton,triton-tf32
+export MUJOCO_GL=disable PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore MPLBACKEND=Agg PPO_TRT_CACHE=$KIT/cache COLUMNS=160
+if [ "${KIT_IMAGE_GUARD:-0}" = 1 ]; then
+  export PYTHONPATH="$REPO/tools/image_guard${PYTHONPATH:+:$PYTHONPATH}"
+  export KIT_IMAGE_ALLOW="$REPO/tools/gpu_image.txt:$REPO/tools/gpu_carry.txt" KIT_IMAGE_HIDDEN="$KIT/image_hidden.txt"
+  rm -f "$KIT_IMAGE_HIDDEN"
+fi
+# the ones that cannot run there first (instant, so their reasons are kept whatever happens), the compiler last
+GPU_BACKENDS=ort-cuda,ort-trt,trt,trt-rtx,torch-cuda,torch-cuda-graph,triton,triton-tf32,torch-compile
+# name:limit_s[:min_s] in order; a step with a min runs only when that much of the session is left
+# (the limits add up to more than the budget: a step that runs long takes from those after it, so the order is the
+# priority; the budget's deadline stops every step, whatever its limit)
+QUICK_PLAN=(install:45 nvidia-smi:10 versions:30 doctor:30 bench:100 envs:60 ppo-cudagraphs:60 rollout:30 pytest:90
+            ppo-eager:40:20)
 command -v timeout > /dev/null || timeout() { while [[ $1 == -* ]]; do shift 2; done; shift; "$@"; }  # no coreutils
 
 log() { echo "[kit $(date +%H:%M:%S)] $*" | tee -a "$LOG"; }
+rec() {  # rec COMMAND ARGS...: tools/gpu_quick.py on quick.json (standard library only: no guard, no PYTHONPATH)
+  local c=$1; shift
+  PYTHONPATH='' KIT_IMAGE_ALLOW='' "$PY" "$REPO/tools/gpu_quick.py" "$c" "$QJ" "$@" 2>&1 | tee -a "$LOG"
+}
+now_ms() { date +%s%3N; }
+plan_of() {  # plan_of NAME: sets LIMIT and MIN from QUICK_PLAN
+  local e; for e in "${QUICK_PLAN[@]}"; do
+    IFS=: read -r n l m <<< "$e"; [ "$n" = "$1" ] && { LIMIT=$l; MIN=${m:-5}; return 0; }; done
+  echo "gpu_session: no step $1 in QUICK_PLAN" >&2; exit 2
+}
+wanted() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 
-step() {  # step NAME LIMIT_S FILE CMD...: CMD under `timeout`, output to FILE, limit cut to what the stage has left
-  local name=$1 limit=$2 file=$3; shift 3
-  local left=$(( DEADLINE - SECONDS - 5 ))
+step() {  # step NAME FILE CMD...: CMD under `timeout`, its limit cut to what the session has left; output to FILE
+  local name=$1 file=$2; shift 2
+  plan_of "$name"
+  local left=$(( DEADLINE - SECONDS )) limit=$LIMIT
   (( limit > left )) && limit=$left
-  if (( limit < 5 )); then
-    log "$name: not run: the stage's ${STAGE_S} s are spent"
-    echo "== $name: not run: the stage's time is spent" >> "$file"
+  if (( limit < MIN )); then
+    log "$name: not run: ${left} s of the session's ${QUICK_S} s are left (it needs ${MIN} s)"
+    echo "== $name: not run: the session's time is spent" >> "$file"
+    rec step "$name" --not-run --limit "$LIMIT" --file "${file##*/}" \
+      --reason "the session's ${QUICK_S} s budget is spent (${left} s left, needs ${MIN} s)" > /dev/null
     return 124
   fi
   echo "== $name (limit ${limit} s): $*" >> "$file"
-  local t0=$SECONDS rc TIMEFORMAT="== $name: wall %R s"
-  { time timeout -k 10 "$limit" "$@" >> "$file" 2>&1; } 2>> "$file"; rc=$?
-  log "$name: exit $rc$( ((rc == 124 || rc == 137)) && echo ' (killed at its limit)') after $(( SECONDS - t0 )) s"
+  local t0 rc wall; t0=$(now_ms)
+  timeout -k 3 "$limit" "$@" >> "$file" 2>&1; rc=$?
+  wall=$(( $(now_ms) - t0 )); wall=$(( wall / 1000 )).$(( wall % 1000 / 100 ))
+  echo "== $name: exit $rc after $wall s$( ((rc == 124 || rc == 137)) && echo ' (killed at its limit)')" >> "$file"
+  rec step "$name" --limit "$limit" --wall "$wall" --rc "$rc" --file "${file##*/}" ${STAND_IN:+--stand-in "$STAND_IN"}
   return $rc
+}
+
+skip() {  # skip NAME FILE REASON: a step that cannot run here, and why
+  echo "== $1: skipped: $3" >> "$2"
+  rec step "$1" --skipped "$3" --file "${2##*/}"
 }
 
 gpu_check() {  # sets GPU_WHY to '' when torch sees a CUDA GPU, else to the reason
   GPU_WHY=$("$PY" -c "
 import torch
-if not torch.cuda.is_available(): raise SystemExit('torch ' + torch.__version__ + ' sees no CUDA GPU')
+if not torch.cuda.is_available():
+    build = ' (CPU-only build)' if torch.version.cuda is None else ''
+    raise SystemExit('torch ' + torch.__version__ + ' sees no CUDA GPU' + build)
 print('GPU ' + torch.cuda.get_device_name())" 2>&1 | tail -n 1)
-  if [[ $GPU_WHY == GPU\ * ]]; then log "$GPU_WHY"; GPU_WHY=''; else log "no GPU: $GPU_WHY"; fi
+  if [[ $GPU_WHY == GPU\ * ]]; then log "$GPU_WHY"; rec set gpu --string "${GPU_WHY#GPU }" > /dev/null; GPU_WHY=''
+  else log "no GPU: $GPU_WHY"; rec set gpu_why --string "$GPU_WHY" > /dev/null; fi
 }
 
 imports_ok() {  # SB3 needs torch: checked where torch imports
@@ -66,13 +126,13 @@ import importlib.util, ppo_trt.cli, ppo_trt.measure.bench, msgspec, gymnasium, m
 if importlib.util.find_spec('torch'): import stable_baselines3" >> "$LOG" 2>&1
 }
 
-kit_install() {  # the wheels of .gpu/wheels and this checkout, offline; logs what the machine has and what it did
-  local wheels=(.gpu/wheels/*.whl)
+kit_install() {  # the wheels of .gpu/wheels and this checkout, offline, within INSTALL_END; logs what it found and did
+  local wheels=("$GPUDIR"/wheels/*.whl)
   if [ "${KIT_INSTALL:-auto}" = none ]; then  # the Python already has the project (the CPU box's own venv)
     KIT_MODE=none; imports_ok || { log "install: KIT_INSTALL=none, but the project does not import (above)"; return 1; }
   fi
   [ "${KIT_MODE:-}" = none ] || [ -e "${wheels[0]}" ] || {
-    log "no wheels in .gpu/wheels: run tools/gpu_prepare.sh on the CPU box, carry .gpu"; return 1; }
+    log "no wheels in $GPUDIR/wheels: run tools/gpu_prepare.sh on the CPU box, carry $GPUDIR"; return 1; }
   local key; key=$(ls -l "${wheels[@]}" setup.py settings.ini 2> /dev/null | md5sum | cut -c1-12)
   if [ -f "$KIT/install-$key.env" ]; then
     . "$KIT/install-$key.env"
@@ -90,7 +150,7 @@ for d in ('pip', 'setuptools', 'wheel', 'numpy', 'torch', 'triton', 'onnx', 'onn
     except md.PackageNotFoundError: v = 'missing'
     print(f'  {d} {v}')
 print('on PATH: ppo-trt', shutil.which('ppo-trt'), '| nvidia-smi', shutil.which('nvidia-smi'), '| timeout',
-      shutil.which('timeout'), '| /usr/bin/time', os.path.exists('/usr/bin/time'))
+      shutil.which('timeout'), '| cc', shutil.which('cc'))
 PY
   KIT_MODE=${KIT_INSTALL:-auto}
   if [ "$KIT_MODE" = none ]; then log "install: none (KIT_INSTALL=none): $PY as it is"
@@ -99,16 +159,19 @@ PY
     else KIT_MODE=target; log "install: $PY's environment is not writable or has no setuptools: pip install --target"
     fi
   fi
-  local pip=("$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check)
+  pip_() {  # offline, no dependencies resolved, within what the install step has left
+    timeout -k 3 "$(( INSTALL_END - SECONDS > 1 ? INSTALL_END - SECONDS : 1 ))" "$PY" -m pip install -q --no-index \
+      --no-deps --no-compile --no-cache-dir --disable-pip-version-check "$@"
+  }
   if [ "$KIT_MODE" = venv ]; then
-    if "${pip[@]}" "${wheels[@]}" >> "$LOG" 2>&1 && "${pip[@]}" --no-build-isolation -e . >> "$LOG" 2>&1 && imports_ok
+    if pip_ "${wheels[@]}" >> "$LOG" 2>&1 && pip_ --no-build-isolation -e . >> "$LOG" 2>&1 && imports_ok
     then log "install: into $("$PY" -c 'import sys; print(sys.prefix)') (editable checkout)"
     else KIT_MODE=target; log "install: into the environment failed (above); falling back to pip install --target"
     fi
   fi
   if [ "$KIT_MODE" = target ]; then
     rm -rf "$KIT/site"
-    "${pip[@]}" --target "$KIT/site" "${wheels[@]}" >> "$LOG" 2>&1 || {
+    pip_ --target "$KIT/site" "${wheels[@]}" >> "$LOG" 2>&1 || {
       log "install: pip install --target failed"; return 1; }
     export PYTHONPATH="$REPO:$KIT/site${PYTHONPATH:+:$PYTHONPATH}"
     imports_ok || { log "install: the packages still do not import (above)"; return 1; }
@@ -125,97 +188,140 @@ PY
   return 0
 }
 
-stage_start() {  # stage_start NAME: its log, deadline, install and GPU check
-  STAGE=$1 LOG="$OUT/kit_$1.txt" STAGE_S=${KIT_STAGE_S:-540} DEADLINE=$(( SECONDS + ${KIT_STAGE_S:-540} ))
-  : > "$LOG"
-  log "stage $STAGE in $REPO ($(git rev-parse --short HEAD 2> /dev/null || echo 'no git')), output to $OUT"
-  local t0=$SECONDS
-  kit_install || { log "install failed: stage $STAGE cannot run"; return 1; }
-  log "install: done in $(( SECONDS - t0 )) s"
+fresh_run() {  # a copy of the carried run folder, so the session never writes into .gpu
+  rm -rf "$KIT/run" && cp -r "$GPUDIR/run" "$KIT/run" 2> /dev/null && [ -f "$KIT/run/policy.onnx" ]
+}
+
+train_line() {  # train_line NAME DIR: the train record into quick.json, its headline into ppo.txt
+  [ -f "$2/train.json" ] || { echo "== $1: no train.json was written" >> "$OUT/ppo.txt"; return; }
+  rec set "train.$1" --file "$2/train.json" > /dev/null
+  "$PY" -c "
+import json, sys; r = json.load(open(sys.argv[2]))
+keys = 'device cudagraphs solved final_eval_mean solved_at_timesteps solved_at_wall_s wall_s steps_per_s call_wall_s'
+print('== $1:', {k: r.get(k) for k in keys.split()})" "$1" "$2/train.json" \
+    >> "$OUT/ppo.txt" 2>&1
+}
+
+quick() {  # the session: every step in order (or those of $1), each recorded as it ends
+  ONLY=${1:-} LOG="$OUT/quick.txt" QJ="$OUT/quick.json" DEADLINE=$(( SECONDS + QUICK_S - 5 ))
+  : > "$LOG"; rm -f "$QJ"
+  local planned; planned=$(IFS=,; echo "${QUICK_PLAN[*]}")
+  rec init --budget "$QUICK_S" --planned "$planned" --commit "$(git rev-parse --short HEAD 2> /dev/null)" > /dev/null
+  log "quick in $REPO ($(git rev-parse --short HEAD 2> /dev/null || echo 'no git')), output to $OUT," \
+      "budget ${QUICK_S} s${ONLY:+, steps $ONLY}"
+  local t0 rc=0 wall ok=1 f
+  plan_of install; INSTALL_END=$(( SECONDS + LIMIT )); t0=$(now_ms)
+  kit_install || ok=0
+  wall=$(( $(now_ms) - t0 )); wall=$(( wall / 1000 )).$(( wall % 1000 / 100 ))
+  rec step install --limit "$LIMIT" --wall "$wall" --rc $((1 - ok)) --file quick.txt \
+    ${KIT_MODE:+--reason "mode $KIT_MODE"} > /dev/null
   gpu_check
-}
+  no_install() { (( ok )) && return 1; skip "$1" "$2" "the offline install failed (quick.txt)"; }
+  local gpu=$([ -z "$GPU_WHY" ] && echo 1) cpu="no CUDA GPU ($GPU_WHY): CPU stand-in"
+  cpu_only() { [ -n "$gpu" ] || echo "$1"; }
 
-fresh_run() {  # a copy of the carried run folder, so a stage never writes into .gpu
-  rm -rf "$KIT/run" && cp -r .gpu/run "$KIT/run" && [ -f "$KIT/run/policy.onnx" ] || {
-    log "no run folder in .gpu/run (run tools/gpu_prepare.sh)"; return 1; }
-}
-
-stage_smoke() {
-  stage_start smoke || return 1
-  local f="$OUT/doctor.txt"; : > "$f"
-  step nvidia-smi 30 "$f" nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,compute_cap --format=csv
-  step versions 90 "$f" "$PY" -c "
-import sys, torch; print('python', sys.version.split()[0], '| torch', torch.__version__, '| cuda', torch.version.cuda,
-                         '| GPU', torch.cuda.get_device_name() if torch.cuda.is_available() else None)
-import triton; print('triton', triton.__version__)"
-  step doctor 120 "$f" ppo-trt doctor
-  step cli-help 60 "$f" ppo-trt --help
-  step mujoco 60 "$f" "$PY" -c "
-import os, mujoco, gymnasium as gym
-from ppo_trt.core.machine import machine_summary
-print('MUJOCO_GL', os.environ.get('MUJOCO_GL'), '| mujoco', mujoco.__version__, '|', machine_summary())
-e = gym.make('Hopper-v4'); e.reset(seed=0); print('Hopper-v4 steps:', e.step(e.action_space.sample())[1])"
-  if [ -d .gpu/run ]; then ls -l .gpu/run >> "$f"; fi
-}
-
-stage_bench() {
-  stage_start bench || return 1
-  fresh_run || return 1
-  local f="$OUT/bench.txt"; : > "$f"
-  if [ -z "$GPU_WHY" ]; then
-    step bench 420 "$f" ppo-trt bench --run-dir "$KIT/run" --backends $BENCH_BACKENDS \
-      --batches 1,16,256,4096,65536,262144,1048576 --iters 5000 --closed-loop-steps 2000
-  else
-    echo "== no GPU ($GPU_WHY): a short CPU check of the same command; GPU backends record why they skip" >> "$f"
-    step bench-cpu-check 300 "$f" ppo-trt bench --run-dir "$KIT/run" --backends $BENCH_BACKENDS --batches 1,16 \
-      --iters 200 --warmup 20 --sweep-seconds 0.02 --closed-loop-steps 200
+  if wanted nvidia-smi; then
+    if command -v nvidia-smi > /dev/null; then
+      step nvidia-smi "$LOG" bash -c \
+        'nvidia-smi && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,compute_cap --format=csv'
+    else skip nvidia-smi "$LOG" "nvidia-smi is not on PATH"; fi
   fi
-  cp "$KIT/run/bench.json" "$OUT/bench.json" 2> /dev/null || log "no bench.json was written"
-}
-
-stage_envs() {
-  stage_start envs || return 1
-  local f="$OUT/env_bench.txt"; : > "$f"
-  if [ -z "$GPU_WHY" ]; then
-    step env-bench 450 "$f" "$PY" tools/gpu_env_bench.py --device cuda --compile \
-      --num-envs 1024,65536,1048576,16777216 --gym-max-envs 1024 --out "$OUT/env_bench.json"
-  elif ! "$PY" -c "import torch" 2> /dev/null; then
-    echo "== env-bench skipped: $GPU_WHY" >> "$f"; log "env-bench skipped: $GPU_WHY"
-  else
-    echo "== no GPU ($GPU_WHY): a short CPU check of the same command" >> "$f"
-    step env-bench-cpu-check 300 "$f" "$PY" tools/gpu_env_bench.py --device cpu --num-envs 32,256 --steps 10 \
-      --gym-max-envs 32 --out "$OUT/env_bench.json"
+  wanted versions && step versions "$LOG" "$PY" tools/gpu_quick.py versions "$QJ"
+  if wanted doctor && ! no_install doctor "$LOG"; then  # its JSON (every backend: available or why not) to quick.json
+    fresh_run || log "doctor: no run folder in $GPUDIR/run"
+    rm -f "$KIT/doctor.json"
+    step doctor "$LOG" bash -c 'ppo-trt doctor --json --run-dir "$0" 2>&1 > "$1"' "$KIT/run" "$KIT/doctor.json"
+    rec set doctor --file "$KIT/doctor.json" > /dev/null
   fi
-}
 
-stage_ppo() {
-  stage_start ppo || return 1
-  local f="$OUT/fast.txt"; : > "$f"
-  if [ -n "$GPU_WHY" ]; then
-    echo "== fast PPO on CUDA: skipped: $GPU_WHY" >> "$f"
-    echo "== pytest -m gpu: skipped: $GPU_WHY" > "$OUT/pytest_gpu.txt"
-    log "fast PPO and pytest -m gpu skipped: $GPU_WHY"; return 0
+  f="$OUT/bench.txt"
+  if wanted bench && ! no_install bench "$f"; then
+    if ! fresh_run; then skip bench "$f" "no run folder in $GPUDIR/run: run tools/gpu_prepare.sh"
+    elif [ -n "$gpu" ]; then
+      step bench "$f" ppo-trt bench --run-dir "$KIT/run" --backends "$GPU_BACKENDS" --replace --closed-loop-steps 0 \
+        --batches 1,16,256,4096,65536,262144,1048576 --iters 10000 --warmup 500 --sweep-seconds 0.1
+    else
+      STAND_IN="$cpu: the same command, batches 1-256 (GPU backends record why they skip)" \
+        step bench "$f" ppo-trt bench --run-dir "$KIT/run" --backends "$GPU_BACKENDS" --replace --closed-loop-steps 0 \
+        --batches 1,16,256 --iters 300 --warmup 30 --sweep-seconds 0.02
+    fi
+    cp "$KIT/run/bench.json" "$OUT/bench.json" 2> /dev/null || log "bench: no bench.json was written"
   fi
-  local name flags
-  for name in eager cudagraphs compile; do
-    flags=$([ $name = eager ] || echo "--$name")
-    rm -rf "$KIT/cp_$name"
-    step "train --fast $name" 70 "$f" ppo-trt train --fast --env-id CartPole-v1 --device cuda $flags \
-      --run-dir "$KIT/cp_$name"
-    cp "$KIT/cp_$name/train.json" "$OUT/fast_$name.json" 2> /dev/null && "$PY" -c "
-import json; r = json.load(open('$OUT/fast_$name.json'))
-print('$name', {k: r.get(k) for k in ('solved', 'final_eval_mean', 'solved_at_timesteps', 'solved_at_wall_s', 'wall_s',
-                                      'steps_per_s')})" >> "$f" 2>&1
-  done
-  fresh_run || return 1
-  PPO_TRT_RUN_DIR="$KIT/run" step "pytest -m gpu" 240 "$OUT/pytest_gpu.txt" \
-    "$PY" -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider
+
+  f="$OUT/envs.txt"
+  if wanted envs && ! no_install envs "$f"; then
+    if [ -n "$gpu" ]; then
+      step envs "$f" "$PY" tools/gpu_env_bench.py --device cuda --num-envs 65536,1048576,16777216 --steps 50 \
+        --gym-max-envs 0 --train-max-envs 65536 --triton-launches 3 --out "$OUT/env_bench.json"
+    else
+      rec set skips.triton-cartpole --string "the Triton CartPole kernel is timed on a CUDA GPU only: $GPU_WHY" \
+        > /dev/null
+      STAND_IN="$cpu: env-bench on the CPU at 1 024 / 4 096 / 16 384 envs" \
+        step envs "$f" "$PY" tools/gpu_env_bench.py --device cpu --num-envs 1024,4096,16384 --steps 10 \
+        --gym-max-envs 0 --train-max-envs 1024 --out "$OUT/env_bench.json"
+    fi
+  fi
+
+  f="$OUT/ppo.txt"
+  if wanted ppo-cudagraphs && ! no_install ppo-cudagraphs "$f"; then
+    if [ -n "$gpu" ]; then
+      rm -rf "$KIT/cp_cudagraphs"
+      step ppo-cudagraphs "$f" ppo-trt train --fast --env-id CartPole-v1 --device cuda --cudagraphs \
+        --run-dir "$KIT/cp_cudagraphs"
+      train_line cudagraphs "$KIT/cp_cudagraphs"
+    else
+      rm -rf "$KIT/cp_cpu"
+      STAND_IN="$cpu (--cudagraphs needs one): train --fast on the CPU, eager" \
+        step ppo-cudagraphs "$f" ppo-trt train --fast --env-id CartPole-v1 --device cpu --run-dir "$KIT/cp_cpu"
+      train_line cpu "$KIT/cp_cpu"
+    fi
+  fi
+
+  if wanted rollout && ! no_install rollout "$OUT/envs.txt"; then
+    STAND_IN=$(cpu_only "$cpu: the same rollout on the CPU, no sync check") step rollout "$OUT/envs.txt" \
+      "$PY" tools/gpu_quick.py rollout "$QJ"
+  fi
+
+  f="$OUT/pytest_gpu.txt"
+  if wanted pytest && ! no_install pytest "$f"; then
+    if fresh_run; then
+      rm -f "$KIT/junit.xml"
+      STAND_IN=$(cpu_only "$cpu: the same command, every test skips with its reason") \
+        step pytest "$f" env PPO_TRT_RUN_DIR="$KIT/run" "$PY" -m pytest -q -m gpu tests/test_gpu.py \
+        -p no:cacheprovider -rs --junitxml "$KIT/junit.xml"
+      rec pytest "$KIT/junit.xml" > /dev/null
+    else skip pytest "$f" "no run folder in $GPUDIR/run: run tools/gpu_prepare.sh"; fi
+  fi
+
+  f="$OUT/ppo.txt"
+  if wanted ppo-eager && ! no_install ppo-eager "$f"; then
+    if [ -n "$gpu" ]; then
+      rm -rf "$KIT/cp_eager"
+      step ppo-eager "$f" ppo-trt train --fast --env-id CartPole-v1 --device cuda --run-dir "$KIT/cp_eager"
+      train_line eager "$KIT/cp_eager"
+    else skip ppo-eager "$f" "no CUDA GPU: the CPU stand-in of ppo-cudagraphs ran eager"; fi
+  fi
+
+  if [ -s "${KIT_IMAGE_HIDDEN:-/nonexistent}" ]; then  # what the rehearsal hid: absent on the GPU image too
+    rec set image_guard_hidden --json "$(sort -u "$KIT_IMAGE_HIDDEN" | "$PY" -c '
+import json, sys; print(json.dumps(dict(line.split() for line in sys.stdin if line.strip())))')" > /dev/null
+    log "image guard: modules hidden (absent on the GPU image): $(cut -d' ' -f1 "$KIT_IMAGE_HIDDEN" | sort -u | xargs)"
+  fi
+  echo
+  grep -h '^bench \|^env-bench \|^rollout \|^sync check\|^failed: \|^Triton CartPole' "$OUT/bench.txt" "$OUT/envs.txt" \
+    2> /dev/null | cut -c1-220
+  grep -h '^== [a-z]*: {' "$OUT/ppo.txt" 2> /dev/null | cut -c1-300
+  tail -n 3 "$OUT/pytest_gpu.txt" 2> /dev/null
+  rec summary --wall "$SECONDS" || rc=1
+  "$PY" -c "
+import json, sys; s = json.load(open(sys.argv[1]))['steps']
+sys.exit(any(x['status'] in ('failed', 'timeout') for x in s))" "$QJ" || rc=1
+  return $rc
 }
 
 case "${1:-}" in
-  smoke|bench|envs|ppo) "stage_$1"; rc=$? ;;
-  all) rc=0; for s in smoke bench envs ppo; do "stage_$s" || rc=$?; done ;;
-  *) sed -n '2,/^set -uo/p' "$0" | sed '$d'; echo "usage: $0 smoke|bench|envs|ppo|all" >&2; exit 2 ;;
+  quick) quick "${2:-}"; exit $? ;;
+  plan) for e in "${QUICK_PLAN[@]}"; do IFS=: read -r n l m <<< "$e"; echo "$n $l ${m:-5}"; done
+        echo "budget $QUICK_S" ;;
+  *) sed -n '2,/^set -uo/p' "$0" | sed '$d'; echo "usage: $0 quick [STEP,...] | plan" >&2; exit 2 ;;
 esac
-echo; for f in "$OUT"/*.txt; do echo "--- $f"; tail -n 6 "$f"; done
-exit $rc

@@ -27,7 +27,8 @@ def ort_session(onnx_path, providers, threads=1, options=None):
                                  f'(it has {", ".join(ort.get_available_providers())}); '
                                  'see `ppo-trt doctor` for the fix')
     so = options or ort.SessionOptions()
-    so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = threads, 1, 3
+    # fatal only: an error in a run is raised to the caller, who says it in one line (ORT would also print it raw)
+    so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = threads, 1, 4
     try: sess = ort.InferenceSession(proto.SerializeToString(), so, providers=providers)
     except Exception as e:
         raise BackendUnavailable(f'{wanted} failed to create a session: {str(e).splitlines()[0][:300]}') from None
@@ -84,6 +85,7 @@ class OrtIoBindRunner(OrtRunner):
         return out
     def run(self, obs):
         hot_path_shape(obs, self.obs_dim)
+        hot_path_dtype(obs)  # np.copyto into the bound buffer would convert another dtype or byte order silently
         return self._bound(self._slots, obs)
     def __call__(self, obs):
         "The checked call, on this thread's own bound buffers; a new array."

@@ -11,7 +11,7 @@ from functools import cached_property
 from pathlib import Path
 import numpy as np
 from ..core.run_folder import RunDir
-from ..core.files import PpoTrtError, BadInputError, BadArtifactError, MissingArtifactError
+from ..core.files import PpoTrtError, BadInputError, BadArtifactError, MissingArtifactError, inside
 from ..core.machine import cpu_model
 from ..core.records import load_artifact
 from ..export.onnx import check_finite_policy, policy_metadata
@@ -165,7 +165,7 @@ class PolicySource:
     def __init__(self, path):
         p = Path(path)
         if p.is_dir(): self.run, self.onnx_path = RunDir(p), p/'policy.onnx'
-        elif p.suffix == '.onnx': self.run, self.onnx_path = None, p
+        elif p.suffix == '.onnx': self.run, self.onnx_path = None, inside(p)  # a link out of its folder: refused
         elif p.exists():
             raise BadInputError(f'{p} is neither a run folder nor a .onnx file: pass a run folder or a policy.onnx')
         else: raise MissingArtifactError(f'{p} does not exist: pass a run folder or a policy.onnx file')

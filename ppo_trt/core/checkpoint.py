@@ -4,14 +4,18 @@
 
 # %% ../../nbs/04_checkpoint.ipynb #5d0c1ac3
 from __future__ import annotations
+import base64, io, json, pickle, re, zipfile
+from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 import numpy as np
-from .files import BadArtifactError, save_json, error_line
+from .files import BadArtifactError, save_json, error_line, inside, shown
 from .run_folder import RunDir
 from .records import ObsNormRecord, read_record, record
 
 # %% auto #0
-__all__ = ['ObsNorm', 'load_policy']
+__all__ = ['SB3_ZIP_MAX', 'SB3_MEMBERS', 'SB3_KEYS', 'ACTIVATIONS', 'OPTIMIZERS', 'POLICY_KWARGS', 'ObsNorm', 'Sb3Zip',
+           'read_sb3_zip', 'load_sb3_model', 'load_policy', 'VecNormStats', 'read_vecnormalize']
 
 # %% ../../nbs/04_checkpoint.ipynb #88e9a191
 @dataclass
@@ -28,6 +32,7 @@ class ObsNorm:
 
     @classmethod
     def from_vecnormalize(cls, venv):
+        "The statistics of a VecNormalize, or of the `VecNormStats` `read_vecnormalize` made of its file."
         return cls(np.asarray(venv.obs_rms.mean, dtype=np.float64), np.asarray(venv.obs_rms.var, dtype=np.float64),
                    float(venv.clip_obs), float(venv.epsilon))
 
@@ -53,15 +58,306 @@ class ObsNorm:
             raise BadArtifactError(f'{fix}: var must be >= 0 and epsilon, clip_obs > 0; re-run `ppo-trt train`')
         return self
 
+# %% ../../nbs/04_checkpoint.ipynb #8aac9f7a
+SB3_ZIP_MAX = 1 << 30    # bytes an SB3 zip's members may unpack to: more is refused, not unpacked
+SB3_MEMBERS = ('data', 'policy.pth', 'policy.optimizer.pth', 'pytorch_variables.pth', '_stable_baselines3_version')
+SB3_KEYS = {  # the algorithm settings an SB3 PPO zip may set (JSON values); any other key is left out
+    'verbose', 'policy_kwargs', 'num_timesteps', '_total_timesteps', '_num_timesteps_at_start', 'seed',
+    'action_noise', 'start_time', 'learning_rate', '_episode_num', 'use_sde', 'sde_sample_freq',
+    '_current_progress_remaining', '_stats_window_size', '_n_updates', 'n_steps', 'gamma', 'gae_lambda', 'ent_coef',
+    'vf_coef', 'max_grad_norm', 'rollout_buffer_kwargs', 'batch_size', 'n_epochs', 'clip_range', 'clip_range_vf',
+    'normalize_advantage', 'target_kl', 'observation_space', 'action_space', 'n_envs', 'lr_schedule', 'policy_class',
+    'rollout_buffer_class', '_last_obs', '_last_episode_starts', '_last_original_obs', 'ep_info_buffer',
+    'ep_success_buffer'}
+ACTIVATIONS = ('Tanh', 'ReLU', 'ELU', 'LeakyReLU', 'SiLU', 'GELU', 'Sigmoid', 'Softplus', 'SELU', 'Mish', 'Identity')
+OPTIMIZERS = ('Adam', 'AdamW', 'SGD', 'RMSprop')
+POLICY_KWARGS = ('net_arch', 'activation_fn', 'ortho_init', 'log_std_init', 'full_std', 'use_expln', 'squash_output',
+                 'features_extractor_class', 'features_extractor_kwargs', 'share_features_extractor',
+                 'normalize_images', 'optimizer_class', 'optimizer_kwargs')
+
+# %% ../../nbs/04_checkpoint.ipynb #9ae300b9
+class _Refused(BadArtifactError):
+    "Something in an SB3 file that ppo_trt does not rebuild."
+
+def _class_name(text, module_re):
+    "The class name in a `<class 'module.Name'>` string whose module matches `module_re`, or None."
+    m = re.fullmatch(rf"<class '({module_re})\.(\w+)'>", str(text))
+    return m.group(2) if m else None
+
+def _numbers(text, shape, what):
+    "The array numpy printed as `text` (a space's low or high), as float64 of `shape`."
+    if not isinstance(text, str) or '...' in text or len(text) > 1 << 20:
+        raise _Refused(f'its {what} is not written out in full')
+    vals = re.findall(r'[-+]?(?:inf|nan|(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?)', text)
+    if not vals and re.fullmatch(r'[-+]?(?:inf|nan|[\d.e+-]+)', text.strip()): vals = [text.strip()]
+    a = np.array([float(v) for v in vals], np.float64)
+    n = int(np.prod(shape))
+    if a.size == 1 and n != 1: a = np.full(n, a[0])
+    if a.size != n: raise _Refused(f'its {what} holds {a.size} numbers for shape {tuple(shape)}')
+    return a.reshape(shape)
+
+def _space(item, key):
+    "A gymnasium Box or Discrete rebuilt from the plain fields SB3 writes beside its pickle."
+    from gymnasium import spaces
+    kind = _class_name(item.get(':type:'), r'gymnasium\.spaces\.\w+|gym\.spaces\.\w+')
+    if kind == 'Box':
+        shape, dtype = item.get('_shape') or item.get('shape'), str(item.get('dtype'))
+        if (not isinstance(shape, list) or not all(isinstance(d, int) and 0 < d <= 1 << 20 for d in shape)
+                or dtype not in ('float32', 'float64')):
+            raise _Refused(f'{key} is a Box of shape {shown(shape, 40)} and dtype {shown(dtype, 20)}')
+        low, high = (_numbers(item.get(k), shape, f'{key} {k}').astype(dtype) for k in ('low', 'high'))
+        return spaces.Box(low, high, tuple(shape), np.dtype(dtype))
+    if kind == 'Discrete':
+        n, start = int(str(item.get('n'))), int(str(item.get('start', 0)))
+        return spaces.Discrete(n, start=start)
+    raise _Refused(f'{key} is a {shown(item.get(":type:"), 60)}, not a Box or Discrete space')
+
+def _schedule(item):
+    "The constant or linear schedule whose repr SB3 wrote beside the pickle, else None (a function's body is code)."
+    from stable_baselines3.common.utils import ConstantSchedule, LinearSchedule, FloatSchedule
+    text = str(item.get('value_schedule', ''))
+    if m := re.fullmatch(r'ConstantSchedule\(val=([-+.\de]+)\)', text): return FloatSchedule(float(m.group(1)))
+    if m := re.fullmatch(r'LinearSchedule\(start=([-+.\de]+), end=([-+.\de]+), end_fraction=([-+.\de]+)\)', text):
+        return FloatSchedule(LinearSchedule(*map(float, m.groups())))
+    return None
+
+# %% ../../nbs/04_checkpoint.ipynb #060d5661
+def _policy_kwargs(item):
+    "policy_kwargs with their classes taken from allow-lists by name (`ACTIVATIONS`, `OPTIMIZERS`, FlattenExtractor)."
+    import torch
+    from stable_baselines3.common.torch_layers import FlattenExtractor
+    out = {}
+    for k, v in item.items():
+        if k.startswith(':'): continue
+        if k not in POLICY_KWARGS: raise _Refused(f'policy_kwargs sets {shown(k, 40)}')
+        if k == 'activation_fn':
+            name = _class_name(v, r'torch\.nn\.modules\.\w+')
+            if name not in ACTIVATIONS: raise _Refused(f'its activation is {shown(v, 80)}')
+            v = getattr(torch.nn, name)
+        elif k == 'optimizer_class':
+            name = _class_name(v, r'torch\.optim\.\w+')
+            if name not in OPTIMIZERS: raise _Refused(f'its optimizer is {shown(v, 80)}')
+            v = getattr(torch.optim, name)
+        elif k == 'features_extractor_class':
+            if _class_name(v, r'stable_baselines3\.common\.torch_layers') != 'FlattenExtractor':
+                raise _Refused(f'its features extractor is {shown(v, 80)}')
+            v = FlattenExtractor
+        elif isinstance(v, str) and v.startswith('<'): raise _Refused(f'policy_kwargs {k} is {shown(v, 80)}')
+        out[k] = v
+    return out
+
+def _policy_class(item):
+    "SB3's ActorCriticPolicy, when the pickled class is it (by the names SB3 writes beside the pickle)."
+    from stable_baselines3.common.policies import ActorCriticPolicy
+    init = str(item.get('__init__', ''))
+    if item.get('__module__') == 'stable_baselines3.common.policies' and init.startswith(
+            '<function ActorCriticPolicy.__init__ '):
+        return ActorCriticPolicy
+    raise _Refused(f'its policy class is not ActorCriticPolicy ({shown(init, 60)})')
+
+# %% ../../nbs/04_checkpoint.ipynb #caeff518
+def _rebuilt(data):
+    "(settings, objects): the JSON settings SB3 may set, and the objects of its `:serialized:` entries, rebuilt."
+    settings, objects, window = {}, {}, data.get('_stats_window_size', 100)
+    window = window if isinstance(window, int) and 0 < window <= 1 << 20 else 100
+    for key, item in data.items():
+        if key not in SB3_KEYS: continue
+        if not (isinstance(item, dict) and ':serialized:' in item):
+            if key == 'policy_kwargs':
+                if not isinstance(item, dict): raise _Refused('its policy_kwargs are not a mapping')
+                objects[key] = _policy_kwargs(item)
+            else: settings[key] = item
+            continue
+        if key in ('observation_space', 'action_space'): objects[key] = _space(item, key)
+        elif key == 'policy_kwargs': objects[key] = _policy_kwargs(item)
+        elif key == 'policy_class': objects[key] = _policy_class(item)
+        elif key in ('lr_schedule', 'clip_range', 'clip_range_vf', 'learning_rate'):
+            sched = _schedule(item)
+            if sched is not None: objects[key] = sched
+            elif key == 'clip_range': objects[key] = 0.2  # SB3's default: used only by further training
+            elif key == 'learning_rate': objects[key] = 0.0  # a function's body is code; predicting needs no rate
+        elif key in ('ep_info_buffer', 'ep_success_buffer'): objects[key] = deque(maxlen=window)
+        else: objects[key] = None  # _last_obs and the like: training state; SB3 resets the env instead
+    for key in ('observation_space', 'action_space', 'policy_class'):
+        if key not in objects: raise _Refused(f'its data has no {key}')
+    return settings, objects
+
+def _zip_members(path):
+    "{member: bytes} of the SB3 zip at `path` that ppo_trt reads (`SB3_MEMBERS`), sizes checked before unpacking."
+    with zipfile.ZipFile(path) as z:
+        infos = {i.filename: i for i in z.infolist() if i.filename in SB3_MEMBERS}
+        total = sum(i.file_size for i in infos.values())
+        if total > SB3_ZIP_MAX: raise _Refused(f'its members unpack to {total:,} bytes (more than {SB3_ZIP_MAX:,})')
+        if 'data' not in infos or 'policy.pth' not in infos: raise _Refused('it holds no data or no policy.pth')
+        return {n: z.read(i) for n, i in infos.items()}
+
+def _weights(blob, name):
+    "The tensors of a .pth member, loaded by torch's weights-only unpickler (tensors and containers, never code)."
+    import torch
+    try: return torch.load(io.BytesIO(blob), map_location='cpu', weights_only=True)
+    except Exception as e: raise _Refused(f'its {name} is not plain tensors ({error_line(e, 100)})') from None
+
+# %% ../../nbs/04_checkpoint.ipynb #8f91ddc3
+@dataclass
+class Sb3Zip:
+    "An SB3 model file read without unpickling: its JSON settings, its rebuilt objects, its weights' raw members."
+    path: Path
+    settings: dict   # JSON values SB3 wrote, keys of `SB3_KEYS`
+    objects: dict    # rebuilt from the plain fields beside each pickle: spaces, policy class, policy_kwargs, ...
+    members: dict    # {'policy.pth': bytes, ...}: each checked to load with torch.load(weights_only=True)
+    version: str     # the SB3 version that wrote it
+
+def read_sb3_zip(path, fix='it was not written by stable-baselines3, or it was altered'):
+    "`path` (an SB3 model .zip) read without unpickling anything: an `Sb3Zip`, or one line saying why not and `fix`."
+    path = Path(path)
+    try:
+        members = _zip_members(path)
+        data = json.loads(members['data'].decode('utf-8'))
+        if not isinstance(data, dict): raise _Refused('its data is not a JSON object')
+        settings, objects = _rebuilt(data)
+        for name in members:
+            if name.endswith('.pth'): _weights(members[name], name)
+    except _Refused as e: raise BadArtifactError(f'{path} cannot be read as an SB3 model without running code in it: '
+                                                 f'{e}; {fix}') from None
+    except (zipfile.BadZipFile, OSError, ValueError, RecursionError, UnicodeDecodeError, KeyError) as e:
+        raise BadArtifactError(f'{path} is not a readable SB3 model ({error_line(e, 120)}); it is damaged or '
+                               f'truncated: {fix}') from None
+    version = members.get('_stable_baselines3_version', b'?').decode('utf-8', 'replace')[:40]
+    return Sb3Zip(path, settings, objects, {k: v for k, v in members.items() if k.endswith('.pth')}, version)
+
+# %% ../../nbs/04_checkpoint.ipynb #1558dce8
+def load_sb3_model(path, env=None, fix='it was not written by stable-baselines3, or it was altered'):
+    "The SB3 PPO model in `path` on the CPU (with `env` to train on), its `data` given to SB3 without one pickle."
+    from stable_baselines3 import PPO
+    z = read_sb3_zip(path, fix)
+    data = {**z.settings, **{k: None for k in z.objects}, 'tensorboard_log': None}  # placeholders SB3 replaces
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, 'w') as out:
+        out.writestr('data', json.dumps(data))
+        for name, blob in z.members.items(): out.writestr(name, blob)
+    buf.seek(0)
+    try: return PPO.load(buf, env=env, device='cpu', custom_objects=z.objects)
+    except Exception as e:
+        raise BadArtifactError(f'{path} is not a PPO model ppo_trt can load ({error_line(e, 120)}); {fix}') from None
+
 # %% ../../nbs/04_checkpoint.ipynb #24769a08
 def load_policy(run_dir):
-    "The trained SB3 PPO model of a run folder, on the CPU; one clear error when policy.zip is not a readable model."
-    from stable_baselines3 import PPO
+    "The trained SB3 PPO model of a run folder, on the CPU, read without unpickling (`load_sb3_model`); or one line."
     run = RunDir(run_dir)
     path = run.require('policy')
-    try: return PPO.load(str(path), device='cpu')
-    except Exception as e:
-        raise BadArtifactError(f'{path} is not a readable SB3 model '
-                               f'({error_line(e, 120)}); '
-                               f'it is damaged or truncated: '
-                               f'run `ppo-trt train --force --run-dir {run.root}` again') from None
+    return load_sb3_model(path, fix=f'run `ppo-trt train --force --run-dir {run.root}` again')
+
+# %% ../../nbs/04_checkpoint.ipynb #73fba3a6
+class _Fields:
+    "An inert stand-in for an allowed class in a pickle: it keeps the state it is given, and runs nothing."
+    def __init__(self, *args, **kwargs): pass
+    def __setstate__(self, state):
+        if isinstance(state, tuple) and len(state) == 2 and all(s is None or isinstance(s, dict) for s in state):
+            state = {**(state[0] or {}), **(state[1] or {})}  # (__dict__, slots)
+        if isinstance(state, dict): self.__dict__.update({k: v for k, v in state.items() if isinstance(k, str)})
+
+def _inert(*args, **kwargs): return _Fields()
+
+_NUMPY = {('numpy', 'dtype'), ('numpy', 'ndarray')} | {
+    (m, n) for m in ('numpy.core.multiarray', 'numpy._core.multiarray') for n in ('_reconstruct', 'scalar')}
+_STANDINS = {('stable_baselines3.common.vec_env.vec_normalize', 'VecNormalize'),
+             ('stable_baselines3.common.running_mean_std', 'RunningMeanStd'), ('gymnasium.spaces.box', 'Box'),
+             ('gymnasium.spaces.dict', 'Dict'), ('gym.spaces.box', 'Box'),
+             ('numpy.random._pickle', '__generator_ctor'), ('numpy.random._pickle', '__bit_generator_ctor'),
+             ('numpy.random._pickle', '__randomstate_ctor'), ('numpy.random._pcg64', 'PCG64'),
+             ('numpy.random.bit_generator', '__pyx_unpickle_SeedSequence'),
+             ('numpy.random.bit_generator', 'SeedSequence'), ('collections', 'OrderedDict')}
+
+class _StatsUnpickler(pickle.Unpickler):
+    "pickle's Unpickler admitting only the globals VecNormalize's statistics need (`_NUMPY`, `_STANDINS`)."
+    def find_class(self, module, name):
+        if (module, name) in _NUMPY: return getattr(np, name) if module == 'numpy' else _numpy_helper(name)
+        if (module, name) == ('collections', 'OrderedDict'): return dict
+        if (module, name) in _STANDINS:
+            return _inert if name.startswith('__') else type(name, (_Fields,), {})
+        if (module, name) == ('_codecs', 'encode'): return _latin1
+        raise pickle.UnpicklingError(f'it names {shown(module, 60)}.{shown(name, 40)}, which a VecNormalize file '
+                                     'never needs')
+
+def _numpy_helper(name):
+    try: from numpy._core import multiarray
+    except ImportError: from numpy.core import multiarray
+    return getattr(multiarray, name)
+
+def _latin1(text, encoding='latin1'):
+    "`_codecs.encode` as protocol-2 pickles use it for bytes: str to bytes, nothing else."
+    if not isinstance(text, str) or encoding not in ('latin1', 'latin-1'): raise pickle.UnpicklingError('bad bytes')
+    return text.encode('latin1')
+
+# %% ../../nbs/04_checkpoint.ipynb #70833fe0
+@dataclass
+class VecNormStats:
+    "What a VecNormalize file holds that matters: the observation and return statistics and the settings."
+    obs_mean: np.ndarray
+    obs_var: np.ndarray
+    obs_count: float
+    ret_mean: float
+    ret_var: float
+    ret_count: float
+    clip_obs: float
+    clip_reward: float
+    gamma: float
+    epsilon: float
+    norm_obs: bool
+    norm_reward: bool
+    training: bool
+
+    @property
+    def obs_rms(self):
+        from stable_baselines3.common.running_mean_std import RunningMeanStd
+        rms = RunningMeanStd(shape=self.obs_mean.shape)
+        rms.mean, rms.var, rms.count = self.obs_mean.copy(), self.obs_var.copy(), self.obs_count
+        return rms
+
+    def to_venv(self, venv, training=True):
+        "`venv` wrapped in a VecNormalize holding these statistics (what `VecNormalize.load` would give)."
+        from stable_baselines3.common.vec_env import VecNormalize
+        vn = VecNormalize(venv, training=training, norm_obs=self.norm_obs, norm_reward=self.norm_reward,
+                          clip_obs=self.clip_obs, clip_reward=self.clip_reward, gamma=self.gamma, epsilon=self.epsilon)
+        vn.obs_rms = self.obs_rms
+        vn.ret_rms.mean, vn.ret_rms.var, vn.ret_rms.count = self.ret_mean, self.ret_var, self.ret_count
+        return vn
+
+    def obs_norm(self):
+        "The observation normaliser (`ObsNorm`) these statistics give."
+        return ObsNorm(self.obs_mean.copy(), self.obs_var.copy(), self.clip_obs, self.epsilon)
+
+# %% ../../nbs/04_checkpoint.ipynb #9d510ce0
+def _real(x, what):
+    "`x` as a finite float, or one line."
+    try: v = float(np.asarray(x).reshape(()))
+    except (TypeError, ValueError): raise _Refused(f'its {what} is not a number') from None
+    if not np.isfinite(v): raise _Refused(f'its {what} is not finite')
+    return v
+
+def read_vecnormalize(path, fix='re-run `ppo-trt train`'):
+    "The statistics in SB3's VecNormalize pickle `path`, unpickled through an allow-list (`_StatsUnpickler`)."
+    path = Path(path)
+    try:
+        if path.stat().st_size > 1 << 26: raise _Refused('it is larger than 64 MiB')
+        with open(path, 'rb') as f: vn = _StatsUnpickler(f).load()
+        if not isinstance(vn, _Fields) or type(vn).__name__ != 'VecNormalize':
+            raise _Refused('it is not a VecNormalize')
+        obs, ret = getattr(vn, 'obs_rms', None), getattr(vn, 'ret_rms', None)
+        if not isinstance(obs, _Fields) or not isinstance(ret, _Fields):
+            raise _Refused('it holds no running statistics')
+        mean, var = (np.asarray(getattr(obs, k, None), np.float64) for k in ('mean', 'var'))
+        if mean.ndim != 1 or mean.shape != var.shape or not (np.isfinite(mean).all() and np.isfinite(var).all()):
+            raise _Refused('its observation statistics are not two finite vectors of one length')
+        num = lambda part, key, what: _real(getattr(part, key, None), what)
+        return VecNormStats(mean, var, num(obs, 'count', 'count'), num(ret, 'mean', 'return mean'),
+                            num(ret, 'var', 'return var'), num(ret, 'count', 'return count'),
+                            num(vn, 'clip_obs', 'clip_obs'), num(vn, 'clip_reward', 'clip_reward'),
+                            num(vn, 'gamma', 'gamma'), num(vn, 'epsilon', 'epsilon'),
+                            bool(getattr(vn, 'norm_obs', True)),
+                            bool(getattr(vn, 'norm_reward', True)), bool(getattr(vn, 'training', True)))
+    except (_Refused, pickle.UnpicklingError) as e:
+        raise BadArtifactError(f'{path} cannot be read as VecNormalize statistics without running code in it: {e}; '
+                               f'{fix}') from None
+    except (OSError, EOFError, ValueError, TypeError, AttributeError, IndexError, RecursionError, MemoryError) as e:
+        raise BadArtifactError(f'{path} is not a readable VecNormalize file ({error_line(e, 100)}); {fix}') from None

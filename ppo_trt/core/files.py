@@ -4,16 +4,18 @@
 
 # %% ../../nbs/00_files.ipynb #78b0116c
 from __future__ import annotations
-import hashlib, json, os, shutil, stat, tempfile, time
+import hashlib, json, os, re, shutil, stat, tempfile, time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 import msgspec
 
 # %% auto #0
-__all__ = ['PARTIAL', 'PpoTrtError', 'MissingArtifactError', 'BadArtifactError', 'BadInputError', 'error_line', 'atomic_paths',
-           'atomic_path', 'atomic_write_text', 'json_text', 'save_json', 'load_json', 'sha256_file', 'made_by',
-           'owned_destination', 'staging', 'mark_made_by', 'install_folder', 'user_cache']
+__all__ = ['PARTIAL', 'MANIFEST_MAX', 'BUILDING', 'PpoTrtError', 'MissingArtifactError', 'BadArtifactError', 'BadInputError',
+           'error_line', 'shown', 'terminal_line', 'atomic_paths', 'atomic_path', 'atomic_write_text', 'json_text',
+           'save_json', 'inside', 'load_json', 'sha256_file', 'policy_sha256', 'made_by', 'owned_destination',
+           'staging', 'glob_escape', 'leftovers', 'mark_made_by', 'manifest', 'foreign_files', 'install_folder',
+           'user_cache']
 
 # %% ../../nbs/00_files.ipynb #ba4f0b97
 class PpoTrtError(Exception):
@@ -36,6 +38,25 @@ def error_line(e, limit=300):
     "An exception as one line for a record or a message: `Type: first line of its message` (at most `limit` chars)."
     first = str(e).strip().splitlines()[0][:limit] if str(e).strip() else ''
     return f'{type(e).__name__}: {first}' if first else type(e).__name__
+
+# %% ../../nbs/00_files.ipynb #943d8de5
+_CONTROL = re.compile('[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]')  # \t is kept
+
+def _spelled(m):
+    o = ord(m.group())
+    return f'\\x{o:02x}' if o < 0x100 else f'\\u{o:04x}'
+
+def shown(value, limit=120):
+    "`value` as text to quote in a terminal line: control characters spelled out (`\\x1b`), at most `limit` chars."
+    s = str(value)
+    s = s[:limit] + '…' if len(s) > limit else s
+    return _CONTROL.sub(_spelled, s)
+
+def terminal_line(text, limit=2000):
+    "`text` as one safe terminal line: control characters and newlines spelled out; a long one cut in the middle."
+    s = str(text)
+    if len(s) > limit: s = f'{s[:limit // 2]} … [{len(s) - limit:,} characters cut] … {s[-limit // 2:]}'
+    return _CONTROL.sub(_spelled, s)
 
 # %% ../../nbs/00_files.ipynb #04e632fd
 PARTIAL = '.partial-'  # in the name of a file being written; one left behind was killed mid-write
@@ -105,10 +126,22 @@ def save_json(path, obj):
     "Write `obj` as indented JSON to `path` atomically."
     return atomic_write_text(path, json_text(obj))
 
-# %% ../../nbs/00_files.ipynb #a14926aa
-def load_json(path):
-    "Read JSON from `path`, with a clear error when it is missing or corrupt."
+# %% ../../nbs/00_files.ipynb #25ad2f48
+def inside(path, root=None):
+    "`path` if it stays in folder `root` (default: its own folder) once links are resolved; else one line refusing it."
     path = Path(path)
+    root = Path(root) if root is not None else path.parent
+    if not os.path.lexists(path): return path  # absent: the reader says what is missing
+    real, base = path.resolve(), root.resolve()
+    if real != base and base not in real.parents:
+        raise BadArtifactError(f'{shown(path)} leads out of {shown(root)} (a symbolic link to {shown(real)}): ppo_trt '
+                               'never reads through a link that leaves the folder; put the file itself there')
+    return path
+
+# %% ../../nbs/00_files.ipynb #a14926aa
+def load_json(path, root=None):
+    "Read JSON from `path` (never through a link out of `root`, default its folder); one clear error if bad."
+    path = inside(path, root)
     if not path.exists(): raise MissingArtifactError(f'{path} does not exist')
     try: return json.loads(path.read_text(encoding='utf-8'))
     except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than Python's stack
@@ -123,15 +156,45 @@ def sha256_file(path, chunk=1 << 20):
         while b := f.read(chunk): h.update(b)
     return h.hexdigest()
 
+# %% ../../nbs/00_files.ipynb #ab804836
+def _external_data(path):
+    "The external data files an ONNX model at `path` names (relative to its folder), or [] (none, or not ONNX)."
+    try:
+        import onnx
+        from onnx.external_data_helper import _get_all_tensors, uses_external_data
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception: return []  # not ONNX at all: its readers say so
+    names = {e.value for t in _get_all_tensors(model) if uses_external_data(t) for e in t.external_data
+             if e.key == 'location'}
+    return sorted(names)
+
+def policy_sha256(path):
+    "SHA-256 of a policy.onnx: of its bytes, or, when it reads external data files, of its bytes and theirs."
+    names = _external_data(path)
+    if not names: return sha256_file(path)
+    h = hashlib.sha256(sha256_file(path).encode())
+    for n in names:
+        data = Path(path).parent/n
+        h.update(f'\0{n}\0{sha256_file(inside(data, Path(path).parent)) if data.exists() else "missing"}'.encode())
+    return h.hexdigest()
+
 # %% ../../nbs/00_files.ipynb #f65728c4
-def made_by(folder, marker, command):
-    "Whether `folder` holds what `command` made: its `marker` is a regular file (not a link) that says so."
+MANIFEST_MAX = 32 << 20  # bytes: a marker larger than this is not one ppo_trt wrote
+
+def _marker(folder, marker):
+    "The marker's JSON (a dict) if it is a regular file (not a link) of sane size, else None."
     path = Path(folder)/marker
     try:
         st = path.lstat()
-        if not stat.S_ISREG(st.st_mode) or st.st_size > 4096: return False
-        return json.loads(path.read_text(encoding='utf-8')).get('made_by') == command
-    except (OSError, ValueError, AttributeError, RecursionError): return False
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MANIFEST_MAX: return None
+        d = json.loads(path.read_text(encoding='utf-8'))
+        return d if isinstance(d, dict) else None
+    except (OSError, ValueError, RecursionError): return None
+
+def made_by(folder, marker, command):
+    "Whether `folder` holds what `command` made: its `marker` is a regular file (not a link) that says so."
+    d = _marker(folder, marker)
+    return d is not None and d.get('made_by') == command
 
 # %% ../../nbs/00_files.ipynb #522bd0a5
 def owned_destination(out, marker, command):
@@ -145,28 +208,123 @@ def owned_destination(out, marker, command):
     return dest
 
 # %% ../../nbs/00_files.ipynb #cc4b0827
+BUILDING = '.building-'  # in the name of a folder a command is building; one whose process is gone was killed
+
+def _alive(pid):
+    "Whether process `pid` still runs on this machine."
+    try: os.kill(pid, 0)
+    except ProcessLookupError: return False
+    except (PermissionError, OverflowError): return True  # another user's process, or a number no pid can be
+    return True
+
+def _abandoned(p):
+    "Whether `p` is a folder being built (`.name.building-PID-...`) by a process that is gone (or an older ppo_trt)."
+    m = re.search(re.escape(BUILDING) + r'(\d+)-', p.name)
+    return p.is_dir() and not p.is_symlink() and (m is None or not _alive(int(m.group(1))))
+
 @contextmanager
 def staging(dest):
-    "A fresh folder beside `dest` (same filesystem, so what is built there moves in by a rename), removed after."
+    "A fresh folder beside `dest` (same filesystem, so what is built there moves in by renames), removed after."
     dest.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f'.{dest.name}.building-', dir=dest.parent))
+    for old in dest.parent.glob(f'.{glob_escape(dest.name)}{BUILDING}*'):  # left by a killed run of this command
+        if _abandoned(old): shutil.rmtree(old, ignore_errors=True)
+    stage = Path(tempfile.mkdtemp(prefix=f'.{dest.name}{BUILDING}{os.getpid()}-', dir=dest.parent))
     try: yield stage
     finally: shutil.rmtree(stage, ignore_errors=True)
 
+def glob_escape(name):
+    "`name` with glob's special characters taken literally."
+    import glob
+    return glob.escape(name)
+
+def leftovers(folder):
+    "What killed writers left under `folder`: half-written files (`.x.partial-*`), abandoned build folders."
+    folder = Path(folder)
+    if not folder.is_dir(): return []
+    partial = [p for p in folder.rglob(f'.*{PARTIAL}*')]  # rglob does not descend into symlinked folders
+    return sorted(set(partial + [p for p in folder.rglob(f'.*{BUILDING}*') if _abandoned(p)]))
+
 # %% ../../nbs/00_files.ipynb #31908175
-def mark_made_by(folder, marker, command):
-    "Write `folder`'s `marker`: `command` made it (what `made_by` reads)."
-    (Path(folder)/marker).write_text(json.dumps(dict(made_by=command)) + '\n', encoding='utf-8')
+def mark_made_by(folder, marker, command, files=None):
+    "Write `folder`'s `marker`: `command` made it (what `made_by` reads), and `files`, its manifest, if given."
+    d = dict(made_by=command, **({} if files is None else dict(files=files)))
+    atomic_write_text(Path(folder)/marker, json.dumps(d, indent=1) + '\n')
+
+def _files(folder, marker):
+    "{relative path: sha256} of the regular files under `folder` (links not followed), its marker left out."
+    out = {}
+    for top, dirs, names in os.walk(folder):
+        for n in names:
+            p = Path(top)/n
+            rel = p.relative_to(folder).as_posix()
+            if rel != marker and p.is_file() and not p.is_symlink(): out[rel] = sha256_file(p)
+    return out
+
+def manifest(folder, marker):
+    "{relative path: [hashes it may have]} of the files `folder`'s marker lists, or None (an older marker lists none)."
+    files = (_marker(folder, marker) or {}).get('files')
+    if not isinstance(files, dict): return None
+    return {k: v if isinstance(v, list) else [v] for k, v in files.items() if isinstance(k, str)}
+
+# %% ../../nbs/00_files.ipynb #77a70160
+def _in_the_way(dest, rel, ours):
+    "Why writing `dest/rel` would touch what is not ours ('' when it would not): a user's file, or a link on the way."
+    target, parts = Path(dest)/rel, Path(rel).parts
+    for i in range(1, len(parts)):
+        p = Path(dest, *parts[:i])
+        if p.is_symlink(): return f'{p} is a symbolic link'
+        if p.exists() and not p.is_dir(): return f'{p} is a file of yours where the new build puts a folder'
+    if target.is_symlink(): return f'{target} is a symbolic link'
+    if os.path.lexists(target) and rel not in ours: return f'{target} is not one of the files it wrote'
+    return ''
+
+def foreign_files(folder, marker):
+    "The paths under `folder` that its manifest does not list (the user's), or [] where it lists none (all its own)."
+    ours = manifest(folder, marker)
+    if ours is None: return []
+    out = []
+    for top, dirs, names in os.walk(folder):
+        for n in dirs + names:
+            p = Path(top)/n
+            rel = p.relative_to(folder).as_posix()
+            if rel == marker or rel in ours: continue
+            if p.is_dir() and not p.is_symlink() and any(k.startswith(rel + '/') for k in ours): continue
+            out.append(p)
+            if p.is_dir(): dirs[:] = [d for d in dirs if d != n]
+    return sorted(out)
 
 def install_folder(built, dest, marker, command, stage):
-    "Mark `built` as made by `command` and rename it to `dest`; an old folder it made there goes into `stage` first."
-    mark_made_by(built, marker, command)
+    "Move the folder `built` into `dest`: by one rename if `dest` is absent or empty; else replace only its own files."
+    built, dest = Path(built), Path(dest)
     owned_destination(dest, marker, command)  # the build took a while: still absent, empty or ours
-    if made_by(dest, marker, command): os.rename(dest, stage/'old')
-    try: os.rename(built, dest)  # replaces an empty folder, never one that is not
-    except OSError as e:
-        if (stage/'old').is_dir(): os.rename(stage/'old', dest)
-        raise PpoTrtError(f'could not move {Path(built).name} into {dest}: {e.strerror}') from None
+    new = _files(built, marker)
+    if not dest.is_dir() or not any(dest.iterdir()):
+        mark_made_by(built, marker, command, new)
+        try: os.rename(built, dest)  # replaces an empty folder, never one that is not
+        except OSError as e: raise PpoTrtError(f'could not move {built.name} into {dest}: {e.strerror}') from None
+        return dest
+    return _update_folder(built, dest, marker, command, stage, new)
+
+def _update_folder(built, dest, marker, command, stage, new):
+    "Replace the files `dest`'s manifest lists by `built`'s, each by a rename; refuse first if any is the user's."
+    old = manifest(dest, marker)
+    if old is None: old = {rel: [] for rel in _files(dest, marker) if rel in new}  # an older marker: what it writes
+    problems = [why for rel in new if (why := _in_the_way(dest, rel, old))]
+    if problems:
+        raise BadInputError(f'{problems[0]}{f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""}; '
+                            f'{command} keeps what is yours: move it out of {dest}, or choose another folder')
+    both = {rel: sorted({*old.get(rel, []), *([new[rel]] if rel in new else [])}) for rel in {*old, *new}}
+    mark_made_by(dest, marker, command, both)  # a kill from here on leaves only files the manifest lists
+    for rel in old:
+        if rel not in new and (dest/rel).is_file():
+            (stage/'old'/rel).parent.mkdir(parents=True, exist_ok=True); os.rename(dest/rel, stage/'old'/rel)
+            for parent in (dest/rel).parents:  # a folder it made, now empty
+                if parent == dest or any(parent.iterdir()): break
+                parent.rmdir()
+    for rel in sorted(new):
+        (dest/rel).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(built/rel, dest/rel)
+    mark_made_by(dest, marker, command, {rel: [sha] for rel, sha in new.items()})
     return dest
 
 # %% ../../nbs/00_files.ipynb #706bb815

@@ -10,9 +10,9 @@ from pathlib import Path
 from .files import error_line
 
 # %% auto #0
-__all__ = ['TORCH_GRAIN', 'PACKAGES', 'FIXES', 'package_version', 'cpu_model', 'cpu_governor', 'cpu_affinity', 'busy_cores',
-           'ThreadPlan', 'thread_plan', 'gpu_info', 'ort_status', 'trt_status', 'cuda_python_status', 'probe',
-           'machine_summary', 'doctor_row', 'doctor_rows', 'print_doctor']
+__all__ = ['MEMORY_SHARE', 'TORCH_GRAIN', 'PACKAGES', 'FIXES', 'package_version', 'cpu_model', 'cpu_governor', 'cpu_affinity',
+           'available_memory', 'check_memory', 'busy_cores', 'ThreadPlan', 'thread_plan', 'gpu_info', 'ort_status',
+           'trt_status', 'cuda_python_status', 'probe', 'machine_summary', 'doctor_row', 'doctor_rows', 'print_doctor']
 
 # %% ../../nbs/02_machine.ipynb #1e0d841c
 def package_version(name):
@@ -40,6 +40,29 @@ def cpu_governor():
 def cpu_affinity():
     "CPUs this process may run on."
     return sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else list(range(os.cpu_count() or 1))
+
+# %% ../../nbs/02_machine.ipynb #d997cc86
+MEMORY_SHARE = 0.5  # of the memory available now, the most one flag's arrays may take
+
+def available_memory():
+    "Bytes of memory the kernel says can be allocated now without swapping (MemAvailable), or None if unknown."
+    try:
+        for line in Path('/proc/meminfo').read_text().splitlines():
+            if line.startswith('MemAvailable:'): return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError): pass
+    try: return os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+    except (ValueError, OSError, AttributeError): return None
+
+def _gib(n): return f'{n / (1 << 30):,.1f} GiB' if n >= 1 << 30 else f'{n / (1 << 20):,.0f} MiB'
+
+def check_memory(needed, flag, value, per_unit=None, available=None):
+    "Refuse `flag value` when its arrays (`needed` bytes; `per_unit` bytes each) exceed `MEMORY_SHARE` of free memory."
+    free = available_memory() if available is None else available
+    if free is None or needed <= free * MEMORY_SHARE: return needed
+    most = f'; at most about {int(free * MEMORY_SHARE // per_unit):,} fits' if per_unit else ''
+    from ppo_trt.core.files import BadInputError
+    raise BadInputError(f'{flag} {value:,} needs about {_gib(needed)} of memory and this machine has {_gib(free)} '
+                        f'available{most}: use a smaller {flag}')
 
 # %% ../../nbs/02_machine.ipynb #ea9edf73
 def _cpu_times(cpus):

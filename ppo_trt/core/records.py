@@ -7,22 +7,25 @@ from __future__ import annotations
 import hashlib, json, os, platform, shutil, sys, tempfile, time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Annotated
 import msgspec
 import numpy as np
 from .run_folder import ARTIFACTS, RunDir
 from .files import (PARTIAL, PpoTrtError, BadArtifactError, BadInputError, MissingArtifactError,
-                                atomic_write_text, sha256_file)
+                                atomic_write_text, sha256_file, inside, leftovers, foreign_files, policy_sha256,
+                                shown)
 from .machine import ThreadPlan, probe, machine_summary, package_version
 
 # %% auto #0
-__all__ = ['SCHEMAS', 'MACHINE_ID_VAR', 'LOCK_NAME', 'HOLDER_NAME', 'REPORT_INPUTS', 'STAGE_PARENTS', 'DERIVED', 'ConfigRecord',
-           'ObsNormRecord', 'TrainRecord', 'BestRecord', 'Parity', 'TensorSpec', 'ExportRecord', 'EngineProfile',
-           'EngineRecord', 'Stats', 'HotPath', 'LatencyWindow', 'BenchRecord', 'Session', 'BenchSettingsRecord',
-           'TimerOverhead', 'BenchFile', 'Event', 'PhaseRecord', 'Gate', 'DelayCurve', 'EvaluateFile', 'Curve',
-           'Returns', 'ResidualStudyRecord', 'EnvBenchRow', 'EnvBenchError', 'EnvBenchRecord', 'LoopStats', 'GymCheck',
-           'CLoopRecord', 'policy_only', 'fix_command', 'policy_only_advice', 'read_record', 'load_artifact', 'record',
-           'machine_id', 'session', 'session_id', 'RunFolderBusy', 'remove_partial', 'run_lock', 'locked',
-           'lineage_problems', 'require_fresh', 'derived_paths', 'remove_derived']
+__all__ = ['EnvId', 'SCHEMAS', 'MACHINE_ID_VAR', 'LOCK_NAME', 'HOLDER_NAME', 'REPORT_INPUTS', 'STAGE_PARENTS', 'DERIVED',
+           'ConfigRecord', 'ObsNormRecord', 'TrainRecord', 'BestRecord', 'Parity', 'TensorSpec', 'ExportRecord',
+           'EngineProfile', 'EngineRecord', 'Stats', 'HotPath', 'LatencyWindow', 'BenchRecord', 'Session',
+           'BenchSettingsRecord', 'TimerOverhead', 'BenchFile', 'Event', 'PhaseRecord', 'Gate', 'DelayCurve',
+           'EvaluateFile', 'Curve', 'Returns', 'ResidualStudyRecord', 'EnvBenchRow', 'EnvBenchError', 'EnvBenchRecord',
+           'LoopStats', 'GymCheck', 'Fallback', 'CLoopRecord', 'CTargetRecord', 'HilRecord', 'policy_only',
+           'fix_command', 'policy_only_advice', 'read_record', 'load_artifact', 'record', 'machine_id', 'session',
+           'session_id', 'RunFolderBusy', 'remove_partial', 'run_lock', 'locked', 'lineage_problems', 'require_fresh',
+           'derived_paths', 'remove_derived']
 
 # %% ../../nbs/03_records.ipynb #53e13962
 class _Part(msgspec.Struct, kw_only=True):
@@ -32,10 +35,13 @@ class _Record(_Part, kw_only=True):
     "Base of the record schemas."
     schema_version: int = 1
 
+# %% ../../nbs/03_records.ipynb #230661a2
+EnvId = Annotated[str, msgspec.Meta(pattern=r'^[A-Za-z0-9_.:/-]{1,100}$')]  # core.run_folder.ENV_ID_RE
+
 # %% ../../nbs/03_records.ipynb #06c2b8da
 class ConfigRecord(_Record):
     "config.json: what a run was asked to do."
-    env_id: str
+    env_id: EnvId
     seed: int
     timesteps: int
     preset: str
@@ -60,7 +66,7 @@ class ObsNormRecord(_Record):
 # %% ../../nbs/03_records.ipynb #87e18dbe
 class TrainRecord(_Record):
     "train.json: what training did and which policy it kept (SB3 or fast PPO)."
-    env_id: str
+    env_id: EnvId
     seed: int
     preset: str
     timesteps: int
@@ -132,7 +138,7 @@ class TensorSpec(_Part):
 # %% ../../nbs/03_records.ipynb #ba22152e
 class ExportRecord(_Record):
     "export.json: the exported policy.onnx, its parity and the hashes of what it came from and what it wrote."
-    env_id: str
+    env_id: EnvId
     opset: int
     ops: dict[str, int]
     parity_tol: float
@@ -285,7 +291,7 @@ class TimerOverhead(_Part):
 
 class BenchFile(_Record):
     "bench.json: every backend's records, merged across bench runs, and the sessions that made them."
-    env_id: str
+    env_id: EnvId
     records: list[BenchRecord]
     settings: BenchSettingsRecord
     timer_overhead: TimerOverhead
@@ -343,7 +349,7 @@ class DelayCurve(_Part, omit_defaults=True):
 
 class EvaluateFile(_Record):
     "evaluate.json: returns per (phase, policy), merged across evaluate runs; gates per backend."
-    env_id: str
+    env_id: EnvId
     episodes: int
     seed: int
     deadline_us: float
@@ -438,10 +444,22 @@ class GymCheck(msgspec.Struct):
     reward_max_abs: float
     termination_mismatches: int
     passed: bool
+    ort_max_abs: float | None = None  # the C policy's actions against ONNX Runtime's on the loop's own inputs
+    ort_tol: float | None = None      # the largest allowed; `passed` needs it (c_loop.json before 0.2: not checked)
+
+class Fallback(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    "One NaN observation handed to the C loop's policy at `injected_step`: what the loop did about it."
+    injected_step: int
+    status: int          # what ppo_policy_act returned for it
+    fallbacks: int       # fallbacks counted over the run (1 expected)
+    nonfinite_obs: int
+    action_held: bool    # the last action applied again
+    check_passed: bool   # the episode, replayed in gymnasium, matches
+    passed: bool
 
 class CLoopRecord(_Record):
     "c_loop.json: Hopper in C on MuJoCo's C API with the C policy library (`ppo-trt c-loop`)."
-    env_id: str
+    env_id: EnvId
     onnx_sha256: str
     mujoco: str
     cc: str
@@ -451,7 +469,7 @@ class CLoopRecord(_Record):
     episode_steps: list[int]
     python_returns: dict[str, list[float]]  # the Python evaluate's (nominal phase), same seeds
     check: GymCheck
-    fallback: dict                          # one NaN observation injected: fallbacks counted, action held
+    fallback: Fallback                      # one NaN observation injected: fallbacks counted, action held
     steps: int                              # timed steps
     steps_per_s: float
     timer_ns: float                         # the cost of one clock_gettime, inside every timing
@@ -459,11 +477,64 @@ class CLoopRecord(_Record):
     period: LoopStats | None
     session: Session | None = None
 
+# %% ../../nbs/03_records.ipynb #f23c93b9
+class CTargetRecord(_Record):
+    "c_target_<target>.json: the C library built for an ARM target and run under QEMU (`ppo-trt export-c --target`)."
+    target: str                       # aarch64 or cortex-m4f
+    env_id: str
+    onnx_sha256: str
+    path: str                         # the library folder
+    obs_source: str                   # where its test vectors came from
+    kernel: str                       # what ppo_policy_kernel() said on the emulated target
+    compiler: str
+    flags: list[str]
+    emulator: str
+    commands: list[str]
+    parity: dict                      # the test program's figures: max abs err (one by one, batched), tolerance, NaN
+    counted_rows: int                 # test observations whose instructions QEMU's trace counted
+    instructions: dict                # per action: fewest, mean, most (the worst case the estimate uses)
+    code_bytes: int
+    const_bytes: int
+    ram_bytes: int
+    stack_bytes: int                  # of a ppo_policy_act call, from GCC's call graph
+    estimate: dict                    # an estimate, not a measurement: device, clock, cycles per instruction, headroom
+    portable: dict | None = None      # aarch64: the portable C build beside NEON
+    systick: dict | None = None       # cortex-m4f: SysTick under -icount over every test observation
+    firmware: dict | None = None      # cortex-m4f: the test firmware's flash and RAM
+    session: Session | None = None
+
+class HilRecord(_Record):
+    "c_loop_<target>.json: Hopper in C on the host, its policy on an emulated device over a serial link (`c-loop --target`)."
+    target: str
+    env_id: str
+    onnx_sha256: str
+    device: str                       # what ran the policy (emulator, board)
+    kernel: str
+    link: dict                        # the protocol, the transport, the timeout
+    commands: list[str]
+    seed: int
+    returns: list[float]              # episodes seed, seed + 1, ...
+    episode_steps: list[int]
+    native_returns: list[float]       # the same C loop with the native-c kernel on the host, same seeds
+    equal_to_the_bit: bool            # every action the device sent equals native-c's on the same observation
+    max_action_diff: float            # the largest |device - native-c| action difference, same observations
+    max_return_diff: float
+    tolerance: float                  # what max_action_diff must stay within
+    link_stats: dict                  # frames sent and answered, timeouts, bad and stale frames
+    round_trip: LoopStats             # the policy call timed by the C loop: an emulator's round trip, not a device's
+    check: GymCheck                   # the episodes replayed in gymnasium
+    corrupted_frame: dict             # a corrupted frame: timeout, fallback, action held
+    nan_observation: dict             # a NaN observation: the device's status, fallback, action held
+    passed: bool
+    session: Session | None = None
+
+
 # %% ../../nbs/03_records.ipynb #cb6700cd
 def _stage_of(name):
     "The `ppo-trt` command that writes artifact `name`."
     if name in ARTIFACTS: return ARTIFACTS[name][1]
-    if name == 'c_loop.json': return 'c-loop'
+    if name == 'c_loop.json' or name.startswith('c_loop_'): return 'c-loop'
+    if name.startswith('c_target_'): return 'export-c'
     return 'train' if name.startswith('checkpoints') else 'run'
 
 # %% ../../nbs/03_records.ipynb #39cae58e
@@ -492,6 +563,8 @@ def _schema_of(name, path):
     if path.name.startswith('residual_study_'): return ResidualStudyRecord, 1
     if path.name.startswith('env_bench_'): return EnvBenchRecord, 1
     if path.name == 'c_loop.json': return CLoopRecord, 1
+    if path.name.startswith('c_loop_'): return HilRecord, 1
+    if path.name.startswith('c_target_'): return CTargetRecord, 1
     return None, None
 
 # %% ../../nbs/03_records.ipynb #3ac95031
@@ -505,6 +578,7 @@ def read_record(path, name=None, root=None):
              f'restore it from where this folder came from (it has no policy.zip to {stage} from), '
              f'or bench policy.onnx alone: `{fix}`')
     if not path.exists(): raise MissingArtifactError(f'{path} does not exist: it is written by {redo}')
+    inside(path, where)  # a link out of the run folder is refused, never read
     try: data = json.loads(path.read_bytes())
     except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than Python's stack
         raise BadArtifactError(f'{path} is not valid JSON ({str(e)[:80]}): it is damaged or truncated; '
@@ -587,7 +661,7 @@ def remove_partial(p):
 
 def _remove_partials(root):
     "Remove what a killed writer left half-written under `root` (no one else writes now)."
-    for p in root.rglob(f'.*{PARTIAL}*'): remove_partial(p)  # rglob does not descend into symlinked folders
+    for p in leftovers(root): remove_partial(p)  # half-written files, folders a killed command was building
 
 # %% ../../nbs/03_records.ipynb #43733968
 @contextmanager
@@ -637,7 +711,9 @@ def locked(command):
 
 # %% ../../nbs/03_records.ipynb #03a52e4c
 def _sha(path):
-    return sha256_file(path) if Path(path).exists() else None
+    "The hash a record keeps of `path`: of a policy.onnx, with the external data it reads (`policy_sha256`)."
+    if not Path(path).exists(): return None
+    return policy_sha256(path) if Path(path).suffix == '.onnx' else sha256_file(path)
 
 # %% ../../nbs/03_records.ipynb #1a8cd5d4
 def _policy_links(run, train):
@@ -724,7 +800,7 @@ def _report_links(run):
 # %% ../../nbs/03_records.ipynb #7c9a7662
 STAGE_PARENTS = {'export': ('policy',), 'build': ('policy', 'onnx'), 'bench': ('policy', 'onnx'),
                  'evaluate': ('policy', 'onnx'), 'report': ('policy', 'onnx'), 'enjoy': ('policy', 'onnx'),
-                 'c-loop': ('policy', 'onnx')}
+                 'c-loop': ('policy', 'onnx'), 'export-c': ('policy', 'onnx')}
 
 def require_fresh(run, stage):
     "Raise `BadArtifactError` with the command to run if a parent of `stage` is stale or unreadable."
@@ -746,7 +822,7 @@ DERIVED = ('config.json', 'policy.zip', 'obs_norm.json', 'train_log.csv', 'train
            'policy.onnx', 'policy.fp16.onnx', 'export_obs.npy', 'export.json', 'build.json', 'policy.*.engine',
            'build.*.log', 'timing.*.cache', 'bench.json', 'evaluate.json', 'report.ipynb', 'report.html',
            'episode.gif', 'episode.mp4', 'native', 'ort_trt_cache', 'c_policy', 'c_loop',
-           'c_loop.json', 'rrls.json')
+           'c_loop.json', 'rrls.json', 'c_policy_*', 'c_target_*.json', 'c_loop_*')
 
 def derived_paths(run):
     "Everything in the run folder that was made from its policy (or by training it)."
@@ -757,6 +833,12 @@ def derived_paths(run):
 def remove_derived(run):
     "Delete `derived_paths(run)`, all or none (a symlink among them is refused); their names."
     root, paths = _run(run).root, derived_paths(run)
+    theirs = [f for p in paths if p.is_dir() and not p.is_symlink() for marker in p.glob('.ppo-trt-*.json')
+              for f in foreign_files(p, marker.name)]
+    if theirs:
+        raise BadInputError(f'{shown(theirs[0])} was not written by ppo_trt (it is not in its folder\'s manifest), '
+                            'so it is not removed with the old policy\'s artifacts; move it out of the run folder '
+                            'and run again')
     links = [p.name for p in paths if p.is_symlink()]
     if links:
         raise BadInputError(f'{root}: {", ".join(links)} is a symbolic link, which ppo_trt never makes, so it is not '

@@ -4,14 +4,15 @@
 
 # %% ../../nbs/01_run_folder.ipynb #0b8a1686
 from __future__ import annotations
-import json, time
+import json, re, time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from .files import (PpoTrtError, MissingArtifactError, BadArtifactError, BadInputError, load_json,
-                                save_json)
+                                save_json, inside, shown)
 
 # %% auto #0
-__all__ = ['DEFAULT_ENV_ID', 'ARTIFACTS', 'OPTIONAL_STAGES', 'default_run_dir', 'RunDir', 'RunConfig', 'check_timesteps']
+__all__ = ['DEFAULT_ENV_ID', 'ARTIFACTS', 'OPTIONAL_STAGES', 'ENV_ID_RE', 'default_run_dir', 'RunDir', 'RunConfig',
+           'check_env_id', 'check_timesteps']
 
 # %% ../../nbs/01_run_folder.ipynb #534cbf4f
 DEFAULT_ENV_ID = 'Hopper-v4'
@@ -44,9 +45,9 @@ class RunDir:
     def __init__(self, root): self.root = Path(root)
     def __repr__(self): return f'RunDir({str(self.root)!r})'
     def path(self, name):
-        "Path of artifact `name` (a key of `ARTIFACTS`)."
+        "Path of artifact `name` (a key of `ARTIFACTS`); one that is a link out of the folder is refused (`inside`)."
         if name not in ARTIFACTS: raise KeyError(f'unknown artifact {name!r}; known: {", ".join(ARTIFACTS)}')
-        return self.root/ARTIFACTS[name][0]
+        return inside(self.root/ARTIFACTS[name][0], self.root)
     def has(self, name): return self.path(name).exists()
     def status(self):
         "{stage: True if every artifact it makes is present} in pipeline order, optional stages left out."
@@ -83,7 +84,7 @@ class RunConfig:
     created: str = field(default_factory=lambda: time.strftime('%Y-%m-%dT%H:%M:%S%z'))
     versions: dict = field(default_factory=dict)
 
-    def __post_init__(self): check_timesteps(self.timesteps)
+    def __post_init__(self): check_timesteps(self.timesteps); check_env_id(self.env_id, 'config.json env_id')
 
     def save(self, run_dir):
         "Write to `run_dir/config.json` atomically."
@@ -96,6 +97,16 @@ class RunConfig:
         unknown = set(d) - {f.name for f in fields(cls)}
         if unknown: raise BadArtifactError(f'config.json has unknown keys {sorted(unknown)}; remove them')
         return cls(**d)
+
+# %% ../../nbs/01_run_folder.ipynb #61ad7bf0
+ENV_ID_RE = re.compile(r'[A-Za-z0-9_.:/-]{1,100}')
+
+def check_env_id(value, where='env_id'):
+    "`value` if it can be an environment id (letters, digits, `_ . : / -`, at most 100), else one line refusing it."
+    if not isinstance(value, str) or not ENV_ID_RE.fullmatch(value):
+        raise BadArtifactError(f'{where} is not an environment id ({shown(repr(value), 60)}): an id holds letters, '
+                               'digits and _ . : / - only; the file was altered or was not written by ppo_trt')
+    return value
 
 # %% ../../nbs/01_run_folder.ipynb #22cda8ae
 def check_timesteps(n):

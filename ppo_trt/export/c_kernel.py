@@ -15,8 +15,9 @@ from ppo_trt.export.numba_kernel import NativeUnsupportedError, Elementwise, par
     TANH_P, TANH_Q
 
 # %% auto #0
-__all__ = ['CFLAGS', 'PAD', 'DOT', 'ROWS', 'MAYBE_UNUSED', 'AVX512', 'AVX2', 'SSE2', 'ISAS', 'HSUM8', 'STACK_SCRATCH_MAX',
-           'c_toolchain', 'Isa', 'generate_c', 'CPolicy', 'compile_c_policy']
+__all__ = ['CFLAGS', 'PAD', 'DOT', 'ROWS', 'MAYBE_UNUSED', 'AVX512', 'AVX2', 'SSE2', 'ISAS', 'HSUM8', 'X86_PRELUDE',
+           'NEON_PRELUDE', 'NEON', 'STACK_SCRATCH_MAX', 'NATIVE_C_CACHE_MAX', 'c_toolchain', 'Isa', 'generate_c',
+           'CPolicy', 'evict_cache', 'compile_c_policy']
 
 # %% ../../nbs/34_c_kernel.ipynb #cac7d082
 CFLAGS = ('-O3', '-march=native', '-fno-math-errno', '-fno-trapping-math', '-ffp-contract=fast', '-fPIC', '-shared',
@@ -163,6 +164,7 @@ class Isa:
     acc: int       # accumulators a tile of the one-row kernel may keep in registers
     rows_vec: int  # output vectors per tile of the batch kernel (ROWS x rows_vec accumulators)
     fused: bool    # whether it has a fused multiply-add
+    prelude: tuple = ()  # C its kernels need first (header, helpers); () for x86: `X86_PRELUDE`
     def fma(self, a, b, c):
         "C of a * b + c: one rounding where the ISA fuses, two otherwise (as C's `a * b + c` without contraction)."
         return f'{self.p}_fmadd_ps({a}, {b}, {c})' if self.fused else f'{self.p}_add_ps({self.p}_mul_ps({a}, {b}), {c})'
@@ -188,6 +190,7 @@ HSUM8 = ['static inline float hsum8(__m128 lo, __m128 hi) {  /* 8 lanes, halving
          '    __m128 s = _mm_add_ps(lo, hi);',
          '    s = _mm_add_ps(s, _mm_movehl_ps(s, s));',
          '    return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55)));', '}']
+X86_PRELUDE = ('#include <immintrin.h>', *HSUM8)  # what an x86 kernel needs before its code
 
 # %% ../../nbs/34_c_kernel.ipynb #4090f907
 def _vew(isa, e, col, const):
@@ -221,7 +224,35 @@ def _tail_load(isa, at, n):
     if isa.lanes == 16: return f'_mm512_maskz_loadu_ps({(1 << n) - 1:#x}, {at})'
     if isa.lanes == 8:
         return f'_mm256_maskload_ps({at}, _mm256_setr_epi32({", ".join(["-1"] * n + ["0"] * (8 - n))}))'
-    return f'_mm_setr_ps({", ".join([f"({at})[{j}]" for j in range(n)] + ["0.0f"] * (4 - n))})'
+    return f'{isa.p}_setr_ps({", ".join([f"({at})[{j}]" for j in range(n)] + ["0.0f"] * (4 - n))})'
+
+# %% ../../nbs/34_c_kernel.ipynb #ae4a47e9
+def _neon(name, args, body, ret='float32x4_t'):
+    "A one-line static inline wrapper `ppo_v_<name>` over arm_neon.h."
+    return f'static inline {ret} ppo_v_{name}({args}) {{ {body} }}'
+
+_V, _F = 'float32x4_t', 'const float *p'
+NEON_PRELUDE = ('#include <arm_neon.h>',
+                _neon('load_ps', _F, 'return vld1q_f32(p);'), _neon('loadu_ps', _F, 'return vld1q_f32(p);'),
+                _neon('store_ps', f'float *p, {_V} v', 'vst1q_f32(p, v);', 'void'),
+                _neon('storeu_ps', f'float *p, {_V} v', 'vst1q_f32(p, v);', 'void'),
+                _neon('set1_ps', 'float x', 'return vdupq_n_f32(x);'),
+                _neon('setzero_ps', 'void', 'return vdupq_n_f32(0.0f);'),
+                _neon('setr_ps', 'float a, float b, float c, float d',
+                      'const float v[4] = {a, b, c, d}; return vld1q_f32(v);'),
+                *[_neon(f'{op}_ps', f'{_V} a, {_V} b', f'return v{op}q_f32(a, b);')
+                  for op in ('add', 'sub', 'mul', 'div', 'max', 'min')],
+                _neon('fmadd_ps', f'{_V} a, {_V} b, {_V} c', 'return vfmaq_f32(c, a, b);'),  # c + a * b, one rounding
+                'static inline float hsum8(float32x4_t lo, float32x4_t hi) {  /* as the x86 hsum8: (l, l+4), '
+                '(l, l+2), (0, 1) */',
+                '    const float32x4_t s = vaddq_f32(lo, hi);',
+                '    const float32x2_t t = vadd_f32(vget_low_f32(s), vget_high_f32(s));',
+                '    return vget_lane_f32(t, 0) + vget_lane_f32(t, 1);', '}')
+NEON = Isa('neon', 'defined(__ARM_NEON) && defined(__aarch64__)', 4, 'float32x4_t', 'ppo_v', 24, 4, True,
+           NEON_PRELUDE)
+ISAS = (*ISAS, NEON)  # x86 first; on an aarch64 compiler NEON; portable C when none applies
+# 32 registers, as AVX-512: tiles of 24 accumulators (one row), 6 rows x 4 vectors (the batch kernel)
+
 
 # %% ../../nbs/34_c_kernel.ipynb #86db0892
 def _simd_input(isa, src, dst, n, ews, const):
@@ -300,11 +331,11 @@ def _simd_dense_rows(isa, src, dst, W, b, n_in, width, ews, const):
 def _simd_dot_row(isa, src, src_padded, dst, Wt, b, n_in, width, ews, const):
     "C of one row of a narrow layer: output o's 8 partial sums as 8 lanes (of one register, or SSE's two), folded."
     pn, wide = _pad(n_in), isa.lanes >= DOT
-    vt, P = ('__m256', '_mm256') if wide else ('__m128', '_mm')
-    parts = [''] if wide else ['l', 'h']  # the AVX register, or SSE's low and high halves
+    vt, P = ('__m256', '_mm256') if wide else (isa.vt, isa.p)
+    parts = [''] if wide else ['l', 'h']  # the AVX register, or two 4-lane ones (SSE, NEON)
     d = lambda o, h: f'd{o}{h}'
     init = lambda o, h: (f'_mm256_setr_ps({b}[{o}], 0, 0, 0, 0, 0, 0, 0)' if wide else
-                         f'_mm_setr_ps({b}[{o}], 0, 0, 0)' if h == 'l' else '_mm_setzero_ps()')
+                         f'{P}_setr_ps({b}[{o}], 0, 0, 0)' if h == 'l' else f'{P}_setzero_ps()')
     fma = (lambda a, b_, c: f'_mm256_fmadd_ps({a}, {b_}, {c})') if wide else isa.fma
     lines = ['{', f'    {vt} ' + ', '.join(f'{d(o, h)} = {init(o, h)}' for o in range(width) for h in parts) + ';']
     def chunk(loads, c):
@@ -322,8 +353,8 @@ def _simd_dot_row(isa, src, src_padded, dst, Wt, b, n_in, width, ews, const):
     if full < n_in:
         at, rest = f'{src} + {full}', n_in - full
         loads = [_tail_load(AVX2, at, rest)] if wide else \
-                [_tail_load(SSE2, at, min(rest, 4)), _tail_load(SSE2, f'{at} + 4', rest - 4) if rest > 4 else
-                 '_mm_setzero_ps()']
+                [_tail_load(isa, at, min(rest, 4)), _tail_load(isa, f'{at} + 4', rest - 4) if rest > 4 else
+                 f'{P}_setzero_ps()']
         lines += chunk(loads, full)
     for o in range(width):
         total = (f'hsum8(_mm256_castps256_ps128({d(o, "")}), _mm256_extractf128_ps({d(o, "")}, 1))' if wide else
@@ -474,7 +505,7 @@ def _kernels(steps, dims):
     simd = []
     for n, isa in enumerate(ISAS):
         simd += [f"#{'if' if n == 0 else 'elif'} !defined(PPO_POLICY_PORTABLE) && {isa.guard}",
-                 '#include <immintrin.h>', f'#define PPO_KERNEL "{isa.name}"', *_vtanh(isa), *HSUM8, '',
+                 *(isa.prelude or X86_PRELUDE), f'#define PPO_KERNEL "{isa.name}"', *_vtanh(isa), '',
                  *_simd_kernels(isa, plan, dims, s, const_of)]
     return '\n'.join([*MAYBE_UNUSED, *consts, '', *_tanh_source(), '', *simd, '#else', '#define PPO_KERNEL "portable C"',
                       *_plain_kernels(plan, dims, s, const_of), '#endif', '', *s['driver'], ''])
@@ -576,15 +607,47 @@ def _load_extension(blob, name, folder):
     finally: os.unlink(tmp)
     return mod
 
+# %% ../../nbs/34_c_kernel.ipynb #bda69ba7
+NATIVE_C_CACHE_MAX = 512 << 20  # bytes of native-c builds the user's cache keeps (least recently used go first)
+
+def _cache_cap():
+    "The cache's size cap in bytes: `$PPO_TRT_NATIVE_C_CACHE_MB` if set to a number, else `NATIVE_C_CACHE_MAX`."
+    try: return int(float(os.environ['PPO_TRT_NATIVE_C_CACHE_MB']) * (1 << 20))
+    except (KeyError, ValueError): return NATIVE_C_CACHE_MAX
+
+def _touch(folder, name):
+    "Mark build `name` as used now (its record's time is what eviction reads)."
+    with contextlib.suppress(OSError): os.utime(Path(folder)/f'{name}.json')
+
+def evict_cache(folder, keep, cap=None):
+    "Remove the least recently used builds in cache `folder` (never `keep`) until it holds at most `cap` bytes; names."
+    cap, builds = _cache_cap() if cap is None else cap, {}
+    for p in Path(folder).glob('ppo_trt_policy_*'):
+        if p.is_file() and not p.is_symlink():
+            name = p.name.split('.')[0]
+            used, size = builds.get(name, (0.0, 0))
+            st = p.stat()
+            builds[name] = (max(used, st.st_mtime) if p.suffix == '.json' else used, size + st.st_size)
+    total, gone = sum(size for _, size in builds.values()), []
+    for name, (used, size) in sorted(builds.items(), key=lambda kv: kv[1][0]):
+        if total <= cap: break
+        if name == keep: continue
+        for p in Path(folder).glob(f'{name}.*'):
+            with contextlib.suppress(OSError): p.unlink()
+        total, gone = total - size, gone + [name]
+    return gone
+
 # %% ../../nbs/34_c_kernel.ipynb #1e220e9c
 def _obtain(cc, incs, src, name, folder):
     "(extension `name`, how it was obtained): the verified cached binary, else a new build, cached if it can be."
     blob, why = _cached_blob(folder/f'{name}{_EXT}', folder/f'{name}.json', src)
     if blob is not None:
+        _touch(folder, name)
         try: return _load_extension(blob, name, folder), 'loaded from the cache (hash verified)'
         except ImportError as e: why = f'the cached binary does not import ({error_line(e)})'
     blob = _build(cc, incs, src, name)
     unstored = _store(folder, name, src, blob, cc)
+    if not unstored: evict_cache(folder, keep=name)
     how = (f'built in a private temporary folder, not cached: {unstored}; each process builds it again' if unstored
            else 'built' if why == 'not built yet' else f'rebuilt: {why}')
     try: return _load_extension(blob, name, folder), how

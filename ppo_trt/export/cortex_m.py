@@ -50,9 +50,9 @@ def cortex_m4_build(folder, extra=()):
                 command=' '.join(cmd))
 
 # %% ../../nbs/37_cortex_m.ipynb #2119e3f5
-def section_sizes(obj):
-    "Bytes of an object or ELF file by kind (code, const, data, bss), as arm-none-eabi-size -A counts them."
-    r = subprocess.run([ARM_SIZE, '-A', '-d', str(obj)], capture_output=True, text=True, check=True)
+def section_sizes(obj, size=ARM_SIZE):
+    "Bytes of an object or ELF file by kind (code, const, data, bss), as binutils' `size -A` (ARM's) counts them."
+    r = subprocess.run([size, '-A', '-d', str(obj)], capture_output=True, text=True, check=True)
     out = dict(code=0, const=0, data=0, bss=0)
     for name, size in re.findall(r'^(\.\S+)\s+(\d+)\s+\d+\s*$', r.stdout, re.M):
         kind = next((k for k, p in (('code', '.text'), ('const', '.rodata'), ('data', '.data'), ('bss', '.bss'))

@@ -7,12 +7,13 @@ from __future__ import annotations
 import hashlib, linecache, threading, time, types
 from dataclasses import dataclass, field
 import numpy as np
-from ..core.files import PpoTrtError
+from ..core.files import PpoTrtError, shown
 
 
 # %% auto #0
-__all__ = ['TANH_CLAMP', 'TANH_P', 'TANH_Q', 'SUPPORTED_OPS', 'tanh_source', 'NativeUnsupportedError', 'Dense', 'Elementwise',
-           'parse_chain', 'generate_source', 'NativePolicy', 'module_from_source', 'compile_policy']
+__all__ = ['TANH_CLAMP', 'TANH_P', 'TANH_Q', 'SUPPORTED_OPS', 'FLT_MAX', 'KERNEL_MAX_STEPS', 'KERNEL_MAX_WEIGHTS', 'tanh_source',
+           'NativeUnsupportedError', 'Dense', 'Elementwise', 'check_graph', 'parse_chain', 'generate_source',
+           'NativePolicy', 'module_from_source', 'compile_policy']
 
 # %% ../../nbs/33_numba_kernel.ipynb #4c68b17b
 TANH_CLAMP = 7.90531110763549805
@@ -57,69 +58,164 @@ class Elementwise:
     alpha: float = 1.0
 
 # %% ../../nbs/33_numba_kernel.ipynb #653d8c8b
+FLT_MAX = float(np.finfo(np.float32).max)  # Clip's bound when none is given: numeric_limits<float>::max(), in ORT
+
+def _constant_value(n):
+    "The float32 value of Constant node `n` (its `value` tensor, `value_float` or `value_floats`), else one line."
+    from onnx import numpy_helper, TensorProto
+    a = {x.name: x for x in n.attribute}
+    if 'value' in a and a['value'].t.data_type == TensorProto.FLOAT: return numpy_helper.to_array(a['value'].t)
+    if 'value_float' in a: return np.float32(a['value_float'].f)
+    if 'value_floats' in a: return np.asarray(a['value_floats'].floats, np.float32)
+    raise NativeUnsupportedError(f'Constant node {shown(n.name or n.output[0], 120)} holds '
+                                 f'{", ".join(a) or "nothing"}, '
+                                 'not float32 values: the generated kernels compute in float32 only; export the '
+                                 'policy with float32 constants')
+
 def _consts(proto):
-    from onnx import numpy_helper
-    c = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    "{name: float32 array} of the graph's initializers and Constant nodes; any other dtype is refused in one line."
+    from onnx import numpy_helper, TensorProto
+    if len(proto.graph.sparse_initializer):
+        raise NativeUnsupportedError('the graph holds sparse initializers, which the generated kernels do not read; '
+                                     'export it with dense ones')
+    c = {}
+    for t in proto.graph.initializer:
+        if t.data_type != TensorProto.FLOAT:
+            raise NativeUnsupportedError(f'initializer {shown(t.name, 120)} holds '
+                                         f'{TensorProto.DataType.Name(t.data_type)} '
+                                         'values, not float32: the generated kernels compute in float32 only; export '
+                                         'the policy with float32 weights')
+        c[t.name] = numpy_helper.to_array(t)
     for n in proto.graph.node:
-        if n.op_type == 'Constant': c[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+        if n.op_type == 'Constant': c[n.output[0]] = _constant_value(n)
     return c
+
+# %% ../../nbs/33_numba_kernel.ipynb #954c4d42
+KERNEL_MAX_STEPS = 256        # layers + elementwise ops a generated kernel fuses: a deeper graph is refused
+KERNEL_MAX_WEIGHTS = 1 << 22  # float32 constants (16 MiB) a generated kernel compiles in: a larger one is refused
+
+def _opset(proto):
+    "The default-domain opset the model imports (None if it imports none)."
+    return next((o.version for o in proto.opset_import if o.domain in ('', 'ai.onnx')), None)
+
+def check_graph(proto):
+    "`proto` if ORT reads it as the kernels would (opset, domains, node names, float32 input and output); or one line."
+    import onnx
+    from onnx import TensorProto
+    opset, newest = _opset(proto), onnx.defs.onnx_opset_version()
+    if opset is None or not 7 <= opset <= newest:
+        raise NativeUnsupportedError(f'the graph imports ONNX opset {opset}; the generated kernels follow opsets 7 to '
+                                     f'{newest} (this onnx package\'s newest): re-export it with one of those')
+    other = [n for n in proto.graph.node if n.domain not in ('', 'ai.onnx')]
+    if other:
+        raise NativeUnsupportedError(f'node {shown(other[0].name or other[0].output[0], 120)} is '
+                                     f'{shown(other[0].op_type, 40)} '
+                                     f'of domain {shown(other[0].domain, 60)}, not the ONNX operator of that name: '
+                                     'the generated kernels run standard ONNX operators only; run it with ort')
+    names = [n.name for n in proto.graph.node if n.name]
+    dup = next((x for i, x in enumerate(names) if x in names[:i]), None)
+    if dup is not None:
+        raise NativeUnsupportedError(f'two nodes are named {shown(dup, 120)}: ONNX Runtime refuses such a graph; '
+                                     'give each node its own name')
+    for what, vi in (('input', proto.graph.input[0]), ('output', proto.graph.output[0])):
+        t = vi.type.tensor_type
+        if t.elem_type != TensorProto.FLOAT:
+            raise NativeUnsupportedError(f'the graph {what} {shown(vi.name, 40)} is '
+                                         f'{TensorProto.DataType.Name(t.elem_type)}, not float32: the generated '
+                                         'kernels take and give float32 only; export it with a float32 input and '
+                                         'output')
+        dims = t.shape.dim
+        if len(dims) != 2 or dims[1].dim_value < 1:
+            raise NativeUnsupportedError(f'the graph {what} {shown(vi.name, 40)} is not [batch, width] with a fixed '
+                                         'width: the generated kernels run [batch, width] float32 arrays only; run it '
+                                         'with ort')
+    return proto
+
+def _check_size(steps):
+    "Refuse a chain whose kernel would take minutes and gigabytes to compile (`KERNEL_MAX_STEPS`, `..._WEIGHTS`)."
+    consts = sum(int(np.asarray(a).size) for s in steps for a in (
+        (s.W, s.b) if isinstance(s, Dense) else (s.c, s.c2)) if a is not None)
+    if len(steps) > KERNEL_MAX_STEPS or consts > KERNEL_MAX_WEIGHTS:
+        raise NativeUnsupportedError(f'the graph is {len(steps):,} fused steps and {consts:,} constants; the generated '
+                                     f'kernels compile at most {KERNEL_MAX_STEPS} steps and {KERNEL_MAX_WEIGHTS:,} '
+                                     'constants (larger ones take minutes and gigabytes to compile): run it with ort')
+    return steps
 
 # %% ../../nbs/33_numba_kernel.ipynb #5b64140b
 def _vec(a, width, what):
+    "Constant `a` of an elementwise op on [B, width]: a scalar, or a row ([width] or [1, width]) as ORT broadcasts it."
     a = np.asarray(a, np.float32)
-    if a.size == 1: return a.reshape(())
-    flat = a.reshape(-1)
-    if flat.size != width:
-        raise NativeUnsupportedError(f'{what}: constant of shape {a.shape} does not broadcast to width {width}')
-    return flat
+    if a.ndim <= 2 and a.size == 1: return a.reshape(())
+    if a.ndim > 2 or (a.ndim == 2 and a.shape[0] != 1) or a.shape[-1] != width:
+        raise NativeUnsupportedError(f'{what}: constant of shape {a.shape} does not broadcast as a row of width '
+                                     f'{width} (ONNX Runtime would give another shape); the generated kernels '
+                                     'refuse it')
+    return a.reshape(-1)
 
 # %% ../../nbs/33_numba_kernel.ipynb #2a63553c
+def _clip_bounds(n, ins, consts, attrs, opset, width):
+    "(min, max) of Clip node `n`: attributes before opset 11, optional inputs after ('' or absent: not given)."
+    if opset < 11: return np.float32(attrs.get('min', -FLT_MAX)), np.float32(attrs.get('max', FLT_MAX))
+    def bound(i, default):
+        if len(ins) <= i or not ins[i]: return np.float32(default)
+        a = np.asarray(consts[ins[i]], np.float32)
+        if a.size != 1:
+            raise NativeUnsupportedError(f'Clip node {shown(n.name or n.op_type, 120)}: its bounds must be scalars '
+                                         f'(ONNX Runtime refuses shape {a.shape})')
+        return a.reshape(())
+    return bound(1, -FLT_MAX), bound(2, FLT_MAX)
+
 def parse_chain(proto):
-    "The policy graph as a list of `Dense` / `Elementwise` steps, plus (obs_dim, act_dim)."
+    "The policy graph as a list of `Dense` / `Elementwise` steps, plus (obs_dim, act_dim); `check_graph` first."
     from onnx import helper
+    check_graph(proto)
     bad = sorted({n.op_type for n in proto.graph.node} - set(SUPPORTED_OPS) - {'Constant'})
     if bad:
-        raise NativeUnsupportedError(f"native backend cannot compile ops {bad}; supported: {', '.join(SUPPORTED_OPS)}")
-    consts, steps = _consts(proto), []
+        raise NativeUnsupportedError(f"native backend cannot compile ops {[shown(b, 40) for b in bad]}; supported: "
+                                     f"{', '.join(SUPPORTED_OPS)}")
+    consts, steps, opset = _consts(proto), [], _opset(proto)
     cur = proto.graph.input[0].name
     width = proto.graph.input[0].type.tensor_type.shape.dim[1].dim_value
     obs_dim = width
     for n in proto.graph.node:
         if n.op_type == 'Constant': continue
-        ins = [i for i in n.input if i]
-        live = [i for i in ins if i not in consts]
-        if live != [cur]:
-            raise NativeUnsupportedError(f'node {n.name or n.op_type} does not continue a single chain from {cur!r}; '
-                                         'the native backend compiles linear MLP policies only')
+        ins = list(n.input)
+        live = [i for i in ins if i and i not in consts]
+        if live != [cur] or (n.op_type != 'Clip' and '' in ins):
+            raise NativeUnsupportedError(f'node {shown(n.name or n.op_type, 120)} does not continue a single chain '
+                                         f'from {shown(cur, 120)}; the native backend compiles linear MLP policies '
+                                         'only')
         attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
-        other = [consts[i] for i in ins if i != cur]
+        other = [consts[i] for i in ins if i and i != cur]
         op = n.op_type
         if op in ('Sub', 'Div', 'Gemm', 'MatMul') and ins[0] != cur:
             raise NativeUnsupportedError(f'{op} with the running value as its second operand is not supported')
         if op in ('Gemm', 'MatMul'):
             B = np.asarray(other[0], np.float32)
+            if B.ndim != 2: raise NativeUnsupportedError(f'{op} with a weight of shape {B.shape} is not supported')
             if op == 'Gemm':
                 if attrs.get('transA', 0): raise NativeUnsupportedError('Gemm with transA=1 is not supported')
                 W = (B.T if attrs.get('transB', 0) else B) * np.float32(attrs.get('alpha', 1.0))
-                b = np.broadcast_to(np.asarray(other[1], np.float32).reshape(-1) * np.float32(attrs.get('beta', 1.0)),
-                                    W.shape[1]) if len(other) > 1 else np.zeros(W.shape[1], np.float32)
+                b = (_vec(other[1], W.shape[1], 'Gemm C') * np.float32(attrs.get('beta', 1.0))
+                     if len(other) > 1 else np.zeros(W.shape[1], np.float32))
+                b = np.broadcast_to(b, W.shape[1])
             else: W, b = B, np.zeros(B.shape[1], np.float32)
             if W.shape[0] != width: raise NativeUnsupportedError(f'{op} expects width {W.shape[0]}, chain has {width}')
             steps.append(Dense(np.ascontiguousarray(W, np.float32), np.ascontiguousarray(b, np.float32)))
             width = W.shape[1]
-        elif op == 'Add' and steps and isinstance(steps[-1], Dense) and np.asarray(other[0]).size == width:
+        elif op == 'Add' and steps and isinstance(steps[-1], Dense) and len(other) == 1 and \
+                np.asarray(other[0]).ndim > 0 and np.asarray(other[0]).size == width:
             steps[-1].b = steps[-1].b + _vec(other[0], width, 'Add')  # MatMul + Add -> one dense layer
-        elif op in ('Sub', 'Div', 'Mul', 'Add', 'Min', 'Max'):
+        elif op in ('Min', 'Max'):
+            steps += [Elementwise(op.lower(), _vec(c, width, op)) for c in other]  # variadic: one step per operand
+        elif op in ('Sub', 'Div', 'Mul', 'Add'):
             steps.append(Elementwise(op.lower(), _vec(other[0], width, op)))
-        elif op == 'Clip':
-            lo = _vec(other[0], width, 'Clip min') if len(other) > 0 else np.float32(-np.inf)
-            hi = _vec(other[1], width, 'Clip max') if len(other) > 1 else np.float32(np.inf)
-            steps.append(Elementwise('clip', lo, hi))
+        elif op == 'Clip': steps.append(Elementwise('clip', *_clip_bounds(n, ins, consts, attrs, opset, width)))
         elif op == 'Elu': steps.append(Elementwise('elu', alpha=float(attrs.get('alpha', 1.0))))
         elif op != 'Identity': steps.append(Elementwise(op.lower()))
         cur = n.output[0]
     if cur != proto.graph.output[0].name: raise NativeUnsupportedError('the chain does not end at the graph output')
-    return steps, (obs_dim, width)
+    return _check_size(steps), (obs_dim, width)
 
 # %% ../../nbs/33_numba_kernel.ipynb #2b1d4dcf
 def _stages(steps):

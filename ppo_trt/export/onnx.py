@@ -10,19 +10,20 @@ from dataclasses import dataclass, field
 from typing import Callable
 from pathlib import Path
 import numpy as np
-from ..core.run_folder import RunDir
+from ..core.run_folder import RunDir, check_env_id
 from ..core.files import (PpoTrtError, BadArtifactError, BadInputError, atomic_path, atomic_paths, json_text,
-                                save_json, sha256_file)
-from ..core.machine import package_version
+                                save_json, sha256_file, shown, error_line)
+from ..core.machine import package_version, check_memory
 from ..core.records import ExportRecord, Parity, load_artifact, locked, record, require_fresh
 from ..envs.gym import make_env, rollout_observations
-from ..core.checkpoint import ObsNorm, load_policy
+from ..core.checkpoint import ObsNorm, load_policy, read_vecnormalize
 
 # %% auto #0
 __all__ = ['PARITY_TOL', 'OPSET', 'CURRICULUM_META', 'DEPLOY_KEYS', 'build_deployable', 'load_deployable', 'collect_observations',
            'sb3_actions', 'to_onnx_proto', 'set_metadata', 'load_onnx', 'onnx_metadata', 'check_policy_env',
            'check_finite_policy', 'ort_cpu_session', 'parity', 'ParityError', 'Deployment', 'reference_normalizer',
-           'plain_deployment', 'export', 'policy_metadata']
+           'plain_deployment', 'load_observations', 'parity_bytes_per_obs', 'export', 'check_deploy_metadata',
+           'policy_metadata']
 
 # %% ../../nbs/30_onnx.ipynb #2719ac5e
 PARITY_TOL = 1e-5
@@ -124,9 +125,11 @@ def load_onnx(path):
         proto = onnx.load(str(path))
         onnx.checker.check_model(proto)
     except Exception as e:
+        redo = (f're-run `ppo-trt export --run-dir {path.parent}`' if (path.parent/'policy.zip').exists() else
+                'export it again where it was made (this folder has no policy.zip to export from)')
         raise BadArtifactError(f'{path} is not a valid ONNX model ({type(e).__name__}: '
-                               f'{str(e).splitlines()[0][:120]}); it may be truncated or not ONNX at all: '
-                               f're-run `ppo-trt export --run-dir {path.parent}`') from None
+                               f'{shown(str(e).splitlines()[0] if str(e) else "", 120)}); it may be truncated or not '
+                               f'ONNX at all: {redo}') from None
     if [i.name for i in proto.graph.input] != ['obs'] or [o.name for o in proto.graph.output] != ['action']:
         raise BadArtifactError(f'{path} is not a ppo_trt policy (needs input "obs" and output "action"); '
                                're-run `ppo-trt export`')
@@ -149,8 +152,13 @@ def check_policy_env(meta, env_id):
     obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
     env.close()
     policy_obs = meta.get('env_obs_dim', meta.get('obs_dim'))  # a history policy's input is wider than the env's obs
+    if meta.get('env_id') == env_id and (policy_obs, meta.get('act_dim')) != (obs_dim, act_dim):
+        raise BadInputError(f"policy.onnx says it is for {env_id} but reads {shown(policy_obs, 20)} observations and "
+                               f"gives {shown(meta.get('act_dim'), 20)} actions, where {env_id} has {obs_dim} and "
+                               f'{act_dim}: the file was altered or made for another version of the env; export it '
+                               'again from a policy trained on this one')
     if meta.get('env_id') != env_id or policy_obs != obs_dim or meta.get('act_dim') != act_dim:
-        raise BadInputError(f"policy was exported for {meta.get('env_id')} "
+        raise BadInputError(f"policy was exported for {shown(meta.get('env_id'), 60)} "
                             f"(obs {policy_obs}, act {meta.get('act_dim')}) "
                             f"but the environment is {env_id} (obs {obs_dim}, act {act_dim}); "
                             f"use --env-id {meta.get('env_id')} or train and export a policy for {env_id}")
@@ -237,10 +245,9 @@ def reference_normalizer(run_dir):
     "(normaliser, what it is) for the parity reference: SB3's own VecNormalize of the kept policy if training saved it."
     pkl = RunDir(run_dir).path('checkpoints')/'kept_vecnormalize.pkl'
     if not pkl.exists(): return ObsNorm.load(RunDir(run_dir).require('obs_norm')), 'obs_norm.json'
-    import pickle
-    # written by this run's training (a training-side file, never deployed)
-    with open(pkl, 'rb') as f: vn = pickle.load(f)
-    return vn.normalize_obs, 'VecNormalize (checkpoints/kept_vecnormalize.pkl)'
+    # SB3's own statistics of the kept policy, through an allow-list: a run folder may come from anyone
+    norm = read_vecnormalize(pkl, f'delete it (export then checks against obs_norm.json) or re-run `ppo-trt train`')
+    return lambda obs: norm.obs_norm()(obs).astype(np.float32), 'VecNormalize (checkpoints/kept_vecnormalize.pkl)'
 
 # %% ../../nbs/30_onnx.ipynb #7a12f33f
 def plain_deployment(run_dir):
@@ -268,6 +275,24 @@ def _npy_bytes(array):
     np.save(buf, array)
     return buf.getvalue()
 
+# %% ../../nbs/30_onnx.ipynb #e4207829
+def load_observations(path, width=None):
+    "export_obs.npy as a [n, width] float32 array, read as data (no pickle); one line for anything else."
+    try: obs = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise BadArtifactError(f'{path} is not a readable .npy array of observations ({error_line(e, 100)}); '
+                               're-run `ppo-trt export`') from None
+    if obs.dtype != np.float32 or obs.ndim != 2 or len(obs) < 1 or (width is not None and obs.shape[1] != width):
+        raise BadArtifactError(f'{path} holds {obs.dtype} of shape {obs.shape}, not [n, {width or "obs_dim"}] float32 '
+                               'observations; re-run `ppo-trt export`')
+    return obs
+
+# %% ../../nbs/30_onnx.ipynb #07855385
+def parity_bytes_per_obs(rec_train):
+    "Bytes export holds per parity observation: float32 observations (and copies) and four action arrays, generously."
+    width = rec_train.obs_dim + rec_train.history_actions * rec_train.act_dim + rec_train.act_dim
+    return 4 * (4 * width + 4 * rec_train.act_dim) + 256  # + Python's per-step objects while rolling out
+
 # %% ../../nbs/30_onnx.ipynb #46f6378b
 CURRICULUM_META = ('rule', 'threshold', 'final_level', 'final_ranges', 'high', 'low', 'final_levels')  # in the metadata
 
@@ -277,6 +302,8 @@ def export(run_dir, n_obs=1000, seed=123, tol=PARITY_TOL, opset=OPSET, deploymen
     "Export the run's policy to `policy.onnx`, check parity on `n_obs` rollout observations; return `export.json`."
     import onnx, torch
     if n_obs < 1000: raise BadInputError(f'parity needs at least 1000 observations, got n_obs={n_obs}')
+    per_obs = parity_bytes_per_obs(load_artifact(RunDir(run_dir), 'train_record'))
+    check_memory(n_obs * per_obs, '--parity-obs', n_obs, per_obs)
     run = RunDir(run_dir)
     rec_train = load_artifact(run, 'train_record')
     if env_id is not None and env_id != rec_train.env_id:
@@ -345,6 +372,32 @@ def _graph_width(value_info):
     dims = value_info.type.tensor_type.shape.dim
     return dims[1].dim_value if len(dims) == 2 else None
 
+# %% ../../nbs/30_onnx.ipynb #4099ffaf
+def _number_list(v, n):
+    "Whether `v` is a list of `n` numbers (an infinity means no bound; NaN is no bound at all)."
+    return (isinstance(v, list) and len(v) == n and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                         and not np.isnan(x) for x in v))
+
+def check_deploy_metadata(meta, where='the ONNX model'):
+    "`meta` if each value deploying reads has its type and range, else one line naming the key and what it holds."
+    act = meta['act_dim']
+    def bad(key, want):
+        raise BadArtifactError(f'{where}: its metadata {key} is {shown(repr(meta[key]), 60)}, not {want}; the file was '
+                               'altered or not written by ppo_trt: re-export it with `ppo-trt export`')
+    for key in ('obs_dim', 'act_dim', 'env_obs_dim'):
+        if key in meta and not (type(meta[key]) is int and 0 < meta[key] <= 1 << 24): bad(key, 'a positive integer')
+    if 'history_actions' in meta and not (type(meta['history_actions']) is int and 0 <= meta['history_actions'] <= 16):
+        bad('history_actions', 'an integer from 0 to 16')
+    k = meta.get('history_actions') or 0
+    if k and meta.get('env_obs_dim') != meta['obs_dim'] - k * act:
+        bad('env_obs_dim', 'obs_dim - history_actions * act_dim')
+    for key in ('action_low', 'action_high'):
+        if key in meta and not _number_list(meta[key], act): bad(key, f'a list of {act} numbers')
+    if k and not all(k2 in meta for k2 in ('action_low', 'action_high')):
+        raise BadArtifactError(f'{where}: a policy reading its last actions needs action_low and action_high in its '
+                               'metadata; re-export it with `ppo-trt export`')
+    return meta
+
 # %% ../../nbs/30_onnx.ipynb #69410e35
 def policy_metadata(path_or_proto):
     "`onnx_metadata`, checked to hold what deploying needs (env id, widths matching the graph's), or one clear error."
@@ -355,9 +408,15 @@ def policy_metadata(path_or_proto):
         raise BadArtifactError(f'{where} lacks the ppo_trt metadata {missing}: it was not written by `ppo-trt export`; '
                                'export the policy with ppo-trt '
                                '(or add env_id, obs_dim and act_dim to its metadata_props)')
+    check_env_id(meta['env_id'], f'{where}: its metadata env_id')
+    batch = proto.graph.input[0].type.tensor_type.shape.dim[:1]
+    if batch and batch[0].dim_value > 0:
+        raise BadArtifactError(f'{where}: its input takes a batch of {batch[0].dim_value} rows only; ppo_trt runs a '
+                               'policy at every batch size: export it with a dynamic batch axis '
+                               "(torch.onnx.export(..., dynamic_axes={'obs': {0: 'batch'}, 'action': {0: 'batch'}}))")
     widths = (_graph_width(proto.graph.input[0]), _graph_width(proto.graph.output[0]))
     if (meta['obs_dim'], meta['act_dim']) != widths:
         raise BadArtifactError(f"{where}: its metadata says obs_dim {meta['obs_dim']}, act_dim {meta['act_dim']} "
                                f'but the graph takes {widths[0]} and gives {widths[1]}: the file was altered; '
                                're-run `ppo-trt export`')
-    return meta
+    return check_deploy_metadata(meta, where)

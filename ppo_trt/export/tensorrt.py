@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from ..core.run_folder import RunDir
 from ..core.files import (PpoTrtError, BadInputError, MissingArtifactError, atomic_path, atomic_write_text,
-                                save_json, sha256_file, error_line)
+                                save_json, sha256_file, error_line, policy_sha256)
 from ..core.machine import gpu_info
 from ..core.records import EngineRecord, locked, record, require_fresh, load_artifact
 from .onnx import load_onnx, onnx_metadata, ort_cpu_session, parity, ParityError
@@ -148,7 +148,7 @@ def build_engine(run_dir, flavour='auto', precision='fp32', min_batch=1, opt_bat
                  profile=dict(min=min_batch, opt=opt_batch, max=max_batch), input=dict(name='obs', dim=d),
                  compute_capabilities=list(compute_capabilities or []), gpu=gpu, built_without_gpu=gpu is None,
                  build_s=round(build_s, 3), engine_bytes=len(bytes(serialized)),
-                 engine_sha256=sha256_file(engine_path), onnx_sha256=sha256_file(onnx_path), log=log_path.name,
+                 engine_sha256=sha256_file(engine_path), onnx_sha256=policy_sha256(onnx_path), log=log_path.name,
                  timing_cache=cache_path.name, builder='python api', created=time.strftime('%Y-%m-%dT%H:%M:%S%z'))
     records = load_artifact(run, 'build_record') if run.has('build_record') else {}
     records[engine_path.name] = rec
@@ -205,7 +205,7 @@ def check_engine(run_dir, name, onnx_path=None):
     if rec is None: raise EngineError(f'{name} has no record in build.json, so its origin is unknown: {rebuild}')
     if sha256_file(path) != rec.engine_sha256:
         raise EngineError(f'{name} is not the file that was built (changed or truncated): {rebuild}')
-    if sha256_file(onnx_path or run.require('onnx')) != rec.onnx_sha256:
+    if policy_sha256(onnx_path or run.require('onnx')) != rec.onnx_sha256:
         raise EngineError(f'policy.onnx changed since {name} was built (re-exported?): {rebuild}')
     try: installed = importlib.import_module(rec.module).__version__
     except Exception: installed = None

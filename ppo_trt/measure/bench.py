@@ -23,8 +23,13 @@ __all__ = ['CDF_POINTS', 'TAIL_POINTS', 'DEFAULT_BATCHES', 'CHECKED_CALL', 'HOT_
            'MODE_ORDER', 'TIE_RATIO', 'timer_overhead_ns', 'time_calls', 'time_pair', 'latency_stats', 'BenchSettings',
            'bench_latency', 'bench_sweep', 'bench_closed_loop', 'bench_soak', 'backend_parity', 'rollout_observations',
            'bench_observations', 'pin_process', 'skipped', 'trained_model_missing', 'failed', 'measure_backend',
-           'merge_bench', 'env_check', 'backend_line', 'bench', 'records_by', 'best_kernel_sweep', 'Advice', 'advise',
-           'measured_on', 'print_advice', 'fmt_us', 'console', 'print_bench']
+           'merge_bench', 'env_check', 'backend_line', 'sweep_bytes', 'bench', 'records_by', 'best_kernel_sweep',
+           'Advice', 'advise', 'measured_on', 'print_advice', 'fmt_us', 'console', 'print_bench']
+
+# %% ../../nbs/50_bench.ipynb #49277fb9
+from ..core.machine import check_memory
+from ..core.files import BadArtifactError, policy_sha256, shown
+from ..export.onnx import policy_metadata, load_observations
 
 # %% ../../nbs/50_bench.ipynb #f7704e3e
 def timer_overhead_ns(n=20_000):
@@ -216,7 +221,9 @@ def rollout_observations(source, env_id, n=ROLLOUT_OBS, seed=0):
 # %% ../../nbs/50_bench.ipynb #de35c876
 def bench_observations(run, env_id, seed=0):
     "(observations, where they came from): export_obs.npy, or in a policy-only folder without it an env rollout."
-    if run.has('export_obs') or not policy_only(run): return np.load(run.require('export_obs')), 'export_obs.npy'
+    if run.has('export_obs') or not policy_only(run):
+        width = policy_metadata(run.path('onnx'))['obs_dim']
+        return load_observations(run.require('export_obs'), width), 'export_obs.npy'
     try: obs = rollout_observations(run.root, env_id, seed=seed)
     except PpoTrtError: raise
     except Exception as e:
@@ -329,6 +336,22 @@ def backend_line(records, wall_s):
              *(f'{r.mode} failed' for r in records if not r.ran)]
     return f"bench {name}: {', '.join(parts)} ({wall_s:.1f} s)"
 
+# %% ../../nbs/50_bench.ipynb #c2421203
+def sweep_bytes(batch, obs_dim, act_dim):
+    "Bytes the sweep holds at `batch`: the pool of `_rows` inputs and numpy's tiled copy of it, and the outputs."
+    count = 16 if batch >= 1024 else 64
+    return batch * count * obs_dim * 4 * 2 + batch * act_dim * 4 * 4
+
+def _ort_reference(run, obs):
+    "ONNX Runtime's actions on `obs` (float64), the parity reference; None without ORT; one line if it cannot run them."
+    if not B.available()['ort'][0]: return None
+    try: return B.load('ort', run.root, network_only=True)(obs).astype(np.float64)
+    except PpoTrtError: raise
+    except Exception as e:
+        raise BadArtifactError(f"{run.path('onnx')}: ONNX Runtime cannot run it on a batch of {len(obs)} observations "
+                               f"({shown(error_line(e, 160), 200)}); it is not a [batch, obs] -> [batch, action] "
+                               'policy: export it again') from None
+
 # %% ../../nbs/50_bench.ipynb #ef3c980b
 @locked('bench')
 def bench(run_dir, backend_names=None, settings: BenchSettings | None = None, env_id=None, progress=True,
@@ -338,14 +361,17 @@ def bench(run_dir, backend_names=None, settings: BenchSettings | None = None, en
     run = RunDir(run_dir)
     onnx_path = run.require('onnx')
     require_fresh(run, 'bench')
-    meta = onnx_metadata(onnx_path)
+    meta = policy_metadata(onnx_path)  # its types and ranges checked: one line, not a TypeError later
+    top = max(s.batches)
+    check_memory(sweep_bytes(top, meta['obs_dim'], meta['act_dim']), '--batches', top,
+                 sweep_bytes(top, meta['obs_dim'], meta['act_dim']) / top)
     env_id = env_id or meta['env_id']
     env_check(meta, env_id)  # None, or why the closed loops will fail (each says so in its record)
     names = [B.check_name(n) for n in (backend_names or B.names())]
     result = None if replace or not run.has('bench_record') else load_artifact(run, 'bench_record')
     obs, obs_source = bench_observations(run, meta['env_id'], s.seed)
-    reference = B.load('ort', run.root, network_only=True)(obs).astype(np.float64) if B.available()['ort'][0] else None
-    sess, t_start = session(sha256_file(onnx_path)), time.perf_counter()
+    reference = _ort_reference(run, obs)
+    sess, t_start = session(policy_sha256(onnx_path)), time.perf_counter()
     sid = session_id(sess)
     header = dict(run_dir=str(run.root), env_id=env_id, machine=probe(packages=B.packages()),
                   machine_summary=sess.machine, settings=asdict(s), timer_overhead=timer_overhead_ns(),
@@ -456,7 +482,7 @@ def print_bench(result, session=None, con=None):
     from rich.markup import escape
     earlier = [r for r in result.records if session and r.session != session]
     result = msgspec.structs.replace(result, records=[r for r in result.records if not session or r.session == session])
-    t = Table(title=f"ppo-trt bench: {result.env_id} on {result.machine_summary}")
+    t = Table(title=f"ppo-trt bench: {result.env_id} on {escape(shown(result.machine_summary, 160))}")
     for c in ('backend', 'device: provider', 'p50 µs', 'p95 µs', 'p99 µs', 'p99.9 µs', 'max µs', 'run() p50 µs', 'SLA',
               'max|Δa|', 'best actions/s (batch)', 'loop Hz'):
         t.add_column(c, justify='left' if c in ('backend', 'device: provider') else 'right')
@@ -466,7 +492,7 @@ def print_bench(result, session=None, con=None):
         best = max((x for x in sweeps if x.backend == name), key=lambda x: x.throughput_per_s, default=None)
         par = r.parity_vs_ort_fp32.max_abs_err if r.parity_vs_ort_fp32 else None
         hot = r.hot_path.stats if r.hot_path else None
-        t.add_row(name, f"{r.device}: {r.provider}",
+        t.add_row(escape(shown(name, 40)), escape(shown(f"{r.device}: {r.provider}", 80)),
                   *(fmt_us(x) for x in (st.p50_us, st.p95_us, st.p99_us, st.p999_us, st.max_us)),
                   fmt_us(hot.p50_us) if hot else '', '[green]pass[/]' if r.sla_pass else '[red]FAIL[/]',
                   '' if par is None else f'{par:.1e}',
@@ -475,7 +501,8 @@ def print_bench(result, session=None, con=None):
     con = con or console()
     con.print(t)
     for r in result.records:
-        if not r.ran: con.print(f"[yellow]{'failed' if r.failed else 'skipped'} {r.backend}[/]: {escape(r.reason)}")
+        if not r.ran: con.print(f"[yellow]{'failed' if r.failed else 'skipped'} {escape(shown(r.backend, 40))}[/]: "
+                                f"{escape(shown(r.reason, 400))}")
     for r in records_by(result, 'latency'):
         if r.kernel_only is None: continue
         k, top = r.kernel_only, best_kernel_sweep(result, r.backend)

@@ -22,9 +22,9 @@ from .evaluate import evaluate_phase
 
 # %% auto #0
 __all__ = ['C_LOOP_ENVS', 'QVEL_CLIP', 'POLICY_CFLAGS', 'LOOP_CFLAGS', 'C_LOOP_MARKER', 'C_LOOP_MADE_BY', 'TRACE_SCALARS',
-           'CHECK_TOL', 'hopper_constants', 'env_header', 'loop_template', 'mujoco_c_api', 'c_loop_missing',
-           'c_loop_sources', 'build_c_loop', 'run_c_loop', 'read_trace', 'check_against_gymnasium', 'fallback_check',
-           'python_returns', 'c_loop', 'print_c_loop']
+           'CHECK_TOL', 'ORT_TOL', 'hopper_constants', 'env_header', 'loop_template', 'mujoco_c_api', 'c_loop_missing',
+           'c_loop_sources', 'build_c_loop', 'run_c_loop', 'read_trace', 'check_against_gymnasium', 'check_against_ort',
+           'fallback_check', 'python_returns', 'c_loop', 'print_c_loop']
 
 # %% ../../nbs/53_c_loop.ipynb #07881e3d
 C_LOOP_ENVS = ('Hopper-v4',)  # the envs whose observation, reward, termination and reset c_loop.c computes
@@ -47,10 +47,14 @@ def hopper_constants(env_id='Hopper-v4'):
     env.close()
     return c
 
+# %% ../../nbs/53_c_loop.ipynb #89fe4d25
+from ..core.files import policy_sha256, shown
+from ..export.c_library import c_string, _write_files
+
 # %% ../../nbs/53_c_loop.ipynb #2a8e4b25
 def _c_literal(v):
     "C source of constant `v`: a string, an integer, or a double that reads back exactly (infinities by name)."
-    if isinstance(v, str): return json.dumps(v)
+    if isinstance(v, str): return c_string(v)  # every byte but plain ones escaped: a path cannot end the literal
     if isinstance(v, int): return str(v)
     v = float(v)
     return repr(v) if math.isfinite(v) else ('INFINITY' if v > 0 else '-INFINITY')
@@ -97,7 +101,7 @@ def c_loop_sources(onnx_path):
     "{file name: text} of the C loop of `onnx_path`: the C library, the env's constants and c_loop.c."
     kernel, dims, meta = library_kernel(onnx_path)
     consts = hopper_constants(meta.get('env_id', '?'))
-    return {**library_code(kernel, dims, meta, consts['ENV_ID'], sha256_file(onnx_path)),
+    return {**library_code(kernel, dims, meta, consts['ENV_ID'], policy_sha256(onnx_path)),
             'c_loop_env.h': env_header(consts), 'c_loop.c': loop_template()}
 
 # %% ../../nbs/53_c_loop.ipynb #b0d835d8
@@ -118,12 +122,13 @@ def build_c_loop(run_dir, out=None, cc='gcc'):
     with staging(dest) as stage:
         build, warnings = stage/'c_loop', []
         build.mkdir()
-        for name, text in sources.items(): (build/name).write_text(text, encoding='utf-8')
+        _write_files(build, sources)
         for cmd in commands:
             r = subprocess.run(cmd, cwd=build, capture_output=True, text=True)
-            if r.returncode: raise PpoTrtError(f'{cc} could not build the C loop: {r.stderr.strip()[-800:]}')
+            if r.returncode: raise PpoTrtError(f'{cc} could not build the C loop (exit status {r.returncode}): '
+                                               f'{r.stderr.strip()[-800:] or "it printed nothing"}')
             if r.stderr.strip(): warnings.append(r.stderr.strip())
-        manifest = dict(made_by=C_LOOP_MADE_BY, onnx_sha256=sha256_file(onnx_path), cc=cc, mujoco_library=str(lib),
+        manifest = dict(made_by=C_LOOP_MADE_BY, onnx_sha256=policy_sha256(onnx_path), cc=cc, mujoco_library=str(lib),
                         commands=[' '.join(c) for c in commands], warnings=warnings,
                         files={n: hashlib.sha256(t.encode()).hexdigest() for n, t in sources.items()})
         (build/'manifest.json').write_text(json.dumps(manifest, indent=2) + '\n', encoding='utf-8')
@@ -187,6 +192,25 @@ def check_against_gymnasium(trace, env_id='Hopper-v4', seed=0):
     worst = max(out['reset_max_abs'], out['obs_max_abs'], out['reward_max_abs'])
     return dict(out, passed=bool(worst <= CHECK_TOL and out['termination_mismatches'] == 0))
 
+# %% ../../nbs/53_c_loop.ipynb #08061884
+ORT_TOL = 1e-5  # largest |C action - ONNX Runtime's action| on the C loop's own inputs
+
+def check_against_ort(trace, source):
+    "Largest |C action - ONNX Runtime's| over the trace's steps where the policy acted (fallback steps are committed)."
+    runner, worst = B.load('ort', source), 0.0
+    starts = [*np.flatnonzero(trace['t'] == 0), len(trace['t'])]
+    try:
+        for i, end in zip(starts[:-1], starts[1:]):
+            if hasattr(runner, 'reset'): runner.reset()  # a policy with a memory starts the episode afresh
+            obs = trace['obs'][i]
+            for j in range(i + 1, end):
+                want = runner(obs.astype(np.float32)[None])[0]
+                if trace['status'][j] == 0: worst = max(worst, _max_abs(want, trace['action'][j]))
+                elif hasattr(runner, 'commit'): runner.commit(trace['action'][j][None])  # the fallback's action
+                obs = trace['obs'][j]
+    finally: runner.close()
+    return worst
+
 # %% ../../nbs/53_c_loop.ipynb #c2d25ceb
 def fallback_check(exe, seed=0, inject_step=10, env_id='Hopper-v4'):
     "Hand the policy one NaN observation at step `inject_step`: the fallbacks counted, the action held, the check."
@@ -226,7 +250,10 @@ def c_loop(run_dir, steps=1_000_000, episodes=5, seed=0, cc='gcc', inject_step=1
     env_id = onnx_metadata(run.path('onnx'))['env_id']
     with tempfile.TemporaryDirectory() as d:
         ran = run_c_loop(built['exe'], seed, episodes, trace=Path(d)/'trace.bin')
-        check = check_against_gymnasium(read_trace(Path(d)/'trace.bin'), env_id, seed)
+        trace = read_trace(Path(d)/'trace.bin')
+    check = check_against_gymnasium(trace, env_id, seed)
+    ort = check_against_ort(trace, run.root)  # the policy's actions against ORT's, not against the same kernel
+    check.update(ort_max_abs=ort, ort_tol=ORT_TOL, passed=check['passed'] and ort <= ORT_TOL)
     fallback = fallback_check(built['exe'], seed, inject_step, env_id)
     timed = run_c_loop(built['exe'], seed, 0, steps)
     rec = record(CLoopRecord, env_id=env_id, onnx_sha256=built['onnx_sha256'], mujoco=ran['mujoco'], cc=cc,
@@ -244,7 +271,7 @@ def print_c_loop(rec, con=None):
     from rich.table import Table
     from ppo_trt.measure.bench import console
     con = con or console()
-    t = Table(title=f"ppo-trt c-loop: {rec.env_id} in C (MuJoCo {rec.mujoco}), {rec.steps:,} steps, "
+    t = Table(title=f"ppo-trt c-loop: {rec.env_id} in C (MuJoCo {shown(rec.mujoco, 20)}), {rec.steps:,} steps, "
                     f"{rec.steps_per_s:,.0f} steps/s")
     for c in ('µs', 'n', 'mean', 'p50', 'p99', 'p99.9', 'max'):
         t.add_column(c, justify='left' if c == 'µs' else 'right')
@@ -254,15 +281,17 @@ def print_c_loop(rec, con=None):
     con.print(t)
     r = Table(title='episode returns, same seeds')
     r.add_column('seed', justify='right'); r.add_column('C loop', justify='right')
-    for k in rec.python_returns: r.add_column(f'Python {k}', justify='right')
+    for k in rec.python_returns: r.add_column(f'Python {shown(k, 40)}', justify='right')
     for i, ret in enumerate(rec.returns):
         r.add_row(str(rec.seed + i), f'{ret:.2f}', *(f'{v[i]:.2f}' for v in rec.python_returns.values()))
     con.print(r)
     c, f = rec.check, rec.fallback
     con.print(f"vs gymnasium, {c.episodes} episodes, {c.steps:,} steps: max |Δobs| {c.obs_max_abs:.1e}, "
               f"max |Δreward| {c.reward_max_abs:.1e}, reset {c.reset_max_abs:.1e}, "
-              f"{c.termination_mismatches} termination mismatches: "
-              + ('[green]PASS[/]' if c.passed else '[red]FAIL[/]'))
-    con.print(f"NaN observation at step {f['injected_step']}: {f['fallbacks']} fallback, last action "
-              f"{'held' if f['action_held'] else 'NOT held'}: " + ('[green]PASS[/]' if f['passed'] else '[red]FAIL[/]')
+              f"{c.termination_mismatches} termination mismatches"
+              + (f"; vs ONNX Runtime, max |Δaction| {c.ort_max_abs:.1e} (tolerance {c.ort_tol:g})"
+                 if c.ort_max_abs is not None else '; not checked against ONNX Runtime')
+              + ': ' + ('[green]PASS[/]' if c.passed else '[red]FAIL[/]'))
+    con.print(f"NaN observation at step {f.injected_step}: {f.fallbacks} fallback, last action "
+              f"{'held' if f.action_held else 'NOT held'}: " + ('[green]PASS[/]' if f.passed else '[red]FAIL[/]')
               + f"; clock_gettime costs {rec.timer_ns:g} ns")

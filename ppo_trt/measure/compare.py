@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 from ..core.files import (PpoTrtError, BadInputError, MissingArtifactError, atomic_path, mark_made_by,
-                                owned_destination, save_json, sha256_file, load_json)
+                                owned_destination, save_json, sha256_file, load_json, inside, policy_sha256, shown)
 from ..core.machine import cpu_affinity
 from ..core.run_folder import RunDir
 from ..core.records import BenchSettingsRecord, load_artifact, record, run_lock
@@ -18,10 +18,10 @@ from .bench import BenchSettings, bench, console, fmt_us, trained_model_missing
 from .evaluate import evaluate
 
 # %% auto #0
-__all__ = ['RATIOS', 'COMPARE_MARKER', 'COMPARE_MADE_BY', 'COPIED', 'MachineFacts', 'machine_facts', 'Figures', 'figures',
-           'CompareRow', 'compare_row', 'ReturnRow', 'CompareFile', 'read_compare', 'compare_destination',
-           'reference_bench', 'copy_reference', 'compare_settings', 'bench_here', 'compare_returns', 'compare',
-           'print_compare']
+__all__ = ['RATIOS', 'COMPARE_MARKER', 'COMPARE_MADE_BY', 'COPIED', 'MODEL', 'NOT_LOADED', 'MachineFacts', 'machine_facts',
+           'Figures', 'figures', 'CompareRow', 'compare_row', 'ReturnRow', 'CompareFile', 'read_compare',
+           'compare_destination', 'reference_bench', 'copy_reference', 'compare_settings', 'bench_here',
+           'compare_returns', 'compare', 'print_compare']
 
 # %% ../../nbs/54_compare.ipynb #ca65faa0
 class MachineFacts(msgspec.Struct, kw_only=True):
@@ -137,7 +137,7 @@ def reference_bench(reference):
         if not run.has(name):
             raise MissingArtifactError(f'{reference} has no {run.path(name).name} ({why}): pass a run folder that '
                                        'was exported and benched, e.g. nbs/_reference/hopper')
-    rec, sha = load_artifact(run, 'bench_record'), sha256_file(run.path('onnx'))
+    rec, sha = load_artifact(run, 'bench_record'), policy_sha256(run.path('onnx'))
     mine = {k for k, s in rec.sessions.items() if s.policy_sha256 == sha}
     if not mine:
         raise BadInputError(f'{reference}/bench.json holds no records of its policy.onnx (sha256 {sha[:12]}…): '
@@ -145,17 +145,21 @@ def reference_bench(reference):
     return rec, sha, mine
 
 # %% ../../nbs/54_compare.ipynb #ebe8b0f4
-COPIED = ('policy.onnx', 'export.json', 'obs_norm.json', 'config.json', 'train.json', 'policy.zip', 'export_obs.npy')
+COPIED = ('policy.onnx', 'export.json', 'obs_norm.json', 'config.json', 'train.json', 'export_obs.npy')
+MODEL = 'policy.zip'  # copied only for a backend that runs the trained model, asked for by name
+NOT_LOADED = ("runs the reference's policy.zip, which compare loads only when asked: pass --backends with this "
+              'backend to load it')
 
-def copy_reference(reference, dest):
-    "Copy `COPIED` (those `reference` has) into `dest`, each atomically; an earlier compare's others there go."
-    for name in COPIED:
-        src, dst = Path(reference)/name, Path(dest)/name
-        if src.is_file():
+def copy_reference(reference, dest, model=False):
+    "Copy `COPIED` (and `MODEL` if `model`) that `reference` holds in itself into `dest`; an earlier compare's go."
+    names = COPIED + ((MODEL,) if model else ())
+    for name in (*COPIED, MODEL):
+        src, dst = inside(Path(reference)/name, reference), Path(dest)/name  # a link out of the reference: refused
+        if name in names and src.is_file():
             with atomic_path(dst) as tmp: shutil.copyfile(src, tmp)
         elif dst.exists(): dst.unlink()
     (Path(dest)/'evaluate.json').unlink(missing_ok=True)  # an earlier compare's evaluation, of this or another policy
-    return [n for n in COPIED if (Path(dest)/n).exists()]
+    return [n for n in names if (Path(dest)/n).exists()]
 
 # %% ../../nbs/54_compare.ipynb #dee0a75d
 def compare_settings(reference=None, **overrides):
@@ -230,15 +234,23 @@ def compare(reference, run_dir=None, backend_names=None, reference_settings=True
     dest = compare_destination(reference, run_dir)
     settings, settings_from = compare_settings(ref_rec.settings if reference_settings else None, **(overrides or {}))
     names = [B.check_name(n) for n in (backend_names or B.names())]
+    runs_model = [n for n in names if B.backends()[n].runner.needs_run]
+    not_loaded = [] if backend_names else runs_model  # a reference's policy.zip: loaded only when asked for
+    names = [n for n in names if n not in not_loaded]
     if evaluate_episodes and not RunDir(reference).has('evaluate_record'):
         raise MissingArtifactError(f'{reference} has no evaluate.json to compare returns with; drop --evaluate')
     with run_lock(dest, 'ppo-trt compare', wait=wait):
         mark_made_by(dest, COMPARE_MARKER, COMPARE_MADE_BY)
-        copied = copy_reference(reference, dest)
+        model = bool(backend_names and runs_model) and RunDir(reference).has('policy')
+        if model: say(f"WARNING: loading {reference}'s policy.zip for {', '.join(runs_model)}, as asked: a model from "
+                      'elsewhere, read without unpickling anything in it (weights and plain settings only)')
+        copied = copy_reference(reference, dest, model)
         say(f'copied {", ".join(copied)} from {reference} into {dest}')
         say(f'{len(names)} backends known; benching those that run here, with {settings_from}')
         here = bench_here(dest, names, settings, ref_rec, ref_sessions, say)
         rows = [compare_row(n, figures(here, n), figures(ref_rec, n, ref_sessions)) for n in names]
+        rows += [compare_row(n, Figures(ran=False, reason=f'backend {n} {NOT_LOADED}'),
+                             figures(ref_rec, n, ref_sessions)) for n in not_loaded]
         rows += [compare_row(n, Figures(ran=False, reason=f'backend {n} is not installed here (a plugin there?)'),
                              figures(ref_rec, n, ref_sessions))
                  for n in dict.fromkeys(r.backend for r in ref_rec.records if r.session in ref_sessions)
@@ -261,7 +273,7 @@ def _ratio(x, higher_is_better):
 
 # %% ../../nbs/54_compare.ipynb #60efd0f7
 def _machine(m):
-    return f"{m.cpu or '?'}, {m.cores or '?'} CPUs, {m.gpu or 'no GPU'}"
+    return shown(f"{m.cpu or '?'}, {m.cores or '?'} CPUs, {m.gpu or 'no GPU'}", 120)
 
 # %% ../../nbs/54_compare.ipynb #516348a5
 def print_compare(rec, con=None):
@@ -291,7 +303,8 @@ def print_compare(rec, con=None):
     for r in rec.rows:
         sides = [(s, f.reason) for s, f in (('here', r.here), ('on the reference machine', r.reference)) if not f.ran]
         if len(sides) == 2 and sides[0][1] == sides[1][1]: sides = [('on both machines', sides[0][1])]
-        for side, why in sides: con.print(f'[yellow]skipped {r.backend} {side}[/]: {escape(why)}')
+        for side, why in sides:
+            con.print(f'[yellow]skipped {escape(shown(r.backend, 40))} {side}[/]: {escape(shown(why, 400))}')
     if rec.returns:
         rt = Table(title=f'nominal phase, {rec.returns[0].episodes} episode(s) on the same seeds: mean return')
         for c in ('policy', 'reference', 'here', 'here - reference', 'max |Δ| per episode'):
@@ -303,7 +316,8 @@ def print_compare(rec, con=None):
                        fmt(x.max_abs_diff, lambda v: f'{v:.2g}'))
         con.print(rt)
     s = rec.settings
-    con.print(f'here/ref: this machine over the reference machine ({escape(rec.reference_machine.summary)}); '
+    con.print('here/ref: this machine over the reference machine '
+              f'({escape(shown(rec.reference_machine.summary, 160))}); '
               'below 1 for latencies and above 1 for actions/s: faster here')
     con.print(f'benched here with {escape(rec.settings_from)}: {s.iters:,} batch-1 calls after {s.warmup:,}, batches '
               f'{",".join(map(str, s.batches))}, closed loop {s.closed_loop_steps or 0:,} steps'

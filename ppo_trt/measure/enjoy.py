@@ -16,7 +16,7 @@ from ..backends import registry as B
 from .bench import BenchSettings, bench_closed_loop
 
 # %% auto #0
-__all__ = ['tracking_camera', 'render_episode', 'benchmark_loop']
+__all__ = ['tracking_camera', 'check_video_out', 'render_episode', 'benchmark_loop']
 
 # %% ../../nbs/52_enjoy.ipynb #f64b72e4
 def _writer_kwargs(out, fps):
@@ -40,6 +40,19 @@ def tracking_camera(env_id):
     finally: env.close()
     return dict(camera_name='track') if 'track' in names else {}
 
+# %% ../../nbs/52_enjoy.ipynb #cf7a832e
+def check_video_out(out, root):
+    "Refuse an --out that would replace what enjoy did not make: a link, a folder, or an existing file outside the run."
+    from ppo_trt.core.files import BadInputError
+    out, root = Path(out), Path(root)
+    own = out.parent.resolve() == root.resolve() and out.name in ('episode.gif', 'episode.mp4')
+    if out.is_symlink():
+        raise BadInputError(f'{out} is a symbolic link; enjoy never writes through a link: choose another --out')
+    if out.exists() and (out.is_dir() or not own):
+        raise BadInputError(f'{out} exists and enjoy never replaces a file it did not make: remove it or choose '
+                            'another --out')
+    return out
+
 # %% ../../nbs/52_enjoy.ipynb #05324352
 @locked('enjoy')
 def render_episode(run_dir, out=None, backend='ort', env_id=None, seed=0, max_steps=1000, fps=25, size=320):
@@ -50,6 +63,7 @@ def render_episode(run_dir, out=None, backend='ort', env_id=None, seed=0, max_st
     env_id = env_id or meta['env_id']
     check_policy_env(meta, env_id)
     out = Path(out or run.root/'episode.gif')
+    check_video_out(out, run.root)
     kw = _writer_kwargs(out, fps)
     if not os.environ.get('DISPLAY'): os.environ.setdefault('MUJOCO_GL', 'egl')
     runner = B.load(backend, run.root)

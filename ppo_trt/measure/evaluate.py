@@ -8,7 +8,8 @@ import time
 import msgspec
 import numpy as np
 from ..core.run_folder import RunDir
-from ..core.files import PpoTrtError, BadInputError, MissingArtifactError, save_json, sha256_file
+from ..core.files import (PpoTrtError, BadInputError, MissingArtifactError, save_json, sha256_file,
+                                policy_sha256, shown)
 from ..core.records import (EvaluateFile, PhaseRecord, Gate, DelayCurve, Event, record, load_artifact, locked,
                                   require_fresh, session, session_id, policy_only)
 from ..envs.specs import env_spec, env_ids
@@ -20,8 +21,8 @@ from .bench import records_by, trained_model_missing
 from ..envs.controllers import pid_baseline, run_episode
 
 # %% auto #0
-__all__ = ['BACKEND_FAULTS', 'DELAY_STEPS', 'ControlLoop', 'delay_curve', 'merge_evaluation', 'evaluate_phase', 'evaluate',
-           'sla_words', 'print_evaluation']
+__all__ = ['BACKEND_FAULTS', 'DELAY_STEPS', 'MAX_EPISODES', 'ControlLoop', 'delay_curve', 'merge_evaluation', 'evaluate_phase',
+           'evaluate', 'sla_words', 'print_evaluation']
 
 # %% ../../nbs/51_evaluate.ipynb #9a6b607a
 BACKEND_FAULTS = ('deadline', 'nonfinite', 'bad-input')  # event kinds that count against a backend
@@ -188,20 +189,25 @@ def evaluate_phase(env_id, phase, params, seeds, pid, extra, runners, deadline_u
     return record(PhaseRecord, phase=phase, params=params, returns=returns, violations=viol, events=events,
                   sessions=dict.fromkeys(returns, sid))
 
+# %% ../../nbs/51_evaluate.ipynb #6c2a2209
+from ..export.onnx import policy_metadata
+MAX_EPISODES = 10_000  # per phase and policy: more is days of stepping, not a setting
+
 # %% ../../nbs/51_evaluate.ipynb #4df9ba60
 @locked('evaluate')
 def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, deadline_us=None, overrides=None,
              progress=True, delay_steps=DELAY_STEPS, residual_run=None, env_id=None, replace=False, say=None):
     "Evaluate per phase and backend vs PID (and a residual run); merge into (`replace`) evaluate.json; `say` progress."
     run = RunDir(run_dir)
-    meta = onnx_metadata(run.require('onnx'))
+    meta = policy_metadata(run.require('onnx'))  # types and ranges checked
     if env_id is not None and env_id != meta['env_id']:
         raise BadInputError(f"{run.root} holds a policy for {meta['env_id']}, not {env_id}; "
                             "drop --env-id or use that run's folder")
     env_id = meta['env_id']
     require_fresh(run, 'evaluate')
     phases = check_phases(phases or env_phases(env_id), env_id)
-    if episodes < 1: raise BadInputError(f'episodes must be >= 1, got {episodes}')
+    if not 1 <= episodes <= MAX_EPISODES:
+        raise BadInputError(f'episodes must be from 1 to {MAX_EPISODES:,}, got {episodes:,}: use a smaller --episodes')
     if env_spec(env_id).pid is None:
         raise BadInputError(f'no PID fallback preset for {env_id}: evaluate supports {", ".join(env_ids("pid"))}')
     old = None if replace or not run.has('evaluate_record') else load_artifact(run, 'evaluate_record')
@@ -212,7 +218,7 @@ def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, dead
     runners, skipped = _load_runners(run, [ref] + [n for n in names if n != ref])
     if ref not in runners: raise PpoTrtError(f'the reference backend {ref} cannot run here: {skipped[ref]}')
     extra = {'residual': _residual_policy(residual_run, env_id)} if residual_run is not None else {}
-    onnx_sha = sha256_file(run.path('onnx'))
+    onnx_sha = policy_sha256(run.path('onnx'))
     sess = session(onnx_sha); sid = session_id(sess)
     results, pid = [], pid_baseline(env_id)  # one object: run_episode / ControlLoop reset it every episode
     say = say or (lambda msg: None)
@@ -271,4 +277,5 @@ def print_evaluation(rep, con=None):
     for b, g in rep.gates.items():
         con.print(f"gate {b}: {'[green]PASS[/]' if g.passed else '[red]FAIL[/]'}: {sla_words(g.sla_pass)}, "
                   f"{g.violations} violations, worst return gap {g.worst_return_gap:.2%}")
-    for b, why in rep.skipped.items(): con.print(f'[yellow]skipped {b}[/]: {escape(why)}')
+    for b, why in rep.skipped.items():
+        con.print(f'[yellow]skipped {escape(shown(b, 40))}[/]: {escape(shown(why, 300))}')

@@ -9,31 +9,33 @@ from pathlib import Path
 import msgspec
 import numpy as np
 from ..core.run_folder import RunDir
-from ..core.files import atomic_write_text, sha256_file
+from ..core.files import atomic_write_text, sha256_file, policy_sha256, inside, shown, BadArtifactError
 from ..core.records import (BenchFile, CLoopRecord, ConfigRecord, EngineRecord, EnvBenchRecord, EvaluateFile,
                              ExportRecord, ResidualStudyRecord, TrainRecord, load_artifact, read_record, locked,
-                             require_fresh, REPORT_INPUTS)
+                             require_fresh, REPORT_INPUTS, CTargetRecord, HilRecord)
 from ..train.sb3 import read_train_log
 from ..measure.bench import records_by, best_kernel_sweep, advise, TIE_RATIO, fmt_us as _us
 from ..studies.residual import first_reaching
-from ..studies.sweep import (load_sweep, sweep_rows, plot_sweep, plot_sweep_delay, plot_sweep_curves, COMPARISONS,
-                                  target_check, target_table, rrls_rows, gap_rows, adr_levels, plot_adr_ranges,
-                                  RRLS_PUBLISHED_NOTE)
+from ..studies.sweep import (load_sweep, sweep_rows, plot_sweep, plot_sweep_delay, plot_sweep_curves,
+                                   plot_sweep_curriculum, COMPARISONS, target_check, target_table, rrls_rows,
+                                   gap_rows, adr_levels, plot_adr_ranges, robust_findings,
+                                   RRLS_PUBLISHED_NOTE)
 
 # %% auto #0
-__all__ = ['SWEEP_DIR', 'ROBUST_DIR', 'CLAIMS', 'SECTIONS', 'PARAMETER', 'REPORT_TAGS', 'RunRecords', 'load_records',
-           'record_note', 'current_bench', 'Md', 'esc', 'code', 'bold', 'latency_table', 'closed_loop_table',
-           'advise_table', 'evaluation_table', 'soak_table', 'kernel_table', 'plot_latency_cdf', 'plot_batch_sweep',
-           'plot_delay_curve', 'plot_residual_study', 'residual_study_table', 'env_bench_table', 'plot_learning_curve',
-           'batching_pays_at', 'claim_other_records', 'claim_fastest', 'claim_tail_and_sla', 'claim_skipped',
-           'claim_throughput', 'claim_closed_loop', 'current_c_loop', 'claim_c_loop', 'claim_builds', 'claim_soak',
-           'claim_engines', 'claim_export', 'claim_control', 'claim_residual', 'claim_training', 'claim_sweep',
-           'claim_robust', 'interpretation', 'figure_html', 'show', 'section_header', 'section_claims', 'skipped_list',
-           'section_latency', 'section_throughput', 'section_gpu', 'section_closed_loop', 'c_loop_tables',
-           'section_deploy_c', 'section_soak', 'sweep_runs_table', 'sweep_tables', 'section_sweep', 'section_robust',
-           'section_control', 'section_residual', 'section_env_bench', 'section_training', 'section_export',
-           'section_machine', 'section_not_measured', 'report_template', 'report_notebook', 'clean_report_html',
-           'render_report']
+__all__ = ['SWEEP_DIR', 'ROBUST_DIR', 'CLAIMS', 'HEADLINES', 'SECTIONS', 'PARAMETER', 'REPORT_TAGS', 'REPORT_CSP', 'RunRecords',
+           'check_bench', 'load_records', 'record_note', 'current_bench', 'Md', 'esc', 'code', 'bold', 'latency_table',
+           'closed_loop_table', 'advise_table', 'evaluation_table', 'soak_table', 'kernel_table', 'legend_overlaps',
+           'plot_latency_cdf', 'plot_latency_tail', 'plot_throughput', 'plot_cost_per_action', 'plot_delay_curve',
+           'plot_residual_study', 'residual_study_table', 'env_bench_table', 'plot_learning_curve', 'batching_pays_at',
+           'claim_other_records', 'claim_fastest', 'claim_tail_and_sla', 'claim_skipped', 'claim_throughput',
+           'claim_closed_loop', 'current_c_loop', 'claim_c_loop', 'claim_builds', 'claim_soak', 'claim_engines',
+           'claim_export', 'claim_control', 'claim_residual', 'claim_training', 'claim_sweep', 'claim_robust',
+           'interpretation', 'headline_claims', 'more_claims', 'figure_html', 'figure_row', 'show', 'section_header',
+           'section_claims', 'skipped_list', 'section_latency', 'section_throughput', 'section_gpu',
+           'section_closed_loop', 'c_loop_tables', 'section_deploy_c', 'section_deploy_robot', 'section_soak',
+           'sweep_runs_table', 'sweep_tables', 'section_sweep', 'section_robust', 'section_control', 'section_residual',
+           'section_env_bench', 'section_training', 'section_export', 'section_machine', 'section_not_measured',
+           'report_template', 'report_notebook', 'clean_report_html', 'offline_html', 'render_report']
 
 # %% ../../nbs/80_report.ipynb #d867c2b5
 SWEEP_DIR = 'sweep'  # a sweep made with `ppo-trt sweep --out RUN_DIR/sweep` is part of the run's report
@@ -55,22 +57,55 @@ class RunRecords(msgspec.Struct, kw_only=True):
     sweep: dict | None = None  # studies.sweep.load_sweep of `sweep/`
     robust: dict | None = None  # ... of `robust/`
     c_loop: CLoopRecord | None = None  # `ppo-trt c-loop`: the policy in a C control loop on MuJoCo's C API
+    c_targets: list[CTargetRecord] = []  # `ppo-trt export-c --target`: the C library on emulated ARM targets
+    hil: list[HilRecord] = []  # `ppo-trt c-loop --target`: the policy on an emulated device in the C loop
+
+# %% ../../nbs/80_report.ipynb #d1c8ae8a
+def _usable(s, cdf=False):
+    "Whether Stats `s` can be shown: present, at least one call, finite, and (`cdf`) its 101-point CDF kept."
+    from ppo_trt.measure.bench import CDF_POINTS
+    if s is None or s.n < 1: return False
+    if not all(np.isfinite(v) for v in (s.mean_us, s.p50_us, s.p99_us, s.max_us)): return False
+    return not cdf or len(s.cdf_us) == len(CDF_POINTS)
+
+def check_bench(bench, path):
+    "`bench` if every record that ran holds the statistics its mode is shown with; else one line naming the record."
+    for r in bench.records:
+        if not r.ran: continue
+        ok = {'latency': lambda: _usable(r.stats, cdf=True) and (r.hot_path is None or _usable(r.hot_path.stats)),
+              'sweep': lambda: _usable(r.stats) and (r.throughput_per_s or 0) > 0,
+              'closed-loop': lambda: _usable(r.inference) and _usable(r.loop) and (r.loop_rate_hz or 0) > 0
+                                     and r.headroom is not None and r.jitter_us is not None,
+              'soak': lambda: _usable(r.stats) and bool(r.windows) and r.p50_drift is not None
+              }.get(r.mode, lambda: True)
+        if not ok():
+            raise BadArtifactError(f'{path}: the {shown(r.mode, 20)} record of {shown(r.backend, 40)} '
+                                   f'(batch {r.batch}) '
+                                   'says it ran but holds no usable timing (statistics missing, empty or of no call); '
+                                   f'the file was altered: run `ppo-trt bench --replace --run-dir {Path(path).parent}`')
+    return bench
 
 # %% ../../nbs/80_report.ipynb #9e414009
 def load_records(run_dir):
     "The run folder's JSON records (schema-checked), learning curve, `sweep/` and `robust/`; bench.json is required."
     run = RunDir(run_dir)
     made = lambda name: load_artifact(run, name) if run.has(name) else None
-    return RunRecords(run_dir=str(run.root), bench=load_artifact(run, 'bench_record'),
-                      policy_sha256=sha256_file(run.path('onnx')) if run.has('onnx') else None,
+    bench = check_bench(load_artifact(run, 'bench_record'), run.path('bench_record'))
+    return RunRecords(run_dir=str(run.root), bench=bench,
+                      policy_sha256=policy_sha256(run.path('onnx')) if run.has('onnx') else None,
                       train=made('train_record'), export=made('export_record'), config=made('config'),
                       build=made('build_record'), evaluate=made('evaluate_record'),
                       train_log=read_train_log(run.path('train_log')) if run.has('train_log') else None,
-                      residual_studies=[read_record(p) for p in sorted(run.root.glob('residual_study_*.json'))],
-                      env_benches=[read_record(p) for p in sorted(run.root.glob('env_bench_*.json'))],
-                      sweep=load_sweep(run.root/SWEEP_DIR) if (run.root/SWEEP_DIR/'sweep.json').exists() else None,
-                      robust=load_sweep(run.root/ROBUST_DIR) if (run.root/ROBUST_DIR/'sweep.json').exists() else None,
-                      c_loop=read_record(run.root/'c_loop.json') if (run.root/'c_loop.json').exists() else None)
+                      residual_studies=[read_record(inside(p, run.root))
+                                        for p in sorted(run.root.glob('residual_study_*.json'))],
+                      env_benches=[read_record(inside(p, run.root)) for p in sorted(run.root.glob('env_bench_*.json'))],
+                      sweep=load_sweep(inside(run.root/SWEEP_DIR, run.root))
+                      if (inside(run.root/SWEEP_DIR, run.root)/'sweep.json').exists() else None,
+                      robust=load_sweep(inside(run.root/ROBUST_DIR, run.root))
+                      if (inside(run.root/ROBUST_DIR, run.root)/'sweep.json').exists() else None,
+                      c_loop=read_record(run.root/'c_loop.json') if (run.root/'c_loop.json').exists() else None,
+                      c_targets=[read_record(inside(p, run.root)) for p in sorted(run.root.glob('c_target_*.json'))],
+                      hil=[read_record(inside(p, run.root)) for p in sorted(run.root.glob('c_loop_*.json'))])
 
 # %% ../../nbs/80_report.ipynb #c3704536
 def record_note(bench, rec, policy_sha256):
@@ -93,7 +128,7 @@ class Md(str):
     "Markdown this module wrote around escaped text: `esc` leaves it as it is."
 
 # %% ../../nbs/80_report.ipynb #7fba0a10
-_LITERAL = str.maketrans({**{c: f'&#{ord(c)};' for c in '&<>"\'`\\*_[]|$~'},
+_LITERAL = str.maketrans({**{c: f'&#{ord(c)};' for c in '&<>"\'`\\*_[]|$~:'},  # ':' so no URL becomes a link
                           **{c: ' ' for c in '\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029'}})
 
 def esc(value):
@@ -215,51 +250,83 @@ def _fig(w=7, h=4):
     import matplotlib.pyplot as plt
     return plt.subplots(figsize=(w, h), layout='constrained')
 
+# %% ../../nbs/80_report.ipynb #2cc93e24
+def _legend_below(fig, ax, ncols=2):
+    "`ax`'s legend under the figure, clear of the data: the constrained layout shrinks the axes to make room."
+    handles, labels = ax.get_legend_handles_labels()
+    return fig.legend(handles, labels, loc='outside lower center', ncols=ncols, frameon=False)
+
+# %% ../../nbs/80_report.ipynb #a4c0f78a
+def legend_overlaps(fig):
+    "The legends of `fig` drawn over an axes' data area, as (legend's first entry, axes title); a readable figure has none."
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    legends = fig.legends + [a.get_legend() for a in fig.axes if a.get_legend() is not None]
+    return [(l.get_texts()[0].get_text() if l.get_texts() else '', a.get_title()) for l in legends for a in fig.axes
+            if l.get_window_extent(r).overlaps(a.get_window_extent(r))]
+
 # %% ../../nbs/80_report.ipynb #c7e31593
 def plot_latency_cdf(bench):
-    "Batch-1 latency per backend: CDF (log x) and tail, the fraction of calls slower than x (log-log); SLA marked."
-    import matplotlib.pyplot as plt
-    from ppo_trt.measure.bench import CDF_POINTS, TAIL_POINTS
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4), layout='constrained')
+    "Batch-1 latency per backend as a CDF (log x), the SLA marked."
+    from ppo_trt.measure.bench import CDF_POINTS
+    fig, ax = _fig(5.5, 4.5)
     for i, r in enumerate(records_by(bench, 'latency')):
-        st, color = r.stats, f'C{i}'
-        a1.plot(st.cdf_us, CDF_POINTS / 100, label=r.backend, lw=1.8, color=color)
+        ax.plot(r.stats.cdf_us, CDF_POINTS / 100, label=r.backend, lw=1.8, color=f'C{i}')
+    ax.axvline(bench.settings.sla_us, color='crimson', ls='--', lw=1, label='SLA (p99)')
+    ax.axhline(0.99, color='grey', ls=':', lw=1)
+    ax.set(xscale='log', xlabel='batch-1 call latency (µs, log)', ylabel='fraction of calls ≤ x', title='Latency CDF',
+           ylim=(0, 1.01))
+    ax.grid(alpha=.3, which='both'); _legend_below(fig, ax, 3)
+    return fig
+
+# %% ../../nbs/80_report.ipynb #ca77ab95
+def plot_latency_tail(bench):
+    "Batch-1 latency per backend: the fraction of calls slower than x (log-log), p99 and p99.9 and the SLA marked."
+    from ppo_trt.measure.bench import CDF_POINTS, TAIL_POINTS
+    fig, ax = _fig(5.5, 4.5)
+    for i, r in enumerate(records_by(bench, 'latency')):
+        st = r.stats
         q, x = (np.asarray(TAIL_POINTS), st.tail_us) if st.tail_us else (CDF_POINTS, st.cdf_us)
         slower = np.maximum(1 - np.asarray(q) / 100, 1 / st.n)  # the slowest call: 1 in n
-        a2.plot(x, slower, 'o-', ms=3, label=r.backend, lw=1.5, color=color)
-    for a in (a1, a2): a.axvline(bench.settings.sla_us, color='crimson', ls='--', lw=1, label='SLA (p99)')
-    a1.axhline(0.99, color='grey', ls=':', lw=1)
-    for p in (1e-2, 1e-3): a2.axhline(p, color='grey', ls=':', lw=1)
-    a1.set(xscale='log', xlabel='batch-1 call latency (µs, log)', ylabel='fraction of calls ≤ x', title='Latency CDF',
-           ylim=(0, 1.01))
-    a2.set(xscale='log', yscale='log', xlabel='batch-1 call latency (µs, log)',
+        ax.plot(x, slower, 'o-', ms=3, label=r.backend, lw=1.5, color=f'C{i}')
+    ax.axvline(bench.settings.sla_us, color='crimson', ls='--', lw=1, label='SLA (p99)')
+    for p in (1e-2, 1e-3): ax.axhline(p, color='grey', ls=':', lw=1)
+    ax.set(xscale='log', yscale='log', xlabel='batch-1 call latency (µs, log)',
            ylabel='fraction of calls slower than x (log)', title='The tail: p99 at 1e-2, p99.9 at 1e-3')
-    for a in (a1, a2): a.grid(alpha=.3, which='both')
-    a1.legend()
+    ax.grid(alpha=.3, which='both'); _legend_below(fig, ax, 3)
     return fig
 
 # %% ../../nbs/80_report.ipynb #0608ee08
-def plot_batch_sweep(bench):
-    "Throughput (actions/s; GPU kernel-only dashed) and cost per action vs batch size, per backend."
-    import matplotlib.pyplot as plt
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4), layout='constrained')
-    for name in dict.fromkeys(r.backend for r in records_by(bench, 'sweep')):
-        rs = [r for r in records_by(bench, 'sweep') if r.backend == name]
+def plot_throughput(bench):
+    "Actions per second against batch size, per backend (a GPU runner's kernel-only throughput dashed)."
+    fig, ax = _fig(5.5, 4.5)
+    sweep = records_by(bench, 'sweep')
+    for i, name in enumerate(dict.fromkeys(r.backend for r in sweep)):
+        rs = [r for r in sweep if r.backend == name]
         b = [r.batch for r in rs]
-        line, = a1.plot(b, [r.throughput_per_s for r in rs], 'o-', label=name)
+        ax.plot(b, [r.throughput_per_s for r in rs], 'o-', label=name, color=f'C{i}')
         if all(r.kernel_throughput_per_s is not None for r in rs):  # GPU runners: on-device throughput, dashed
-            a1.plot(b, [r.kernel_throughput_per_s for r in rs], '--', color=line.get_color(),
-                    label=f'{name} (kernel-only)')
-        a2.plot(b, [r.stats.mean_us * 1e3 / r.batch for r in rs], 'o-', label=name)
-    a1.set(xscale='log', yscale='log', xlabel='batch size', ylabel='actions / s', title='Throughput')
-    a2.set(xscale='log', yscale='log', xlabel='batch size', ylabel='ns per action (mean)', title='Cost per action')
-    for a in (a1, a2): a.grid(alpha=.3, which='both'); a.legend()
+            ax.plot(b, [r.kernel_throughput_per_s for r in rs], '--', color=f'C{i}', label=f'{name} (kernel-only)')
+    ax.set(xscale='log', yscale='log', xlabel='batch size', ylabel='actions / s', title='Throughput')
+    ax.grid(alpha=.3, which='both'); _legend_below(fig, ax, 3)
+    return fig
+
+# %% ../../nbs/80_report.ipynb #41baef4a
+def plot_cost_per_action(bench):
+    "Mean time per action (ns) against batch size, per backend, in the throughput figure's colours."
+    fig, ax = _fig(5.5, 4.5)
+    sweep = records_by(bench, 'sweep')
+    for i, name in enumerate(dict.fromkeys(r.backend for r in sweep)):
+        rs = [r for r in sweep if r.backend == name]
+        ax.plot([r.batch for r in rs], [r.stats.mean_us * 1e3 / r.batch for r in rs], 'o-', label=name, color=f'C{i}')
+    ax.set(xscale='log', yscale='log', xlabel='batch size', ylabel='ns per action (mean)', title='Cost per action')
+    ax.grid(alpha=.3, which='both'); _legend_below(fig, ax, 3)
     return fig
 
 # %% ../../nbs/80_report.ipynb #a3c91604
 def plot_delay_curve(curve):
     "Mean return vs injected actuation delay for PPO and PID, with each backend's p99 inference latency marked."
-    fig, ax = _fig()
+    fig, ax = _fig(7, 5)
     # markers only: delays were injected in whole control periods, nothing was measured in between
     ax.plot(curve.delay_ms, curve.ppo, 'o', ms=7, label='PPO (torch)')
     ax.plot(curve.delay_ms, curve.pid, 's', ms=6, label='PID baseline')
@@ -269,13 +336,13 @@ def plot_delay_curve(curve):
     ax.set(xlabel=f"actuation delay (ms, symlog), "
                   f"injected in whole control periods of {curve.control_period_ms:g} ms",
            ylabel=f"mean return ({curve.episodes} episodes)", title='Latency → return')
-    ax.grid(alpha=.3); ax.legend()
+    ax.grid(alpha=.3); _legend_below(fig, ax, 2)
     return fig
 
 # %% ../../nbs/80_report.ipynb #8b522468
 def plot_residual_study(study):
     "Return vs timesteps for pure PPO and expert + residual, with the expert alone as a band."
-    fig, ax = _fig()
+    fig, ax = _fig(7, 4.5)
     e = study.expert_return
     ax.axhspan(e.mean - e.std, e.mean + e.std, color='grey', alpha=.25)
     ax.axhline(e.mean, color='grey', lw=2, label=f"expert alone ({study.expert_kind}): {e.mean:.0f}")
@@ -285,7 +352,7 @@ def plot_residual_study(study):
         ax.plot(c.timesteps, m, 'o-', ms=3, label=label); ax.fill_between(c.timesteps, m - sd, m + sd, alpha=.15)
     ax.set(xlabel='timesteps', ylabel='deterministic eval return',
            title=f"{study.env_id}: return vs timesteps (seed {study.seed})")
-    ax.grid(alpha=.3); ax.legend()
+    ax.grid(alpha=.3); _legend_below(fig, ax, 2)
     return fig
 
 # %% ../../nbs/80_report.ipynb #3ebd0f83
@@ -315,13 +382,14 @@ def env_bench_table(eb):
 # %% ../../nbs/80_report.ipynb #625eccca
 def plot_learning_curve(log, train_rec=None):
     "Deterministic evaluation return vs timesteps with ±1 std band."
-    fig, ax = _fig()
+    fig, ax = _fig(7, 4.5)
     x, m, s = log['timesteps'], log['mean_return'], log['std_return']
     ax.plot(x, m, 'o-', label='eval mean return'); ax.fill_between(x, m - s, m + s, alpha=.2, label='± 1 std')
     if train_rec:
         ax.axhline(train_rec.final_eval_mean, color='k', ls='--', lw=1, label='final eval of the kept policy')
         ax.axvline(train_rec.kept_timesteps, color='green', ls=':', lw=1.5, label='kept policy')
-    ax.set(xlabel='timesteps', ylabel='episode return', title='Learning curve'); ax.grid(alpha=.3); ax.legend()
+    ax.set(xlabel='timesteps', ylabel='episode return', title='Learning curve'); ax.grid(alpha=.3)
+    _legend_below(fig, ax, 2)
     return fig
 
 # %% ../../nbs/80_report.ipynb #3fb5369b
@@ -370,16 +438,16 @@ def claim_fastest(recs, bench):
 
 # %% ../../nbs/80_report.ipynb #11adf038
 def claim_tail_and_sla(recs, bench):
-    "The widest latency tail, and which backends meet the SLA."
+    "Which backends meet the SLA, and the widest latency tail."
     lat = records_by(bench, 'latency')
     if not lat: return []
+    sla, fails = bench.settings.sla_us, [r.backend for r in lat if not r.sla_pass]
+    out = [f'All {len(lat)} backends that ran meet the SLA (p99 < {sla:g} µs).' if not fails else
+           f'{_names(fails)} miss the SLA (p99 < {sla:g} µs); the other {len(lat) - len(fails)} meet it.']
     tail = max(lat, key=lambda r: r.stats.p99_us / r.stats.p50_us)
     ts = tail.stats
-    out = [f"The widest tail is {code(tail.backend)}'s: its p99 is {ts.p99_us / ts.p50_us:.1f}× its p50 "
-           f"and its worst call took {_us(ts.max_us)} µs."]
-    sla, fails = bench.settings.sla_us, [r.backend for r in lat if not r.sla_pass]
-    out.append(f'All {len(lat)} backends that ran meet the SLA (p99 < {sla:g} µs).' if not fails else
-               f'{_names(fails)} miss the SLA (p99 < {sla:g} µs); the other {len(lat) - len(fails)} meet it.')
+    out.append(f"The widest tail is {code(tail.backend)}'s: its p99 is {ts.p99_us / ts.p50_us:.1f}× its p50 "
+               f"and its worst call took {_us(ts.max_us)} µs.")
     return out
 
 # %% ../../nbs/80_report.ipynb #7c15956f
@@ -622,10 +690,6 @@ def claim_robust(recs, bench):
             a = agg[key]['all']
             out.append(f"A {esc(variant)} run beats a {esc(base)} one with probability {a['p']:.2f} "
                        f"[{a['ci'][0]:.2f}, {a['ci'][1]:.2f}] averaged over the phases.")
-    for v, c in (agg.get('curve_iqm') or {}).items():  # what the budget bought: where the curve peaked, where it ended
-        top = int(np.argmax(c['iqm']))
-        out.append(f"{esc(v)}'s learning curve (IQM over runs, undisturbed world) peaked at {c['iqm'][top]:.0f} after "
-                   f"{c['timesteps'][top]:,} steps and ended at {c['iqm'][-1]:.0f} after {c['timesteps'][-1]:,}.")
     if agg.get('rrls_iqm'):
         worst = {v: e[f"{st['rrls'][-1]} worst"]['iqm'] for v, e in agg['rrls_iqm'].items()}
         pid = (s.get('rrls_pid') or {}).get(st['rrls'][-1], {}).get('worst')
@@ -640,7 +704,8 @@ def claim_robust(recs, bench):
     levels = adr_levels(s)
     if levels:
         out.append('ADR ended at these levels of the --randomize bounds (min–max over runs): ' + '; '.join(
-            f"{esc(r[0])} " + ' / '.join(esc(x) for x in r[1:]) for r in levels[1]) + f" ({' / '.join(esc(v) for v in levels[0][1:])}).")
+            f"{esc(r[0])} " + ' / '.join(esc(x) for x in r[1:]) for r in levels[1])
+            + f" ({' / '.join(esc(v) for v in levels[0][1:])}).")
     return out
 
 # %% ../../nbs/80_report.ipynb #db6a894e
@@ -653,6 +718,22 @@ def interpretation(recs):
     bench = current_bench(recs.bench, recs.policy_sha256)
     return [s for claim in CLAIMS for s in claim(recs, bench)]
 
+# %% ../../nbs/80_report.ipynb #705e07f7
+HEADLINES = (claim_other_records, claim_fastest, claim_tail_and_sla, claim_throughput, claim_closed_loop, claim_c_loop,
+             claim_export, claim_control, claim_sweep, claim_residual, claim_training)
+
+def headline_claims(recs):
+    "What the run shows in a dozen lines at most: the first sentence of each headline claim."
+    bench = current_bench(recs.bench, recs.policy_sha256)
+    return [ss[0] for claim in HEADLINES if (ss := claim(recs, bench))]
+
+# %% ../../nbs/80_report.ipynb #e4cd558f
+def more_claims(recs, *claims):
+    "Markdown bullets: what `claims` say beyond their headline, for the section they are about; '' when nothing."
+    bench = current_bench(recs.bench, recs.policy_sha256)
+    rest = [s for c in claims for s in c(recs, bench)[int(c in HEADLINES):]]
+    return '\n\n' + '\n'.join(f'- {s}' for s in rest) if rest else ''
+
 # %% ../../nbs/80_report.ipynb #6d17723f
 def figure_html(fig, alt):
     "A matplotlib figure as an inline PNG `<img>` with escaped alt text (the figure is closed)."
@@ -664,6 +745,12 @@ def figure_html(fig, alt):
     plt.close(fig)
     return HTML(f'<img alt="{esc(alt)}" style="max-width:100%" '
                 f'src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">')
+
+# %% ../../nbs/80_report.ipynb #feaccadc
+def figure_row(*figures):
+    "(figure, alt) pairs as one block: side by side where the page has room for them, one under the other where not."
+    from IPython.display import HTML
+    return HTML('<div class="figure-row">' + ''.join(figure_html(f, alt).data for f, alt in figures) + '</div>')
 
 # %% ../../nbs/80_report.ipynb #4427dc7e
 def show(items):
@@ -685,8 +772,8 @@ def section_header(recs):
 
 # %% ../../nbs/80_report.ipynb #b4056277
 def section_claims(recs):
-    "What the numbers say: the interpretation, one sentence per claim."
-    return [_md('## What the numbers say\n\n' + '\n'.join(f'- {s}' for s in interpretation(recs)))]
+    "What the numbers say: each claim's headline; the rest of what it says is under its own section below."
+    return [_md('## What the numbers say\n\n' + '\n'.join(f'- {s}' for s in headline_claims(recs)))]
 
 # %% ../../nbs/80_report.ipynb #e8f5c4c0
 def skipped_list(records):
@@ -707,12 +794,15 @@ def section_latency(recs):
                '(input checked, a new output array, thread-safe), after warmup, GC off. The hot path `runner.run(obs)` '
                '(the caller guarantees the input: no conversion, no finiteness check, a reused output) was timed in '
                'alternating blocks with it.\n\n'
-               + latency_table(b, recs.policy_sha256) + '\n\n' + skipped_list(cur.records) +
+               + latency_table(b, recs.policy_sha256)
+               + more_claims(recs, claim_fastest, claim_tail_and_sla, claim_builds, claim_engines)
+               + '\n\n' + skipped_list(cur.records) +
                f"\n\n{esc(s.warmup)} warmup + {esc(s.iters)} timed calls per backend · timer overhead "
                f"{ov.p50_ns:.0f} ns (p50), not subtracted · threads per backend: {esc(s.threads)}")]
     if records_by(cur, 'latency'):
-        out.append(figure_html(plot_latency_cdf(cur),
-                               'Latency CDF per backend, and the tail: fraction of calls slower than x'))
+        out.append(figure_row((plot_latency_cdf(cur), 'Latency CDF per backend'),
+                              (plot_latency_tail(cur), 'The latency tail per backend: the fraction of calls slower '
+                                                       'than x')))
     return out
 
 # %% ../../nbs/80_report.ipynb #71f420bd
@@ -721,11 +811,12 @@ def section_throughput(recs):
     cur = current_bench(recs.bench, recs.policy_sha256)
     if not records_by(cur, 'sweep'): return []
     return [_md('## Batch sweep\n\nThroughput is batch size / mean time of the checked call.'),
-            figure_html(plot_batch_sweep(cur), 'Throughput and cost per action against batch size, per backend'),
+            figure_row((plot_throughput(cur), 'Throughput against batch size, per backend'),
+                       (plot_cost_per_action(cur), 'Cost per action against batch size, per backend')),
             _md('### Which backend at which batch size\n\nThe fastest measured backend per batch size and its lead '
                 'over the next; leads under 5 % are ties. **This holds for the machine above only**: '
                 're-run `ppo-trt bench` on the target.\n\n'
-                + advise_table(cur))]
+                + advise_table(cur) + more_claims(recs, claim_throughput))]
 
 # %% ../../nbs/80_report.ipynb #6fb7e224
 def section_gpu(recs):
@@ -750,7 +841,7 @@ def section_closed_loop(recs):
             f"{c.steps_per_s:,.0f}", us(c.period.std_ns), f"{loops[0].control_period_us / (c.period.p99_ns / 1e3):.1f}×"))
         table += ' |\n\n`c-loop`: the same policy and env in C (`ppo-trt c-loop`, MuJoCo\'s C API, no Python); see Deploy in C.'
     return [_md('## Closed control loop\n\nThe checked call plus `env.step` per control step, '
-                'as a controller runs it.\n\n' + table)]
+                'as a controller runs it.\n\n' + table + more_claims(recs, claim_closed_loop))]
 
 # %% ../../nbs/80_report.ipynb #b4c0b5cb
 def c_loop_tables(c):
@@ -776,10 +867,69 @@ def section_deploy_c(recs):
                 + c_loop_tables(c)
                 + f"\n\nReplayed in gymnasium with the same actions ({k.episodes} episodes, {k.steps:,} steps): max "
                 f"|Δobs| {k.obs_max_abs:.1e}, max |Δreward| {k.reward_max_abs:.1e}, {k.termination_mismatches} "
-                f"termination mismatches: **{'pass' if k.passed else 'FAIL'}**. A NaN observation injected at step "
-                f"{f['injected_step']}: {f['fallbacks']} fallback, the last action "
-                f"{'held' if f['action_held'] else 'NOT held'}: **{'pass' if f['passed'] else 'FAIL'}**. "
-                f"The library was built with <code>{esc(c.commands[0])}</code>.")]
+                f"termination mismatches"
+                + (f"; the C policy's actions against ONNX Runtime's on the same inputs: max |Δ| {k.ort_max_abs:.1e} "
+                   f"(tolerance {k.ort_tol:g})" if k.ort_max_abs is not None else '; not checked against ONNX Runtime')
+                + f": **{'pass' if k.passed else 'FAIL'}**. A NaN observation injected at step "
+                f"{f.injected_step:,}: {f.fallbacks:,} fallback, the last action "
+                f"{'held' if f.action_held else 'NOT held'}: **{'pass' if f.passed else 'FAIL'}**. "
+                f"The library was built with <code>{esc(c.commands[0])}</code>." + more_claims(recs, claim_c_loop))]
+
+# %% ../../nbs/80_report.ipynb #e3d3aef1
+def _target_column(t):
+    "A target's cells of the deploy table, as short as the page allows."
+    e, p, i = t.estimate, t.parity, t.instructions
+    cells = [t.kernel, f"{p['max_abs_err']:.1e} ({p['rows']:,} obs)", f"status {p['nan_status']}, action {p['nan_action']}",
+             f'{t.code_bytes:,} + {t.const_bytes:,} B', f'{t.ram_bytes:,} B / {t.stack_bytes:,} B',
+             f"{i['fewest']:,}–{i['most']:,}",
+             f"{t.portable['instructions']['mean']:,.0f}" if t.portable else '–',
+             esc(e['device'].removeprefix('a ')), f"{e['cycles_per_instruction']:g}",
+             f"{e['seconds_per_action'] * 1e6:.3g} µs", f"{e['headroom']:,.0f}×" if e['headroom'] else '–']
+    return cells
+
+def _hil_column(h):
+    "A device's cells of the hardware-in-the-loop table."
+    ok = lambda f: 'action held' if f['passed'] else bold('FAIL')
+    mean = lambda r: f'{sum(r) / len(r):.2f}'
+    return [f'{len(h.returns)} (seeds {h.seed}–{h.seed + len(h.returns) - 1})', mean(h.returns), mean(h.native_returns),
+            '0 (equal)' if h.equal_to_the_bit else f'{h.max_return_diff:.2f}',
+            'equal' if h.equal_to_the_bit else f'{h.max_action_diff:.1e}',
+            f'{h.round_trip.p50_ns / 1e3:,.0f} / {h.round_trip.p99_ns / 1e3:,.0f} µs',
+            ok(h.corrupted_frame), ok(h.nan_observation), bold('pass') if h.passed else bold('FAIL')]
+
+def section_deploy_robot(recs):
+    "Deploy on a robot's computer: the C library on emulated ARM targets, and the policy on an emulated device in the loop."
+    ts = [t for t in recs.c_targets if t.onnx_sha256 == recs.policy_sha256]
+    hs = [h for h in recs.hil if h.onnx_sha256 == recs.policy_sha256]
+    if not ts and not hs: return []
+    text = ("## Deploy on a robot's computer\n\n`ppo-trt export-c --target` cross-builds the C library for the ARM "
+            "chips robots carry and runs its test under QEMU: every observation's action against ONNX Runtime, and a "
+            "NaN refused. QEMU counts each call's instructions exactly; the time on a real part is an estimate from the "
+            "worst count at the clock and cycles per instruction below, both assumed.")
+    if ts:
+        period = next((t.estimate['control_period_s'] for t in ts if t.estimate['control_period_s']), None)
+        labels = ['kernel', 'max abs err vs ORT', 'NaN observation', 'code + constants', 'static RAM / stack',
+                  'instructions per action', 'portable C, same target', 'estimated on', 'cycles per instruction',
+                  'ESTIMATE per action', f"headroom in {period * 1e3:g} ms" if period else 'headroom']
+        cols = [_target_column(t) for t in ts]
+        text += '\n\n' + _md_table(['', *(t.target for t in ts)], [[l, *(c[k] for c in cols)]
+                                                                     for k, l in enumerate(labels)])
+    if hs:
+        h0 = hs[0]
+        text += (f"\n\n`ppo-trt c-loop --target` puts the emulated device in the loop: {code(h0.env_id)} stepped in C "
+                 "on the host, the policy on the device, one observation and one action a control step over a serial "
+                 "link (framed, CRC-16, a timeout that engages the host's fallback); beside it the same C loop with "
+                 "native-c on the host, same seeds, and each action compared with native-c's on the same observation. "
+                 "A frame corrupted on the wire and a NaN observation must each make the host hold its last action.")
+        labels = ['episodes', 'mean return, device', 'mean return, native-c', 'largest return difference',
+                  'largest action difference', 'round trip p50 / p99', 'corrupted frame', 'NaN observation', 'check']
+        cols = [_hil_column(h) for h in hs]
+        text += '\n\n' + _md_table(['', *(h.target for h in hs)], [[l, *(c[k] for c in cols)]
+                                                                     for k, l in enumerate(labels)])
+        text += ('\n\nThe round trips are an emulator\'s (QEMU, a socket, this machine\'s scheduler), not a UART\'s. '
+                 'What emulation cannot tell: time on the real core (pipelines, caches, flash wait states), a real '
+                 'link\'s speed and noise, and the other tasks a controller runs.')
+    return [_md(text)]
 
 # %% ../../nbs/80_report.ipynb #0f04c3c8
 def section_soak(recs):
@@ -787,7 +937,7 @@ def section_soak(recs):
     cur = current_bench(recs.bench, recs.policy_sha256)
     if not records_by(cur, 'soak'): return []
     return [_md('## Soak\n\nBatch-1 latency per window of calls: drift shows as a moving p50, '
-                'tail growth as a moving p99.\n\n' + soak_table(cur))]
+                'tail growth as a moving p99.\n\n' + soak_table(cur) + more_claims(recs, claim_soak))]
 
 # %% ../../nbs/80_report.ipynb #1df3ed55
 def sweep_runs_table(s):
@@ -823,13 +973,14 @@ def section_sweep(recs):
                f"x {esc(', '.join(st['variants']))}, every run evaluated on the same held-out episodes (seeds from "
                f"{st['eval_seed']:,}); randomized ranges {code(st['randomize'])}; Ray {esc(ray.get('version', '?'))}, "
                f"{esc(ray.get('nodes', '?'))} node(s), {esc(ray.get('cpus', '?'))} CPUs.\n\n"
-               + sweep_tables(s)),
+               + sweep_tables(s) + more_claims(recs, claim_sweep)),
            _sweep_figure(s)]
     if s['aggregates'].get('delay_iqm'):
         out.append(figure_html(plot_sweep_delay(s), 'IQM return against injected actuation delay, per variant'))
     if s['aggregates'].get('curve_iqm'):
-        out.append(figure_html(plot_sweep_curves(s), 'Learning curves per variant, and how far each curriculum '
-                                                     'widened its ranges'))
+        curriculum = plot_sweep_curriculum(s)
+        widened = [(curriculum, 'How far each curriculum run widened its ranges')] if curriculum else []
+        out.append(figure_row((plot_sweep_curves(s), 'Learning curves per variant'), *widened))
     return out + [_md('Runs:\n\n' + sweep_runs_table(s))]
 
 # %% ../../nbs/80_report.ipynb #28f04c2f
@@ -844,11 +995,12 @@ def section_robust(recs):
                f"every run evaluated on the same held-out episodes (seeds from {st['eval_seed']:,}); randomized "
                f"ranges {code(st['randomize'])}; made on {esc(s.get('machine') or '?')}, Ray "
                f"{esc(ray.get('version', '?'))}, {esc(ray.get('cpus', '?'))} CPUs.\n\n" + sweep_tables(s)
-               + '\n\nThe target, from these records (✓ met, ✗ not):\n\n' + target_table(s))]
-    if s['aggregates'].get('delay_iqm'):
-        out.append(figure_html(plot_sweep_delay(s), 'IQM return against injected actuation delay, per variant'))
-    if s['aggregates'].get('curve_iqm'):
-        out.append(figure_html(plot_sweep_curves(s), 'Learning curves per variant'))
+               + '\n\nThe target, from these records (✓ met, ✗ not):\n\n' + target_table(s)
+               + more_claims(recs, claim_robust)), _sweep_figure(s)]
+    figures = [(plot_sweep_delay(s), 'IQM return against injected actuation delay, per variant')
+               ] if s['aggregates'].get('delay_iqm') else []
+    if s['aggregates'].get('curve_iqm'): figures.append((plot_sweep_curves(s), 'Learning curves per variant'))
+    if figures: out.append(figure_row(*figures))
     if adr_levels(s):
         out += [figure_html(plot_adr_ranges(s), 'The ranges ADR drew from over training, per run'),
                 _md('Where each ADR bound ended, as a share of the way from the nominal value to the '
@@ -862,9 +1014,10 @@ def section_robust(recs):
                        'floor friction, torso and thigh mass), the worst world\'s return, IQM [95 % CI] over the runs; '
                        'the PID baseline in the same worlds and starts:\n\n' + table(rrls_rows(s, 'worst'))
                        + '\n\nThe average over each mesh:\n\n' + table(rrls_rows(s, 'mean'))
-                       + f'\n\n{esc(RRLS_PUBLISHED_NOTE)} The floor friction only reaches the foot\'s contact above 2.0 '
-                       '(MuJoCo takes the larger friction of the two geoms; the foot\'s is 2.0): on this axis the '
-                       'sets vary little but the masses.'))
+                       + f'\n\n{esc(RRLS_PUBLISHED_NOTE)} The floor friction only reaches the foot\'s contact '
+                       'above 2.0 (MuJoCo takes the larger friction of the two geoms; the foot\'s is 2.0): on this '
+                       'axis the sets vary little but the masses.'))
+    out.append(_md('### What did not work, and why\n\n' + '\n'.join(f'- {esc(x)}' for x in robust_findings(s))))
     return out + [_md('Runs:\n\n' + sweep_runs_table(s))]
 
 # %% ../../nbs/80_report.ipynb #81681288
@@ -874,7 +1027,7 @@ def section_control(recs):
     if not ev: return []
     out = [_md('## Control quality per scenario phase\n\nPPO through each backend in the safe control loop '
                '(PID fallback), beside the PID baseline, on identical seeds (`ppo-trt evaluate`).\n\n'
-               + evaluation_table(ev, recs.policy_sha256))]
+               + evaluation_table(ev, recs.policy_sha256) + more_claims(recs, claim_control))]
     if ev.delay_curve.delay_steps:
         out.append(figure_html(plot_delay_curve(ev.delay_curve),
                                'Mean return against injected actuation delay, PPO and PID'))
@@ -887,7 +1040,7 @@ def section_residual(recs):
     if not studies: return []
     return ([_md('## Expert + residual\n\nReturn vs timesteps for pure PPO and for a residual on an expert, same env, '
                  'seed, preset and budget (`ppo-trt residual-study`); the expert alone on the same evaluation '
-                 'seeds.\n\n' + residual_study_table(studies))]
+                 'seeds.\n\n' + residual_study_table(studies) + more_claims(recs, claim_residual))]
             + [figure_html(plot_residual_study(st),
                            f"Return against timesteps on {st.env_id}: pure PPO, expert + residual, expert")
                for st in studies])
@@ -907,8 +1060,9 @@ def section_env_bench(recs):
 def section_training(recs):
     "The learning curve and the kept policy."
     if recs.train_log is None: return []
-    return [_md('## Training'), figure_html(plot_learning_curve(recs.train_log, recs.train),
-                                            'Evaluation return against timesteps, the kept policy marked')]
+    return [_md('## Training' + more_claims(recs, claim_training)),
+            figure_html(plot_learning_curve(recs.train_log, recs.train),
+                        'Evaluation return against timesteps, the kept policy marked')]
 
 # %% ../../nbs/80_report.ipynb #3146f5cb
 def _ops(ops):
@@ -924,7 +1078,8 @@ def section_export(recs):
                 f"ONNX Runtime against the trained agent: max abs err {p.max_abs_err:.2e}, "
                 f"mean {p.mean_abs_err:.2e} on {p.n:,} rollout observations (bound {ex.parity_tol:g}); "
                 f"the torch module: {t.max_abs_err:.2e}. Reference "
-                f"normalisation: {esc(ex.parity_reference_norm or 'obs_norm.json')}.")]
+                f"normalisation: {esc(ex.parity_reference_norm or 'obs_norm.json')}."
+                + more_claims(recs, claim_export))]
 
 # %% ../../nbs/80_report.ipynb #7ad9730e
 def section_machine(recs):
@@ -951,8 +1106,8 @@ def section_not_measured(recs):
     return [_md('## Not measured in this run\n\n' + '; '.join(missing) + '.')] if missing else []
 
 SECTIONS = (section_header, section_claims, section_latency, section_throughput, section_gpu, section_closed_loop,
-            section_soak, section_control, section_sweep, section_residual, section_env_bench, section_training,
-            section_export, section_machine, section_not_measured)
+            section_deploy_robot, section_soak, section_control, section_sweep, section_robust, section_residual,
+            section_env_bench, section_training, section_export, section_machine, section_not_measured)
 
 # %% ../../nbs/80_report.ipynb #1c3dc4a5
 PARAMETER = 'RUN_DIR = '
@@ -972,7 +1127,8 @@ def report_notebook(run_dir):
     nb.cells[0].source = f'{PARAMETER}{str(Path(run_dir).resolve())!r}'
     nb.metadata['kernelspec'] = dict(name='python3', display_name='Python 3', language='python')
     root = Path(run_dir)
-    nb.metadata['ppo_trt'] = dict(inputs={f: sha256_file(root/f) for f in REPORT_INPUTS if (root/f).exists()})
+    digest = lambda f: (policy_sha256 if f.endswith('.onnx') else sha256_file)(inside(root/f, root))
+    nb.metadata['ppo_trt'] = dict(inputs={f: digest(f) for f in REPORT_INPUTS if (root/f).exists()})
     return nb
 
 # %% ../../nbs/80_report.ipynb #fd5ffbb1
@@ -989,8 +1145,23 @@ def clean_report_html(html):
     "HTML with only the elements, attributes and styles the report writes; the rest removed or escaped as text."
     import bleach
     return bleach.clean(str(html), tags=REPORT_TAGS, protocols={'http', 'https', 'data'}, css_sanitizer=_ReportCss(),
-                        attributes={'*': ['class', 'id'], 'a': ['href'], 'img': ['alt', 'src', 'style'],
+                        attributes={'*': ['class', 'id'], 'a': ['href'], 'img': _img_attribute,
                                     'th': ['style'], 'td': ['style']})
+
+def _img_attribute(tag, name, value):
+    "An image's attributes the report writes: alt, style, and a src that is inline PNG data (never a URL to fetch)."
+    return name in ('alt', 'style') or (name == 'src' and value.startswith('data:image/png;base64,'))
+
+# %% ../../nbs/80_report.ipynb #ec66ab95
+REPORT_CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; font-src data:; "
+              "base-uri 'none'; form-action 'none'")
+_SCRIPT = re.compile(r'<script\b.*?</script\s*>', re.S | re.I)
+
+def offline_html(html):
+    "`html` with no script (nbconvert's CDN loaders included) and a Content-Security-Policy allowing no fetch."
+    html = _SCRIPT.sub('', html)
+    meta = f'<meta http-equiv="Content-Security-Policy" content="{REPORT_CSP}">'
+    return re.sub(r'(<head[^>]*>)', lambda m: m.group(1) + meta, html, count=1, flags=re.I)
 
 # %% ../../nbs/80_report.ipynb #32433601
 @locked('report')
@@ -1009,4 +1180,4 @@ def render_report(run_dir, timeout=600):
     html, _ = (HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True,
                             sanitize_html=True, filters={'clean_html': clean_report_html})
                .from_notebook_node(nb, resources={'metadata': {'name': f"ppo_trt report: {run.root.name}"}}))
-    return atomic_write_text(run.path('report'), html)
+    return atomic_write_text(run.path('report'), offline_html(html))

@@ -4,16 +4,16 @@
 
 # %% ../../nbs/82_docs.ipynb #82e3d839
 from __future__ import annotations
-import json, os, re, shutil, subprocess, sys, time
+import ast, json, os, re, shutil, subprocess, sys, time
 from importlib.resources import files
 from pathlib import Path
 from ..core.files import (PpoTrtError, BadInputError, made_by, mark_made_by, owned_destination, staging,
                                 install_folder)
 
 # %% auto #0
-__all__ = ['STAGES', 'FRONT_PAGES', 'SITE_MARKER', 'MADE_BY', 'split_directives', 'relink', 'plain_notebook', 'page_name',
-           'page_title', 'navigation', 'mkdocs_config', 'write_pages', 'made_by_docs', 'site_destination',
-           'install_site', 'build_site']
+__all__ = ['STAGES', 'FRONT_PAGES', 'SITE_MARKER', 'MADE_BY', 'split_directives', 'relink', 'imports_only', 'fold_imports',
+           'plain_notebook', 'page_name', 'page_title', 'navigation', 'mkdocs_config', 'write_pages', 'made_by_docs',
+           'site_destination', 'install_site', 'build_site']
 
 # %% ../../nbs/82_docs.ipynb #5d699034
 _DIRECTIVE = re.compile(r'^\s*#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$')
@@ -54,9 +54,36 @@ def _show_doc_markdown(cell):
     texts = texts or [o.get('text', '') for o in cell.get('outputs', []) if o.get('output_type') == 'stream']
     return '\n\n'.join(''.join(t) if isinstance(t, list) else t for t in texts)
 
+# %% ../../nbs/82_docs.ipynb #267d8b68
+def imports_only(src):
+    "Whether the code `src` (its `#|` directives aside) is import statements and nothing else."
+    try: tree = ast.parse(split_directives(src)[1])
+    except SyntaxError: return False
+    return bool(tree.body) and all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in tree.body)
+
+# %% ../../nbs/82_docs.ipynb #9ff30fb1
+def _imports_block(sources):
+    "One markdown cell with the code of import cells `sources`, folded under a closed *Imports* summary."
+    text = '\n'.join(s.strip() for s in sources)
+    fence = '`' * max([3] + [len(m) + 1 for m in re.findall(r'`+', text)])
+    return _md_cell(f'<details class="imports"><summary>Imports</summary>\n\n'
+                    f'{fence}python\n{text}\n{fence}\n\n</details>')
+
+# %% ../../nbs/82_docs.ipynb #af631baa
+def fold_imports(cells):
+    "`cells` with each run of shown, output-less, import-only code cells folded into one *Imports* block."
+    def folds(c): return (c['cell_type'] == 'code' and not c.get('outputs') and imports_only(c['source'])
+                          and 'remove_input' not in c.get('metadata', {}).get('tags', []))
+    out, run = [], []
+    for c in cells + [None]:
+        if c is not None and folds(c): run.append(c['source']); continue
+        if run: out.append(_imports_block(run)); run = []
+        if c is not None: out.append(c)
+    return out
+
 # %% ../../nbs/82_docs.ipynb #2e8faf65
 def plain_notebook(nb, doc_url='', up='', title=None):
-    "A `_proc` notebook for a plain renderer, titled `title` if given; raises if a show_doc cell has no output."
+    "A `_proc` notebook for a plain renderer: titled `title` if given, imports folded; raises if show_doc showed nothing."
     cells, titled = [], False
     for c in nb['cells']:
         src = ''.join(c['source']) if isinstance(c['source'], list) else c['source']
@@ -67,7 +94,7 @@ def plain_notebook(nb, doc_url='', up='', title=None):
                 cells.append({**c, 'source': relink(src, doc_url, up)})
         elif c['cell_type'] == 'code': cells += _plain_code(c, src, doc_url, up, titled)
         else: cells.append(c)
-    nb['cells'] = cells
+    nb['cells'] = fold_imports(cells)
     nb.get('metadata', {}).pop('widgets', None)  # would make nbconvert load widget scripts from a CDN
     return nb
 

@@ -31,7 +31,8 @@ __all__ = ['HELD_OUT_SEED', 'VARIANTS', 'COMPARISONS', 'DEFAULT_VARIANTS', 'DEFA
            'improvement_probability', 'score_matrix', 'learning_curve_iqm', 'aggregate', 'cluster_info',
            'captured_stderr', 'ray_failure', 'ray_session', 'in_flight', 'task_error', 'run_on_ray', 'load_sweep',
            'sweep', 'sweep_rows', 'sweep_table', 'print_sweep', 'plot_sweep', 'plot_sweep_delay', 'plot_sweep_curves',
-           'target_check', 'target_table', 'rrls_rows', 'gap_rows', 'adr_levels', 'plot_adr_ranges']
+           'plot_sweep_curriculum', 'target_check', 'target_table', 'rrls_rows', 'gap_rows', 'adr_levels',
+           'plot_adr_ranges', 'robust_findings']
 
 # %% ../../nbs/70_sweep.ipynb #79fb66ac
 HELD_OUT_SEED = HELD_OUT_SEED_OFFSET  # the first evaluation episode seed of every run: no training selects on it
@@ -128,9 +129,11 @@ def sweep_settings(env_id=DEFAULT_ENV_ID, seeds=5, variants=DEFAULT_VARIANTS, fa
         fast_only = [v for v in variants if {'critic', 'curriculum', 'adr', 'teacher-student'} & set(v.split('+'))]
         if fast_only:
             raise BadInputError(f'{", ".join(fast_only)} trains with fast PPO only (a privileged critic, a '
-                                'curriculum, ADR and teacher-student are fast_ppo options): add --fast, or drop the variant')
+                                'curriculum, ADR and teacher-student are fast_ppo options): add --fast, or drop the '
+                                'variant')
     if rrls and env_id not in ('Hopper-v4', 'Hopper-v5'):
-        raise BadInputError(f'--rrls scores Hopper policies on the RRLS Hopper sets, not {env_id} policies: drop --rrls')
+        raise BadInputError(f'--rrls scores Hopper policies on the RRLS Hopper sets, not {env_id} policies: '
+                            'drop --rrls')
     backend = B.check_name(backend)
     delay_steps = sorted({int(k) for k in delay_steps if int(k) == k and 0 <= k <= 50}) if delay_steps else []
     return dict(env_id=env_id, fast=bool(fast), preset_name=None if fast else preset_name, timesteps=timesteps,
@@ -289,9 +292,9 @@ def run_result(run_dir, settings, variant, seed):
                 final_eval_mean=rec.final_eval_mean, env_backend=rec.env_backend or 'gymnasium (SB3)',
                 delay_returns=curve.ppo, pid_delay_returns=curve.pid, evaluated=rep.created,
                 learning_curve=_learning_curve(run),
-                curriculum=rec.curriculum and {k: v for k, v in rec.curriculum.items()
-                                               if k in ('rule', 'final_level', 'widened', 'final_ranges', 'final_levels',
-                                                        'changes')},
+                curriculum=rec.curriculum and {k: v for k, v in rec.curriculum.items() if k in
+                                               ('rule', 'final_level', 'widened', 'final_ranges', 'final_levels',
+                                                'changes')},
                 teacher_student=rec.teacher_student and {k: rec.teacher_student[k] for k in
                                                          ('returns', 'teacher', 'distillation', 'finetuning')},
                 rrls=_rrls_result(run_dir, settings))
@@ -628,7 +631,7 @@ def plot_sweep_delay(sweep_json, ax=None):
     from ppo_trt.envs.gym import make_env
     s = load_sweep(sweep_json)
     steps, dt_ms = s['settings']['delay_steps'], make_env(s['settings']['env_id']).unwrapped.dt * 1e3
-    if ax is None: _, ax = plt.subplots(figsize=(6, 3.2), dpi=100)
+    if ax is None: _, ax = plt.subplots(figsize=(6, 5), dpi=100, layout='constrained')
     ms = [k * dt_ms for k in steps]
     for v, est in s['aggregates']['delay_iqm'].items():
         iqm = [est[str(k)]['iqm'] for k in steps]
@@ -639,36 +642,45 @@ def plot_sweep_delay(sweep_json, ax=None):
     ax.plot(ms, pid, 'k--', label='PID baseline')
     ax.set(xlabel=f'injected actuation delay (ms; one control step = {dt_ms:g} ms)', ylabel='return',
            title=f"{s['settings']['env_id']}: return vs latency")
-    ax.legend(); ax.figure.tight_layout()
+    handles, labels = ax.get_legend_handles_labels()  # under the axes: inside, it covered curves and labels
+    ax.figure.legend(handles, labels, loc='outside lower center', ncols=1, frameon=False)
     return ax.figure
 
 # %% ../../nbs/70_sweep.ipynb #97d8b706
 def plot_sweep_curves(sweep_json):
-    "Each variant's learning curve (IQM over runs of the evaluated return, 95 % CI band); curriculum levels beside."
+    "Each variant's learning curve: IQM over its runs of the evaluated return, with the 95 % CI band."
     import matplotlib.pyplot as plt
     s = load_sweep(sweep_json)
-    curves, runs = s['aggregates'].get('curve_iqm') or {}, s['runs']
-    levels = {n: r['curriculum'] for n, r in runs.items() if (r.get('curriculum') or {}).get('widened') is not None}
-    fig, axes = plt.subplots(1, 2 if levels else 1, figsize=(11 if levels else 6, 3.4), dpi=100, squeeze=False)
-    ax = axes[0, 0]
-    for v, c in curves.items():
+    fig, ax = plt.subplots(figsize=(6, 4.2), dpi=100, layout='constrained')
+    for v, c in (s['aggregates'].get('curve_iqm') or {}).items():
         ax.plot(c['timesteps'], c['iqm'], 'o-', ms=3, label=f'{v} (IQM, {len(s["settings"]["seeds"])} seeds)')
         ax.fill_between(c['timesteps'], *c['ci'], alpha=0.2)
-    ts = next((r['teacher_student'] for r in runs.values() if r.get('teacher_student')), None)
+    ts = next((r['teacher_student'] for r in s['runs'].values() if r.get('teacher_student')), None)
     for phase in ('teacher', 'distillation') if ts else ():  # where the teacher-student runs changed phase
         ax.axvline(ts[phase]['until_timesteps'], color='grey', ls=':', lw=1)
     ax.set(xlabel='training steps', ylabel='evaluated return (undisturbed env)', title='learning curves'
            + (' (dotted: end of teacher, of distillation)' if ts else ''))
-    ax.legend(fontsize=8)
-    if levels:
-        for name, cur in levels.items():
-            steps = [0] + [w['timesteps'] for w in cur['widened']] + [runs[name]['timesteps']]
-            level = [0.0] + [w['level'] for w in cur['widened']]
-            axes[0, 1].step(steps, level + level[-1:], where='post', label=f"{runs[name]['variant']}, seed {runs[name]['seed']}")
-        axes[0, 1].set(xlabel='training steps', ylabel='fraction of the --randomize ranges',
-                       title='curriculum: ranges widened', ylim=(-0.05, 1.05))
-        axes[0, 1].legend(fontsize=8)
-    fig.tight_layout()
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc='outside lower center', ncols=1, frameon=False)
+    return fig
+
+# %% ../../nbs/70_sweep.ipynb #6d9c27b1
+def plot_sweep_curriculum(sweep_json):
+    "How far each curriculum run widened its randomization ranges over training; None when no run had a curriculum."
+    import matplotlib.pyplot as plt
+    s = load_sweep(sweep_json)
+    runs = s['runs']
+    levels = {n: r['curriculum'] for n, r in runs.items() if (r.get('curriculum') or {}).get('widened') is not None}
+    if not levels: return None
+    fig, ax = plt.subplots(figsize=(6, 4.2), dpi=100, layout='constrained')
+    for name, cur in levels.items():
+        steps = [0] + [w['timesteps'] for w in cur['widened']] + [runs[name]['timesteps']]
+        level = [0.0] + [w['level'] for w in cur['widened']]
+        ax.step(steps, level + level[-1:], where='post', label=f"{runs[name]['variant']}, seed {runs[name]['seed']}")
+    ax.set(xlabel='training steps', ylabel='fraction of the --randomize ranges', title='curriculum: ranges widened',
+           ylim=(-0.05, 1.05))
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc='outside lower center', ncols=1, frameon=False)
     return fig
 
 # %% ../../nbs/70_sweep.ipynb #62d5af61
@@ -746,7 +758,8 @@ def adr_levels(sweep):
     for r in s['runs'].values():
         cur = r.get('curriculum') or {}
         if cur.get('rule') != 'adr': continue
-        for bound, level in _final_levels(cur).items(): by.setdefault(bound, {}).setdefault(r['variant'], []).append(level)
+        for bound, level in _final_levels(cur).items():
+            by.setdefault(bound, {}).setdefault(r['variant'], []).append(level)
     if not by: return None
     variants = list(dict.fromkeys(v for b in by.values() for v in b))
     cell = lambda xs: f'{min(xs):.0%}–{max(xs):.0%}' if xs and min(xs) != max(xs) else (f'{xs[0]:.0%}' if xs else '-')
@@ -767,7 +780,8 @@ def plot_adr_ranges(sweep_json):
     s = load_sweep(sweep_json)
     runs = [r for r in s['runs'].values() if (r.get('curriculum') or {}).get('rule') == 'adr']
     knobs = list(parse_randomize(s['settings']['randomize']))
-    fig, axes = plt.subplots(1, len(knobs), figsize=(2.6 * len(knobs), 2.8), dpi=100, squeeze=False)
+    fig, axes = plt.subplots(1, len(knobs), figsize=(2.6 * len(knobs), 3.4), dpi=100, squeeze=False,
+                             layout='constrained')
     colors = {v: f'C{i}' for i, v in enumerate(dict.fromkeys(r['variant'] for r in runs))}
     for ax, knob in zip(axes[0], knobs):
         nominal = RANDOMIZABLE[knob].nominal
@@ -782,6 +796,49 @@ def plot_adr_ranges(sweep_json):
         ax.set(title=knob, xlabel='training steps')
     axes[0, 0].set_ylabel('range bounds (dotted: --randomize)')
     for v, c in colors.items(): axes[0, -1].plot([], [], color=c, label=v)
-    axes[0, -1].legend(fontsize=7, loc='upper left')
-    fig.tight_layout()
+    handles, labels = axes[0, -1].get_legend_handles_labels()
+    fig.legend(handles, labels, loc='outside lower center', ncols=len(labels), frameon=False)
     return fig
+
+# %% ../../nbs/70_sweep.ipynb #4e660975
+def robust_findings(sweep):
+    "Sentences on why a sweep's ADR / teacher-student variants missed the target, every number from the records."
+    from ppo_trt.envs.gym import PHASES
+    from ppo_trt.throughput.fast_ppo import ADR
+    s = load_sweep(sweep)
+    st, agg, runs = s['settings'], s['aggregates'], list(s['runs'].values())
+    checks, full, rule = target_check(s), parse_randomize(st['randomize']), ADR().resolved(st['env_id'])
+    adr = [r for r in runs if (r.get('curriculum') or {}).get('rule') == 'adr']
+    reach = lambda knob, side: [r['curriculum']['final_ranges'][knob][side] for r in adr]
+    out = []
+    if adr and 'delay' in full and 'delay' in st['phases']:
+        steps, top = PHASES['delay'][1]['steps'], max(reach('delay', 1))
+        kept = ', '.join(f"{v} {c['rows']['kept, delay'][0]:.0%}" for v, c in checks.items()
+                         if 'kept, delay' in c['rows'])
+        out.append(f"Delay: the phase injects {steps} steps; ADR widened the delay range to at most {top} step(s) in "
+                   f"any of the {len(adr)} ADR runs (--randomize allowed {full['delay'][1]:g}): the episodes ADR "
+                   f"pinned at that bound did not average its widening threshold ({rule.high:,.0f}) often enough "
+                   f"to carry it further. No run trained at the phase's delay, and none copes with it (kept: {kept}).")
+    if adr and 'friction' in full and 'friction' in st['phases']:
+        scale, low = PHASES['friction'][1]['friction'], min(reach('friction', 0))
+        out.append(f"Friction: the phase scales it by {scale:g}; the lowest bound ADR reached in any run was "
+                   f"{low:.2f} (--randomize allowed {full['friction'][0]:g}), so the phase lay outside every run's "
+                   "training.")
+    ts = [r['teacher_student']['returns'] for r in runs if r.get('teacher_student')]
+    if ts:
+        mean = lambda who, world: float(np.mean([g[who][world] for g in ts]))
+        out.append(f"Teacher: in the full --randomize ranges the privileged teacher itself returns "
+                   f"{mean('teacher', 'full'):.0f} (mean over {len(ts)} runs; {mean('teacher', 'nominal'):.0f} in the "
+                   f"undisturbed world): its ADR ranges stayed narrow too, so the student had no robust behaviour to "
+                   f"copy there and returns {mean('student', 'full'):.0f}.")
+    for v, c in (agg.get('curve_iqm') or {}).items():
+        top = int(np.argmax(c['iqm']))
+        out.append(f"Budget, {v}: the learning curve (IQM over runs, undisturbed world) read {c['iqm'][0]:.0f} after "
+                   f"{c['timesteps'][0]:,} steps, peaked at {c['iqm'][top]:.0f} after {c['timesteps'][top]:,} and "
+                   f"ended at {c['iqm'][-1]:.0f} after {c['timesteps'][-1]:,}.")
+    wall = [time.mktime(time.strptime(s[k], '%Y-%m-%dT%H:%M:%S%z')) for k in ('created', 'updated')]
+    hours = sum(r['train_wall_s'] for r in runs) / 3600
+    out.append(f"Wall time: {(wall[1] - wall[0]) / 3600:.1f} h from the sweep's start to its last record on "
+               f"{s.get('machine') or 'an unnamed machine'} with {(s.get('ray') or {}).get('cpus', '?')} Ray CPUs, "
+               f"{hours:.1f} run-hours of training for {len(runs)} runs of {st['timesteps']:,} steps.")
+    return out

@@ -16,7 +16,7 @@ from ..core.records import BestRecord, TrainRecord, read_record, record, load_ar
 from ..envs.specs import env_spec
 from ..envs.gym import (quiet_gym_warnings, make_env, env_spaces, Randomized, check_randomize, format_randomize,
                               ActionHistory, check_history, SELECTION_SEED_OFFSET, HELD_OUT_SEED_OFFSET)
-from ..core.checkpoint import ObsNorm
+from ..core.checkpoint import ObsNorm, load_sb3_model, read_vecnormalize
 
 # %% auto #0
 __all__ = ['PRESETS', 'LOG_FIELDS', 'preset', 'read_train_log', 'latest_checkpoint', 'train']
@@ -140,8 +140,8 @@ def _vec_envs(env_id, seed, gamma, ckpt_norm=None, wrap_env=None, randomize=None
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
     venv = make_vec_env(_env_maker(env_id, wrap_env, randomize, seed), n_envs=1, seed=seed)
-    if ckpt_norm is not None:
-        venv = VecNormalize.load(str(ckpt_norm), venv); venv.training = True
+    if ckpt_norm is not None:  # read through an allow-list, never a plain unpickle (core.checkpoint)
+        venv = read_vecnormalize(ckpt_norm, 'pass --force to train again from scratch').to_venv(venv, training=True)
     else: venv = VecNormalize(venv, norm_obs=True, norm_reward=True, clip_obs=10.0, gamma=gamma)
     return venv, _eval_venv(env_id, seed + SELECTION_SEED_OFFSET, wrap_env)
 
@@ -217,7 +217,7 @@ def _model(run, env_id, seed, p, ckpt, wrap_env, init_model, verbose, randomize=
     set_random_seed(seed)
     venv, eval_env = _vec_envs(env_id, seed, p['ppo'].get('gamma', 0.99), ckpt[2] if ckpt else None, wrap_env,
                                randomize)
-    if ckpt: model = PPO.load(str(ckpt[1]), env=venv, device='cpu')
+    if ckpt: model = load_sb3_model(ckpt[1], env=venv, fix='pass --force to train again from scratch')
     else:
         model = PPO('MlpPolicy', venv, seed=seed, device='cpu', verbose=verbose, policy_kwargs=_policy_kwargs(p),
                     **p['ppo'])
@@ -247,7 +247,6 @@ def _learn(model, run, eval_env, timesteps, eval_freq, n_eval_episodes, checkpoi
 # %% ../../nbs/20_train.ipynb #d07599d1
 def _kept_policy(run, model, venv, keep):
     "(model, normaliser, step) of the policy to deploy: the best evaluated one when it beat the last, else the last."
-    from stable_baselines3 import PPO
     norm, kept_steps = ObsNorm.from_vecnormalize(venv), int(model.num_timesteps)
     # SB3's own normaliser of the kept policy: export's parity reference
     kept_vn = run.path('checkpoints')/'kept_vecnormalize.pkl'
@@ -255,8 +254,7 @@ def _kept_policy(run, model, venv, keep):
     with atomic_path(kept_vn) as tmp: venv.save(str(tmp))
     best = _best_saved(run) if keep == 'best' else None
     if best and best['mean_return'] > _last_logged(run):
-        model, norm, kept_steps = (PPO.load(str(run.path('checkpoints')/'best.zip'), device='cpu'), best['norm'],
-                                   best['timesteps'])
+        model, norm, kept_steps = (load_sb3_model(run.path('checkpoints')/'best.zip'), best['norm'], best['timesteps'])
         with atomic_path(kept_vn) as tmp:
             tmp.write_bytes((run.path('checkpoints')/'best_vecnormalize.pkl').read_bytes())
     return model, norm, kept_steps

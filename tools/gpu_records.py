@@ -1,0 +1,263 @@
+"""What `tools/gpu_session.sh quick` brought back ($OUT: quick.json and the files beside it) as a folder of records,
+benchmarks/<gpu>-<yyyy-mm-dd>/, each in the project's schema and read back through it before anything is written:
+bench.json (BenchFile), env_bench_CartPole-v1.json (EnvBenchRecord), fast-<variant>/train.json (TrainRecord),
+gpu_session.json (the session: device, versions, each step's limit, wall time and status, the skips and their reasons,
+the device rollout's sync check, pytest per test), logs/*.txt, and README.md (the figures and the targets, met or not).
+Without a GPU (the CPU box's rehearsal) the folder is named cpu-rehearsal-<date>. Nothing is half-written: the folder
+is built beside its place and renamed into it; an existing one is kept unless --replace.
+Usage: python tools/gpu_records.py OUT_DIR [--dest benchmarks] [--name NAME] [--replace]"""
+import argparse, html, json, os, re, shutil, sys
+from pathlib import Path
+
+SESSION_SCHEMA = 1
+# issue 35's targets on an H100, reported against (met or not), never asserted
+TARGETS = dict(batch1_p99_us=10.0, actions_per_s=5e9, raw_cartpole_steps_per_s=1e10, env_policy_steps_per_s=1e9,
+               ppo_solve_s=10.0)
+
+
+class RecordsError(Exception):
+    "A returned folder that cannot become records: one line, what is wrong and the fix."
+
+
+def cell(x):
+    "Text for one markdown table cell: no HTML, no column break, one line."
+    return html.escape(str(x), quote=False).replace('|', '\\|').replace('\n', ' ').replace('`', "'")
+
+
+def fmt(x):
+    "A figure to 3 significant digits, or a dash."
+    return '-' if x is None else f'{x:.3g}'
+
+
+def slug(gpu_name):
+    "The GPU's model for a folder name: 'NVIDIA H100 80GB HBM3' -> 'h100'."
+    m = re.search(r'\b([A-Z]{1,2}\d{2,4}[A-Z]?)\b', gpu_name.replace('NVIDIA', ''))
+    s = m.group(1) if m else gpu_name.replace('NVIDIA', '')
+    return re.sub(r'[^a-z0-9]+', '-', s.lower()).strip('-') or 'gpu'
+
+
+def read_session(out):
+    "quick.json, checked: the session record every other file is read against."
+    p = out/'quick.json'
+    if not p.is_file():
+        raise RecordsError(f'{out} has no quick.json: give the folder where `tools/gpu_session.sh quick` wrote its '
+                           "files (the device call's files_at)")
+    try: rec = json.loads(p.read_text())
+    except (ValueError, RecursionError) as e:
+        raise RecordsError(f'{p} is not valid JSON ({str(e)[:80]}): the session was cut off while writing it; '
+                           'the other files may still be read, but there is no session record to name them') from None
+    if not isinstance(rec, dict) or not isinstance(rec.get('steps'), list) or rec.get('schema_version') != 1:
+        raise RecordsError(f'{p} is not a gpu_session.sh quick record (schema 1 with a list of steps)')
+    return rec
+
+
+def load(path):
+    "The JSON at `path`, or RecordsError."
+    try: return json.loads(Path(path).read_text())
+    except (OSError, ValueError, RecursionError) as e: raise RecordsError(f'{path}: {str(e)[:120]}') from None
+
+
+def check_record(path, source):
+    "Read the record at `path` through the project's schema for its file name; RecordsError naming `source` if not."
+    from ppo_trt.core.records import read_record
+    from ppo_trt.core.files import PpoTrtError
+    try: r = read_record(path)
+    except PpoTrtError as e:
+        why = str(e).split('; ')[0].replace(str(path), str(source))  # read_record's fix (rerun a stage) is not ours
+        raise RecordsError(f'{why}; the returned file is damaged, or another ppo_trt wrote it: convert with that '
+                           'checkout') from None
+    if isinstance(r, dict): raise RecordsError(f'{path.name} has no schema in ppo_trt.core.records')
+
+
+def gpu_of(session):
+    "(the GPU's name or None, the versions' description of it)."
+    v = session.get('versions') or {}
+    return session.get('gpu') or (v.get('gpu') or {}).get('name'), v.get('gpu') or {}
+
+
+def bench_rows(bench):
+    "Markdown rows: per backend, batch 1 (checked call and kernel-only), parity, best throughput; or why not."
+    recs, lines = bench['records'], []
+    for name in dict.fromkeys(r['backend'] for r in recs):
+        mine = [r for r in recs if r['backend'] == name]
+        lat = next((r for r in mine if r['ran'] and r['mode'] == 'latency'), None)
+        if lat is None:
+            why = next((r['reason'] for r in mine if not r['ran']), '')
+            lines.append(f"| {cell(name)} | {'failed' if any(r.get('failed') for r in mine) else 'skipped'}: "
+                         f"{cell(why)} |||||||")
+            continue
+        st, k = lat['stats'], lat.get('kernel_only') or {}
+        sweep = [r for r in mine if r['ran'] and r['mode'] == 'sweep']
+        best = max(sweep, key=lambda r: r.get('throughput_per_s') or 0, default=None)
+        kbest = max(sweep, key=lambda r: r.get('kernel_throughput_per_s') or 0, default=None)
+        par = (lat.get('parity_vs_ort_fp32') or {}).get('max_abs_err')
+        three = lambda s: ' / '.join(fmt(s.get(q)) for q in ('p50_us', 'p99_us', 'p999_us'))
+        lines.append(f"| {cell(name)} | {cell(lat.get('device'))} {cell(lat.get('precision'))} | {three(st)} | "
+                     f"{three(k)} | {fmt(par)} | "
+                     + (f"{fmt(best['throughput_per_s'])} at {best['batch']:,}" if best else '-') + ' | '
+                     + (f"{fmt(kbest['kernel_throughput_per_s'])} at {kbest['batch']:,}"
+                        if kbest and kbest.get('kernel_throughput_per_s') else '-') + ' |')
+    return lines
+
+
+def targets(bench, env, trains, gpu):
+    "Each target of issue 35 with the figure measured here and met / not met / not measured."
+    out = []
+    def line(what, target, got, better='lower', where=''):
+        if got is None: verdict = 'not measured'
+        else: verdict = 'met' if (got <= target if better == 'lower' else got >= target) else 'not met'
+        out.append(f"| {cell(what)} | {fmt(target)} | {fmt(got)}{cell(where)} | {verdict} |")
+    gpu_lat = [r for r in (bench or {}).get('records', []) if r['ran'] and r['mode'] == 'latency'
+               and str(r.get('device', '')).startswith('cuda')]
+    best = min(gpu_lat, key=lambda r: r['stats']['p99_us'], default=None)
+    line('batch-1 end-to-end p99 (µs)', TARGETS['batch1_p99_us'], best and best['stats']['p99_us'],
+         where=f" ({best['backend']})" if best else '')
+    sweeps = [r for r in (bench or {}).get('records', []) if r['ran'] and r['mode'] == 'sweep'
+              and str(r.get('device', '')).startswith('cuda')]
+    for key, what in (('throughput_per_s', 'actions/s batched, end to end'),
+                      ('kernel_throughput_per_s', 'actions/s batched, kernel only')):
+        b = max(sweeps, key=lambda r: r.get(key) or 0, default=None)
+        line(what, TARGETS['actions_per_s'], b and b.get(key), 'higher',
+             f" ({b['backend']}, batch {b['batch']:,})" if b and b.get(key) else '')
+    rows = [r for r in (env or {}).get('rows', []) if str(r.get('device', '')).startswith('cuda')]
+    for level, key, what in (('env', 'raw_cartpole_steps_per_s', 'raw CartPole steps/s'),
+                             ('env+inference', 'env_policy_steps_per_s', 'env + policy steps/s')):
+        b = max((r for r in rows if r['level'] == level), key=lambda r: r['steps_per_s'], default=None)
+        line(what, TARGETS[key], b and b['steps_per_s'], 'higher',
+             f" ({b['impl']}, {b['num_envs']:,} envs)" if b else '')
+    solved = [(t['solved_at_wall_s'], v) for v, t in trains.items()
+              if t.get('solved') and t.get('device', '').startswith('cuda') and t.get('solved_at_wall_s') is not None]
+    s = min(solved, default=None)
+    line('PPO solves CartPole (s)', TARGETS['ppo_solve_s'], s and s[0], where=f' ({s[1]})' if s else '')
+    return out
+
+
+def readme(session, bench, env, trains, name):
+    "README.md of the folder: the device, each step, the figures, the targets; every string escaped for markdown."
+    gpu, props = gpu_of(session)
+    v = session.get('versions') or {}
+    L = [f'# GPU session {cell(name)}', '',
+         (f"Device: **{cell(gpu)}** (compute capability {cell(props.get('capability', '?'))}, "
+          f"{cell(props.get('sms', '?'))} SMs, {cell(props.get('memory_gib', '?'))} GiB)" if gpu else
+          f"No GPU: {cell(session.get('gpu_why', 'unknown'))}. These are the CPU box's rehearsal records, not GPU "
+          'figures.'), '',
+         'Versions: ' + ', '.join(f'{cell(k)} {cell(v[k])}' for k in ('python', 'torch', 'torch_cuda', 'triton', 'jax',
+                                                                     'onnxruntime', 'onnx', 'numpy', 'ppo_trt')
+                                  if v.get(k)) + '.',
+         f"Session: {cell(session.get('started', '?'))}, commit {cell(session.get('commit', '?'))}, "
+         f"{cell(session.get('wall_s', '?'))} s of a {cell(session.get('budget_s', '?'))} s budget"
+         + ('' if session.get('finished') else ' (cut off: it did not reach its summary)') + '.', '',
+         '| step | status | wall / limit (s) | why, or what ran instead |', '| --- | --- | --- | --- |']
+    for s in session['steps']:
+        L.append(f"| {cell(s['name'])} | {cell(s['status'])} | {cell(s.get('wall_s', '-'))} / "
+                 f"{cell(s.get('limit_s', '-'))} | {cell(s.get('reason') or s.get('stand_in') or '')} |")
+    if bench:
+        L += ['', '## Policy latency and throughput (bench.json)', '',
+              'Batch 1: the checked call `runner(obs)` and the kernel alone (CUDA events), p50 / p99 / p99.9 in µs; '
+              'parity: max abs action error vs ONNX Runtime FP32 on export_obs.npy; best actions/s over the sweep.', '',
+              '| backend | device | checked call µs | kernel only µs | parity | actions/s | kernel actions/s |',
+              '| --- | --- | --- | --- | --- | --- | --- |', *bench_rows(bench)]
+    if env:
+        L += ['', '## Batched CartPole (env_bench_CartPole-v1.json)', '', '| level | implementation | envs | steps/s |',
+              '| --- | --- | --- | --- |']
+        L += [f"| {cell(r['level'])} | {cell(r['impl'])} | {r['num_envs']:,} | {fmt(r['steps_per_s'])} |"
+              for r in env['rows']]
+        L += [f"| {cell(e['level'])} | failed: {cell(e['error'])} | {e['num_envs']:,} | - |"
+              for e in env.get('errors', [])]
+    if trains:
+        L += ['', '## Fast PPO on CartPole-v1 (fast-*/train.json)', '',
+              '| variant | device | solved | return | solved at step | solved at (s) | wall (s) | steps/s |',
+              '| --- | --- | --- | --- | --- | --- | --- | --- |']
+        L += [f"| {cell(k)} | {cell(t.get('device'))} | {cell(t.get('solved'))} | {fmt(t.get('final_eval_mean'))} | "
+              f"{cell(t.get('solved_at_timesteps'))} | {cell(t.get('solved_at_wall_s'))} | {cell(t.get('wall_s'))} | "
+              f"{fmt(t.get('steps_per_s'))} |" for k, t in trains.items()]
+    ro = session.get('rollout')
+    if ro:
+        L += ['', '## Device rollout', '', ("Under torch.cuda.set_sync_debug_mode('error')." if ro.get('sync_mode')
+                                            else f"Sync check skipped: {cell(ro.get('skipped_why', ''))}"), '']
+        L += [f"- {cell(c['env_id'])} x {c['num_envs']:,} on {cell(c['device'])}: "
+              + ('ok' if c['ok'] else f"FAILED: {cell(c.get('error', ''))}") for c in ro.get('checks', [])]
+    pt = session.get('pytest')
+    if pt:
+        counts = ', '.join(f'{pt[k]} {k}' for k in ('passed', 'failed', 'skipped', 'errors') if k in pt)
+        L += ['', '## pytest -m gpu', '', cell(pt.get('error') or counts), '']
+        L += [f"- {cell(t['test'])}: {cell(t['outcome'])}" + (f" ({cell(t['message'])})" if t['message'] else '')
+              for t in pt.get('tests', []) if t['outcome'] != 'passed']
+    if gpu:
+        L += ['', "## Targets (issue 35's, for an H100)", '', '| target | wanted | measured | verdict |',
+              '| --- | --- | --- | --- |', *targets(bench, env, trains, gpu)]
+    return '\n'.join(L) + '\n'
+
+
+def convert(out, dest, name=None, replace=False):
+    "Write the records of returned folder `out` into dest/<name>; the folder's path."
+    out, dest = Path(out), Path(dest)
+    session = read_session(out)
+    gpu, _ = gpu_of(session)
+    date = str(session.get('started', ''))[:10]
+    if not re.fullmatch(r'\d{4}-\d{2}-\d{2}', date): raise RecordsError(f"quick.json's start {date!r} is not a date")
+    name = name or (f'{slug(gpu)}-{date}' if gpu else f'cpu-rehearsal-{date}')
+    if not re.fullmatch(r'[A-Za-z0-9][A-Za-z0-9._-]*', name): raise RecordsError(f'{name!r} is not a plain folder name')
+    target = dest/name
+    if target.exists() and not replace:
+        raise RecordsError(f'{target} exists: give --replace to write over it, or --name for another folder')
+    bench = load(out/'bench.json') if (out/'bench.json').exists() else None
+    env = load(out/'env_bench.json') if (out/'env_bench.json').exists() else None
+    env_id = (env or {}).get('env_id') or 'CartPole-v1'
+    if not re.fullmatch(r'[A-Za-z0-9_-]+-v\d+', env_id): raise RecordsError(f'env_bench.json: env id {env_id!r}')
+    trains = {}
+    for variant, t in (session.get('train') or {}).items():
+        if not re.fullmatch(r'[a-z0-9_-]+', variant):
+            raise RecordsError(f'train variant {variant!r} is not a plain name')
+        if 'error' in t and len(t) == 1: continue  # the run wrote no train.json: the step's status says why
+        trains[variant] = t
+    dest.mkdir(parents=True, exist_ok=True)
+    tmp = dest/f'.{name}.tmp-{os.getpid()}'
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        for variant, t in trains.items():
+            (tmp/f'fast-{variant}').mkdir()
+            (tmp/f'fast-{variant}'/'train.json').write_text(json.dumps(t, indent=1) + '\n')
+            check_record(tmp/f'fast-{variant}'/'train.json', out/f'quick.json (train.{variant})')
+        if bench:
+            (tmp/'bench.json').write_text(json.dumps(bench, indent=1) + '\n')
+            check_record(tmp/'bench.json', out/'bench.json')
+        if env:
+            (tmp/f'env_bench_{env_id}.json').write_text(json.dumps(env, indent=1) + '\n')
+            check_record(tmp/f'env_bench_{env_id}.json', out/'env_bench.json')
+        kept = {k: v for k, v in session.items() if k != 'train'}
+        kept.update(record='gpu_session', schema_version=SESSION_SCHEMA, source_files=sorted(
+            p.name for p in out.iterdir() if p.is_file()), train_variants=sorted(trains))
+        (tmp/'gpu_session.json').write_text(json.dumps(kept, indent=1) + '\n')
+        logs = sorted(p for p in out.glob('*.txt') if p.is_file())
+        if logs: (tmp/'logs').mkdir()
+        for p in logs: shutil.copyfile(p, tmp/'logs'/p.name)
+        (tmp/'README.md').write_text(readme(session, bench, env, trains, name))
+        if target.exists():
+            old = dest/f'.{name}.old-{os.getpid()}'
+            os.rename(target, old)
+            os.rename(tmp, target)
+            shutil.rmtree(old)
+        else: os.rename(tmp, target)
+    finally: shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('out', help="the folder gpu_session.sh quick wrote ($OUT; the device call's files_at)")
+    p.add_argument('--dest', default='benchmarks', help='where the records folder goes (default: %(default)s)')
+    p.add_argument('--name', help='the folder name (default: <gpu>-<yyyy-mm-dd>, or cpu-rehearsal-<date>)')
+    p.add_argument('--replace', action='store_true', help='write over an existing folder of that name')
+    a = p.parse_args(argv)
+    try: target = convert(a.out, a.dest, a.name, a.replace)
+    except RecordsError as e:
+        print(f'gpu_records: {e}', file=sys.stderr)
+        return 2
+    print(f'gpu_records: wrote {target}: ' + ' '.join(sorted(str(x.relative_to(target)) for x in target.rglob('*')
+                                                             if x.is_file())))
+    return 0
+
+
+if __name__ == '__main__': sys.exit(main())
