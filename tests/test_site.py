@@ -251,7 +251,8 @@ def test_no_legend_of_the_report_lies_over_its_data():
                'residual': R.plot_residual_study(recs.residual_studies[0]),
                'learning curve': R.plot_learning_curve(recs.train_log, recs.train),
                'sweep delay': R.plot_sweep_delay(recs.sweep), 'sweep curves': R.plot_sweep_curves(recs.sweep),
-               'curriculum': R.plot_sweep_curriculum(recs.sweep)}
+               'curriculum': R.plot_sweep_curriculum(recs.sweep), 'robust delay': R.plot_sweep_delay(recs.robust),
+               'robust curves': R.plot_sweep_curves(recs.robust), 'ADR ranges': R.plot_adr_ranges(recs.robust)}
     covered = {name: R.legend_overlaps(f) for name, f in figures.items() if R.legend_overlaps(f)}
     assert not covered, covered
 
