@@ -113,6 +113,12 @@ def _add_train(p):
                    help='--fast with --randomize: start undisturbed, widen the ranges while training returns hold')
     p.add_argument('--curriculum-return', type=number(float), default=None, metavar='R',
                    help="the training return at which a curriculum widens (default: the env spec's)")
+    p.add_argument('--adr', action='store_true',
+                   help='--fast with --randomize: automatic domain randomization, each bound widened or narrowed on '
+                        'its own test episodes (thresholds from the env spec)')
+    p.add_argument('--teacher-student', action='store_true',
+                   help='--fast with --randomize: a privileged teacher (with --adr: ADR ranges), a student with '
+                        '--history K (default 3) distilled from it and fine-tuned; the student is deployed')
     p.add_argument('--fast', action='store_true', help='batched PPO (ppo_trt.throughput.fast_ppo): torch envs (CartPole-v1, '
                    'Pendulum-v1, MountainCarContinuous-v0) or MuJoCo on EnvPool (Hopper-v4, Walker2d-v4, ...)')
     p.add_argument('--env-threads', type=number(int, 1, 1024), default=None,
@@ -405,7 +411,7 @@ def _say(msg): print(terminal_line(f'[ppo-trt] {msg}'), flush=True)  # names fro
 
 # %% ../nbs/90_cli.ipynb #e493487f
 FAST_ONLY = ('num_envs', 'env_threads', 'device', 'compile', 'cudagraphs', 'privileged_critic', 'curriculum',
-             'curriculum_return')
+             'curriculum_return', 'adr', 'teacher_student')
 
 def _check_fast_flags(a):
     "Flags of the fast trainer are refused without --fast (they would be ignored), and --resume with it."
@@ -452,6 +458,35 @@ def _profile_line(profile):
     largest_first = sorted(profile.items(), key=lambda kv: -kv[1])
     return ', '.join(f'{k} {v:.1f} s ({100 * v / total:.0f} %)' for k, v in largest_first)
 
+# %% ../nbs/90_cli.ipynb #745acde8
+def _curriculum(a):
+    "fast_train's `curriculum` from the flags: ADR, a threshold, the spec's threshold, or none."
+    if a.adr:
+        from ppo_trt.throughput.fast_ppo import ADR
+        return ADR()
+    return a.curriculum_return if a.curriculum_return is not None else a.curriculum or None
+
+# %% ../nbs/90_cli.ipynb #33545d7f
+def _train_teacher_student(a, rd):
+    "`train --fast --teacher-student`: the teacher_student trainer, its flags checked; the student's summary."
+    from ppo_trt.throughput.teacher_student import teacher_student_train, TeacherStudent
+    from ppo_trt.throughput.fast_ppo import ADR
+    other = [f for f, v in (('--expert', a.expert), ('--privileged-critic', a.privileged_critic),
+                            ('--curriculum', a.curriculum or a.curriculum_return is not None),
+                            ('--num-envs', a.num_envs), ('--compile', a.compile), ('--cudagraphs', a.cudagraphs)) if v]
+    if other or a.device != 'cpu':
+        raise BadInputError(f'--teacher-student trains its own privileged critic on the CPU; drop '
+                            f'{", ".join(other) or "--device"}')
+    ts = TeacherStudent(history=a.history or 3, adr=ADR() if a.adr else None)
+    _say(f'teacher-student on {a.env_id} (student history {ts.history}, ADR {"on" if ts.adr else "off"}) into {rd}')
+    r = teacher_student_train(rd, a.env_id, a.timesteps, a.seed, a.randomize, ts, num_threads=a.env_threads,
+                              torch_threads=a.torch_threads, progress=True, force=a.force)
+    gap = r.teacher_student['returns']
+    _say(f"{r.timesteps:,} steps in {r.wall_s:.1f} s ({r.steps_per_s:,.0f} steps/s); student's return on "
+         f"{r.final_eval_episodes} held-out episodes {r.final_eval_mean:.1f} ± {r.final_eval_std:.1f}; in the full "
+         f"ranges teacher {gap['teacher']['full']:.1f}, student {gap['student']['full']:.1f}")
+    return r
+
 # %% ../nbs/90_cli.ipynb #88139ff5
 ENV_STATE_BYTES = 128 << 10  # a MuJoCo env's model and data, generously (a torch env's state is a few floats)
 
@@ -481,11 +516,14 @@ def _train_fast(a):
                             f'use at most {st.num_envs}')
     a.device = a.device or 'cpu'
     rd = a.run_dir or default_run_dir(env_id)
+    if a.teacher_student: return _train_teacher_student(a, rd)
     _say(f'fast on-device PPO on {env_id} ({st.num_envs} envs on {a.device}) into {rd}')
+    if a.adr and (a.curriculum or a.curriculum_return is not None):
+        raise BadInputError('--adr is a curriculum of its own: drop --curriculum / --curriculum-return or --adr')
     r = fast_train(rd, env_id, a.timesteps, a.seed, a.device, st, a.expert, a.residual_scale, a.compile, a.cudagraphs,
                    randomize=a.randomize, num_threads=a.env_threads, force=a.force, progress=True,
                    torch_threads=a.torch_threads, history=a.history, privileged_critic=a.privileged_critic,
-                   curriculum=a.curriculum_return if a.curriculum_return is not None else a.curriculum or None)
+                   curriculum=_curriculum(a))
     _say(f"{r.timesteps:,} steps in {r.wall_s:.1f} s ({r.steps_per_s:,.0f} steps/s, env + inference + "
          f"training; envs: {r.env_backend}; {_threads_line(r.thread_plan)}); "
          f"return on {r.final_eval_episodes} held-out episodes {r.final_eval_mean:.1f} ± {r.final_eval_std:.1f}"
@@ -879,7 +917,9 @@ def _add_sweep(sub):
     p.add_argument('--seeds', type=number(int, 1, 1000), default=5, help='training seeds 0 .. N-1')
     p.add_argument('--variants', default='nominal,randomized',
                    help='any of nominal, randomized, randomized+history (the policy also sees its last actions), '
-                        'randomized+history+critic+curriculum (--fast: privileged critic, range curriculum)')
+                        'randomized+history+critic+curriculum (--fast: privileged critic, range curriculum), '
+                        'randomized+history+critic+adr (--fast: ADR), teacher-student (--fast: privileged teacher '
+                        'with ADR, history student)')
     p.add_argument('--randomize', default=None, metavar='SPEC',
                    help='the randomized variant\'s ranges (default: all, every disturbance the env can take)')
     p.add_argument('--fast', action='store_true', help='train with fast PPO (EnvPool on MuJoCo) instead of SB3')
@@ -891,6 +931,8 @@ def _add_sweep(sub):
                         'the env can take)')
     p.add_argument('--episodes', type=number(int, 1, MAX_EPISODES), default=10,
                    help='held-out evaluation episodes per phase')
+    p.add_argument('--rrls', action='store_true',
+                   help='also score every run and PID on the RRLS Hopper uncertainty sets (worst case and average)')
     p.add_argument('--out', type=Path, default=None, help='sweep folder (default: sweeps/<env-id>)')
     p.add_argument('--address', default=None,
                    help='Ray cluster address (default: $RAY_ADDRESS, else a local Ray on this machine)')
@@ -906,7 +948,7 @@ def cmd_sweep(a):
     _say(f"sweep of {a.env_id}: seeds 0..{a.seeds - 1} x {a.variants} ({'fast PPO' if a.fast else 'SB3'}) into {out}")
     rec = sweep(out, env_id=a.env_id, seeds=a.seeds, variants=a.variants, fast=a.fast, timesteps=a.timesteps,
                 randomize=a.randomize, address=a.address, episodes=a.episodes, preset_name=a.preset,
-                num_cpus=a.num_cpus, **(dict(phases=a.phases) if a.phases else {}))
+                num_cpus=a.num_cpus, rrls=a.rrls, **(dict(phases=a.phases) if a.phases else {}))
     print_sweep(rec)
     _say(f"wrote {out/'sweep.json'}")
     return rec

@@ -1,6 +1,7 @@
 """CI checks on the notebooks: the layout rule (a notebook imports only modules of earlier notebooks), the python3
-kernelspec, and saved outputs from a real execution (refresh them with `python tools/refresh_notebooks.py`)."""
-import json, re, sys
+kernelspec, saved outputs from a real execution (refresh them with `python tools/refresh_notebooks.py`), and no cell
+that the docs build would execute out of context."""
+import ast, json, re, sys
 from pathlib import Path
 
 def module_of(nb):
@@ -39,11 +40,34 @@ def output_problems(paths):
         if cells and not any(c.get('outputs') for c in cells): out.append(f'{p.name} has no saved outputs')
     return out
 
+_DOC_RUN = {'export', 'exports', 'exporti', 'exec_doc'}
+
+def _docs_run_it(src):
+    "Whether nbdev's docs processors execute this cell although it is no export: it imports, and does more."
+    body = '\n'.join(l for l in src.splitlines() if not l.lstrip().startswith(('%', '!', '#|')))
+    try: nodes = list(ast.walk(ast.parse(body)))
+    except SyntaxError: return False
+    return (any(isinstance(n, (ast.Import, ast.ImportFrom)) for n in nodes)
+            and any(isinstance(n, (ast.Expr, ast.Assign)) for n in nodes))
+
+def doc_run_problems(paths):
+    "Demo or test cells that mix imports with other code: the docs build runs them where the cells before did not run."
+    out = []
+    for p in paths:
+        for i, c in enumerate(json.loads(p.read_text())['cells']):
+            src = ''.join(c['source'])
+            marks = set(re.findall(r'^#\|\s*([\w-]+)', src, re.M))
+            if c['cell_type'] == 'code' and not marks & (_DOC_RUN | {'echo', 'eval'}) and _docs_run_it(src):
+                out.append(f'{p.name} cell {i} mixes imports with other code, so the docs build runs it out of '
+                           'context: put its imports in a cell of their own')
+    return out
+
 def main(nbs='nbs'):
     paths = sorted(Path(nbs).glob('[0-9][0-9]_*.ipynb'))
-    problems = layout_problems(paths) + output_problems(paths + [Path(nbs)/'index.ipynb'])
+    problems = (layout_problems(paths) + output_problems(paths + [Path(nbs)/'index.ipynb'])
+                + doc_run_problems(paths))
     for x in problems: print(x)
-    print(f'{len(paths)} notebooks: ' + ('layout, kernelspec and outputs ok' if not problems
+    print(f'{len(paths)} notebooks: ' + ('layout, kernelspec, outputs and docs-time cells ok' if not problems
                                          else f'{len(problems)} problems; '
                                               'outputs are refreshed with `python tools/refresh_notebooks.py`'))
     return 1 if problems else 0

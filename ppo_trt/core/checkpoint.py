@@ -344,7 +344,7 @@ def _real(x, what):
     return v
 
 def read_vecnormalize(path, fix='re-run `ppo-trt train`'):
-    "The statistics in SB3's VecNormalize pickle `path`, unpickled through an allow-list (`_StatsUnpickler`)."
+    "The statistics in SB3's VecNormalize pickle `path`, unpickled through an allow-list (`_StatsUnpickler(file)`)."
     path = Path(path)
     try:
         if path.stat().st_size > 1 << 26: raise _Refused('it is larger than 64 MiB')

@@ -50,6 +50,8 @@ class ConfigRecord(_Record):
     history_actions: int = 0
     privileged_critic: bool = False         # fast PPO: the critic also saw each episode's draws
     curriculum_return: float | None = None  # fast PPO: the ranges widened while training earned this
+    adr: dict | None = None                 # fast PPO: automatic domain randomization's rule (fast_ppo.ADR)
+    teacher_student: dict | None = None     # fast PPO: a teacher-student run's settings
     created: str = ''
     versions: dict = {}
 
@@ -83,7 +85,8 @@ class TrainRecord(_Record):
     randomize: dict[str, list[int | float]] | None = None  # ranges drawn every training episode
     history_actions: int = 0  # the policy's input ends with its last K actions (obs_dim counts them)
     privileged_critic: dict | None = None  # fast PPO: the critic's extra inputs (never in policy.zip or policy.onnx)
-    curriculum: dict | None = None  # fast PPO: throughput.fast_ppo.RangeCurriculum.record(), the ranges it reached
+    curriculum: dict | None = None  # fast PPO: RangeCurriculum / AdaptiveRanges .record(), the ranges it reached
+    teacher_student: dict | None = None  # fast PPO: the teacher, the distillation, the fine-tuning and their returns
     selection_eval_seed: int | None = None  # env seed of the periodic evaluations that chose the kept policy
     final_eval_seed: int | None = None      # env seed of the held-out evaluation final_eval_* report
     deployable: bool = True
@@ -825,7 +828,7 @@ DERIVED = ('config.json', 'policy.zip', 'obs_norm.json', 'train_log.csv', 'train
            'policy.onnx', 'policy.fp16.onnx', 'export_obs.npy', 'export.json', 'build.json', 'policy.*.engine',
            'build.*.log', 'timing.*.cache', 'bench.json', 'evaluate.json', 'report.ipynb', 'report.html',
            'episode.gif', 'episode.mp4', 'native', 'ort_trt_cache', 'c_policy', 'c_loop',
-           'c_loop.json', 'c_policy_*', 'c_target_*.json', 'c_loop_*')
+           'c_loop.json', 'rrls.json', 'c_policy_*', 'c_target_*.json', 'c_loop_*')
 
 def derived_paths(run):
     "Everything in the run folder that was made from its policy (or by training it)."

@@ -79,6 +79,8 @@ class RunConfig:
     history_actions: int = 0       # the policy also sees its last K actions (envs.gym.ActionHistory)
     privileged_critic: bool = False         # fast PPO: the critic also saw each episode's draws
     curriculum_return: float | None = None  # fast PPO: the ranges widened while training returns reached this
+    adr: dict | None = None                 # fast PPO: automatic domain randomization's rule (fast_ppo.ADR)
+    teacher_student: dict | None = None     # fast PPO: a teacher-student run's settings (teacher_student.TeacherStudent)
     created: str = field(default_factory=lambda: time.strftime('%Y-%m-%dT%H:%M:%S%z'))
     versions: dict = field(default_factory=dict)
 

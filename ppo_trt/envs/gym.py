@@ -11,9 +11,10 @@ from ..core.files import BadInputError
 from .specs import RANDOMIZABLE, env_spec
 
 # %% auto #0
-__all__ = ['PHASES', 'EVENTS', 'PUSH_STEPS', 'PUSH_DURATION', 'MAX_HISTORY', 'SELECTION_SEED_OFFSET', 'HELD_OUT_SEED_OFFSET',
-           'quiet_gym_warnings', 'make_env', 'env_spaces', 'SensorNoise', 'ActuationDelay', 'Push', 'ModelScale',
-           'ActuatorFailure', 'Trip', 'env_phases', 'skipped_phases', 'check_phases', 'make_phase_env',
+__all__ = ['PHASES', 'RRLS_HOPPER_SETS', 'RRLS_HOPPER_DEFAULTS', 'RRLS_HOPPER_FIELDS', 'RRLS_ENV_ID', 'EVENTS', 'PUSH_STEPS',
+           'PUSH_DURATION', 'MAX_HISTORY', 'SELECTION_SEED_OFFSET', 'HELD_OUT_SEED_OFFSET', 'quiet_gym_warnings',
+           'make_env', 'env_spaces', 'SensorNoise', 'ActuationDelay', 'Push', 'ModelScale', 'ActuatorFailure', 'Trip',
+           'env_phases', 'skipped_phases', 'check_phases', 'make_phase_env', 'rrls_grid', 'RRLSParams', 'rrls_base',
            'parse_randomize', 'format_randomize', 'Randomized', 'check_randomize', 'scale_ranges', 'ActionHistory',
            'check_history', 'training_seeds', 'rollout_observations']
 
@@ -188,6 +189,55 @@ def make_phase_env(env_id, phase, **overrides):
     wrapper, params = PHASES[phase]
     env = make_env(env_id)
     return env if wrapper is None else wrapper(env, **{**params, **overrides})
+
+# %% ../../nbs/11_envs.ipynb #255d6a27
+RRLS_HOPPER_SETS = {  # rrls.envs.hopper.HopperParamsBound (ONE_DIM, TWO_DIM, THREE_DIM): parameter -> [low, high]
+    '1d': {'worldfriction': [0.1, 3.0]},
+    '2d': {'worldfriction': [0.1, 3.0], 'torsomass': [0.1, 3.0]},
+    '3d': {'worldfriction': [0.1, 3.0], 'torsomass': [0.1, 3.0], 'thighmass': [0.1, 4.0]},
+}
+RRLS_HOPPER_DEFAULTS = dict(worldfriction=0.7, torsomass=3.6651914291880923, thighmass=4.057890510886818,
+                            legmass=2.7813566959781637, footmass=5.315574769873931)  # rrls.envs.hopper.DEFAULT_PARAMS
+RRLS_HOPPER_FIELDS = dict(worldfriction=('geom_friction', 0), torsomass=('body_mass', 1), thighmass=('body_mass', 2),
+                          legmass=('body_mass', 3), footmass=('body_mass', 4))  # RobustHopper._change_params
+RRLS_ENV_ID = 'Hopper-v5'  # RobustHopper wraps gym.make('Hopper-v5')
+
+# %% ../../nbs/11_envs.ipynb #4609e171
+def rrls_grid(set_name, points=10):
+    "The evaluation mesh of RRLS set `set_name` ('1d', '2d', '3d'): a list of {parameter: value}, as RRLS makes it."
+    import itertools
+    if set_name not in RRLS_HOPPER_SETS:
+        raise BadInputError(f'unknown RRLS set {set_name!r}; sets: {", ".join(RRLS_HOPPER_SETS)}')
+    axes = {k: np.arange(lo, hi, (hi - lo) / points).tolist() for k, (lo, hi) in RRLS_HOPPER_SETS[set_name].items()}
+    return [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
+
+# %% ../../nbs/11_envs.ipynb #973070e6
+class RRLSParams(gym.Wrapper):
+    "RRLS's `RobustHopper`: the floor's friction and the body masses set to absolute values, RRLS's defaults elsewhere."
+    def __init__(self, env, **params):
+        super().__init__(env)
+        unknown = sorted(set(params) - set(RRLS_HOPPER_DEFAULTS))
+        if unknown: raise BadInputError(f'RRLS Hopper has no parameter {", ".join(unknown)}; '
+                                        f'it has {", ".join(RRLS_HOPPER_DEFAULTS)}')
+        if env.spec.id not in ('Hopper-v4', 'Hopper-v5'):
+            raise BadInputError(f'the RRLS sets here are Hopper\'s, not {env.spec.id}\'s')
+        self.params = {**RRLS_HOPPER_DEFAULTS, **{k: float(v) for k, v in params.items() if v is not None}}
+        model = env.unwrapped.model
+        for k, v in self.params.items():
+            name, row = RRLS_HOPPER_FIELDS[k]
+            if name == 'body_mass': model.body_mass[row] = v
+            else: model.geom_friction[row, 0] = v  # sliding only, as RRLS
+
+# %% ../../nbs/11_envs.ipynb #1614e60a
+def rrls_base(model, points):
+    "Each point's model as `MujocoBatched`'s base: body_mass [n, nbody] and sliding geom_friction [n, ngeom]."
+    mass = np.tile(model.body_mass, (len(points), 1)).astype(np.float64)
+    friction = np.tile(model.geom_friction[:, 0], (len(points), 1)).astype(np.float64)
+    for i, point in enumerate(points):
+        for k, v in {**RRLS_HOPPER_DEFAULTS, **point}.items():
+            name, row = RRLS_HOPPER_FIELDS[k]
+            (mass if name == 'body_mass' else friction)[i, row] = v
+    return dict(body_mass=mass, geom_friction=friction)
 
 # %% ../../nbs/11_envs.ipynb #3e0c1a11
 EVENTS = ('actuator', 'trip')          # evaluation phases that are events, not randomizable

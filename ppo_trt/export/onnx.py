@@ -20,12 +20,12 @@ from ..envs.gym import make_env, rollout_observations
 from ..core.checkpoint import ObsNorm, load_policy, read_vecnormalize
 
 # %% auto #0
-__all__ = ['PARITY_TOL', 'OPSET', 'DEPLOY_KEYS', 'ADOPTED_KEYS', 'CONTRACT_VERSION', 'build_deployable', 'load_deployable',
-           'collect_observations', 'sb3_actions', 'to_onnx_proto', 'set_metadata', 'check_external_data', 'read_onnx',
-           'load_onnx', 'onnx_metadata', 'policy_dims', 'check_policy_env', 'check_finite_policy', 'ort_cpu_session',
-           'parity', 'ParityError', 'Deployment', 'reference_normalizer', 'plain_deployment', 'load_observations',
-           'parity_bytes_per_obs', 'control_period', 'export', 'check_deploy_metadata', 'policy_metadata',
-           'contract_of', 'policy_contract']
+__all__ = ['PARITY_TOL', 'OPSET', 'CURRICULUM_META', 'DEPLOY_KEYS', 'ADOPTED_KEYS', 'CONTRACT_VERSION', 'build_deployable',
+           'load_deployable', 'collect_observations', 'sb3_actions', 'to_onnx_proto', 'set_metadata',
+           'check_external_data', 'read_onnx', 'load_onnx', 'onnx_metadata', 'policy_dims', 'check_policy_env',
+           'check_finite_policy', 'ort_cpu_session', 'parity', 'ParityError', 'Deployment', 'reference_normalizer',
+           'plain_deployment', 'load_observations', 'parity_bytes_per_obs', 'control_period', 'export',
+           'check_deploy_metadata', 'policy_metadata', 'contract_of', 'policy_contract']
 
 # %% ../../nbs/30_onnx.ipynb #2719ac5e
 PARITY_TOL = 1e-5
@@ -376,6 +376,9 @@ def control_period(env_id):
     try: return float(env.unwrapped.dt) if hasattr(env.unwrapped, 'dt') else None
     finally: env.close()
 
+# %% ../../nbs/30_onnx.ipynb #46f6378b
+CURRICULUM_META = ('rule', 'threshold', 'final_level', 'final_ranges', 'high', 'low', 'final_levels')  # in the metadata
+
 # %% ../../nbs/30_onnx.ipynb #50594ee5
 @locked('export')
 def export(run_dir, n_obs=1000, seed=123, tol=PARITY_TOL, opset=OPSET, deployment=None, env_id=None):
@@ -413,8 +416,12 @@ def export(run_dir, n_obs=1000, seed=123, tol=PARITY_TOL, opset=OPSET, deploymen
         meta.update(history_actions=rec_train.history_actions, env_obs_dim=rec_train.obs_dim)
     if rec_train.privileged_critic:  # how it was trained; the critic itself is not in the file
         meta.update(privileged_critic=rec_train.privileged_critic['features'])
-    if rec_train.curriculum:
-        meta.update(curriculum={k: rec_train.curriculum[k] for k in ('threshold', 'final_level', 'final_ranges')})
+    if rec_train.curriculum:  # where the ranges ended: a range curriculum's level, ADR's level per bound
+        meta.update(curriculum={k: v for k, v in rec_train.curriculum.items() if k in CURRICULUM_META})
+    if rec_train.teacher_student:  # how the student was made; the teacher itself is not in the file
+        ts = rec_train.teacher_student
+        meta.update(teacher_student=dict(teacher_features=ts['teacher']['features'], returns=ts['returns'],
+                                         **{k: ts['settings'][k] for k in ('teacher_share', 'distill_share')}))
     set_metadata(proto, **meta)
     onnx.checker.check_model(proto)
     blob = proto.SerializeToString()

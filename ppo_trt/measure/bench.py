@@ -399,7 +399,7 @@ def backend_line(records, wall_s):
 
 # %% ../../nbs/50_bench.ipynb #c2421203
 def sweep_bytes(batch, obs_dim, act_dim):
-    "Bytes the sweep holds at `batch`: the pool of `_rows` inputs and numpy's tiled copy of it, and the outputs."
+    "Bytes the sweep holds at `batch`: the pool of `_rows(obs, batch)` inputs and numpy's tiled copy of it, and the outputs."
     count = 16 if batch >= 1024 else 64
     return batch * count * obs_dim * 4 * 2 + batch * act_dim * 4 * 4
 

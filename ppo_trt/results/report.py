@@ -18,26 +18,29 @@ from ..measure.evaluate import fallback_label
 from ..measure.bench import records_by, best_kernel_sweep, advise, TIE_RATIO, fmt_us as _us
 from ..studies.residual import first_reaching
 from ..studies.sweep import (load_sweep, sweep_rows, plot_sweep, plot_sweep_delay, plot_sweep_curves,
-                                   plot_sweep_curriculum, COMPARISONS)
+                                   plot_sweep_curriculum, COMPARISONS, target_check, target_table, rrls_rows,
+                                   gap_rows, adr_levels, plot_adr_ranges, robust_findings,
+                                   RRLS_PUBLISHED_NOTE)
 
 # %% auto #0
-__all__ = ['SWEEP_DIR', 'CLAIMS', 'HEADLINES', 'SECTIONS', 'PARAMETER', 'REPORT_TAGS', 'REPORT_CSP', 'RunRecords', 'check_bench',
-           'load_records', 'record_note', 'current_bench', 'Md', 'esc', 'code', 'bold', 'latency_table',
+__all__ = ['SWEEP_DIR', 'ROBUST_DIR', 'CLAIMS', 'HEADLINES', 'SECTIONS', 'PARAMETER', 'REPORT_TAGS', 'REPORT_CSP', 'RunRecords',
+           'check_bench', 'load_records', 'record_note', 'current_bench', 'Md', 'esc', 'code', 'bold', 'latency_table',
            'closed_loop_table', 'advise_table', 'evaluation_table', 'soak_table', 'kernel_table', 'legend_overlaps',
            'plot_latency_cdf', 'plot_latency_tail', 'plot_throughput', 'plot_cost_per_action', 'plot_delay_curve',
            'plot_residual_study', 'residual_study_table', 'env_bench_table', 'plot_learning_curve', 'batching_pays_at',
            'claim_other_records', 'claim_fastest', 'claim_tail_and_sla', 'claim_skipped', 'claim_throughput',
            'claim_closed_loop', 'current_c_loop', 'claim_c_loop', 'claim_builds', 'claim_soak', 'claim_engines',
-           'claim_export', 'claim_control', 'claim_residual', 'claim_training', 'claim_sweep', 'interpretation',
-           'headline_claims', 'more_claims', 'figure_html', 'figure_row', 'show', 'section_header', 'section_claims',
-           'skipped_list', 'section_latency', 'section_throughput', 'section_gpu', 'section_closed_loop',
-           'c_loop_tables', 'section_deploy_c', 'section_deploy_robot', 'section_soak', 'sweep_runs_table',
-           'sweep_tables', 'section_sweep', 'section_control', 'section_residual', 'section_env_bench',
-           'section_training', 'section_export', 'section_machine', 'section_not_measured', 'report_template',
-           'report_notebook', 'clean_report_html', 'offline_html', 'render_report']
+           'claim_export', 'claim_control', 'claim_residual', 'claim_training', 'claim_sweep', 'claim_robust',
+           'interpretation', 'headline_claims', 'more_claims', 'figure_html', 'figure_row', 'show', 'section_header',
+           'section_claims', 'skipped_list', 'section_latency', 'section_throughput', 'section_gpu',
+           'section_closed_loop', 'c_loop_tables', 'section_deploy_c', 'section_deploy_robot', 'section_soak',
+           'sweep_runs_table', 'sweep_tables', 'section_sweep', 'section_robust', 'section_control', 'section_residual',
+           'section_env_bench', 'section_training', 'section_export', 'section_machine', 'section_not_measured',
+           'report_template', 'report_notebook', 'clean_report_html', 'offline_html', 'render_report']
 
 # %% ../../nbs/80_report.ipynb #d867c2b5
 SWEEP_DIR = 'sweep'  # a sweep made with `ppo-trt sweep --out RUN_DIR/sweep` is part of the run's report
+ROBUST_DIR = 'robust'  # and a second one, `--out RUN_DIR/robust` (the third round's variants)
 
 class RunRecords(msgspec.Struct, kw_only=True):
     "What the report reads of a run folder: each record as its schema's Struct, None (or empty) where none was made."
@@ -53,6 +56,7 @@ class RunRecords(msgspec.Struct, kw_only=True):
     residual_studies: list[ResidualStudyRecord] = []
     env_benches: list[EnvBenchRecord] = []
     sweep: dict | None = None  # studies.sweep.load_sweep of `sweep/`
+    robust: dict | None = None  # ... of `robust/`
     c_loop: CLoopRecord | None = None  # `ppo-trt c-loop`: the policy in a C control loop on MuJoCo's C API
     c_targets: list[CTargetRecord] = []  # `ppo-trt export-c --target`: the C library on emulated ARM targets
     hil: list[HilRecord] = []  # `ppo-trt c-loop --target`: the policy on an emulated device in the C loop
@@ -84,7 +88,7 @@ def check_bench(bench, path):
 
 # %% ../../nbs/80_report.ipynb #9e414009
 def load_records(run_dir):
-    "The run folder's JSON records (schema-checked), learning curve and `sweep/`; bench.json is required."
+    "The run folder's JSON records (schema-checked), learning curve, `sweep/` and `robust/`; bench.json is required."
     run = RunDir(run_dir)
     made = lambda name: load_artifact(run, name) if run.has(name) else None
     bench = check_bench(load_artifact(run, 'bench_record'), run.path('bench_record'))
@@ -98,6 +102,8 @@ def load_records(run_dir):
                       env_benches=[read_record(inside(p, run.root)) for p in sorted(run.root.glob('env_bench_*.json'))],
                       sweep=load_sweep(inside(run.root/SWEEP_DIR, run.root))
                       if (inside(run.root/SWEEP_DIR, run.root)/'sweep.json').exists() else None,
+                      robust=load_sweep(inside(run.root/ROBUST_DIR, run.root))
+                      if (inside(run.root/ROBUST_DIR, run.root)/'sweep.json').exists() else None,
                       c_loop=read_record(run.root/'c_loop.json') if (run.root/'c_loop.json').exists() else None,
                       c_targets=[read_record(inside(p, run.root)) for p in sorted(run.root.glob('c_target_*.json'))],
                       hil=[read_record(inside(p, run.root)) for p in sorted(run.root.glob('c_loop_*.json'))])
@@ -673,10 +679,47 @@ def claim_sweep(recs, bench):
                    f"{code(st['randomize'])} over its {len(levels)} runs (the learning curves below show when).")
     return out
 
+# %% ../../nbs/80_report.ipynb #01ee9b6c
+def claim_robust(recs, bench):
+    "The third round in sentences: target per variant (and what missed it), RRLS worst case, the gap, the ranges."
+    s = recs.robust
+    if not s or 'aggregates' not in s: return []
+    st, agg = s['settings'], s['aggregates']
+    out, checks = [], target_check(s)
+    for v, c in checks.items():
+        missed = [k for k, (_, ok) in c['rows'].items() if not ok]
+        out.append(f"{esc(v)} ({len(st['seeds'])} seeds × {st['timesteps']:,} steps) "
+                   + ('meets the target.' if c['met'] else
+                      'misses the target on ' + ', '.join(esc(m) for m in missed) + ' ('
+                      + ', '.join(f"{esc(k)} {x:.0%}" if 'kept' in k else f"{esc(k)} {x:.0f}"
+                                  for k, (x, _) in c['rows'].items()) + ').'))
+    for variant, base, key, _ in COMPARISONS:
+        if key in agg:
+            a = agg[key]['all']
+            out.append(f"A {esc(variant)} run beats a {esc(base)} one with probability {a['p']:.2f} "
+                       f"[{a['ci'][0]:.2f}, {a['ci'][1]:.2f}] averaged over the phases.")
+    if agg.get('rrls_iqm'):
+        worst = {v: e[f"{st['rrls'][-1]} worst"]['iqm'] for v, e in agg['rrls_iqm'].items()}
+        pid = (s.get('rrls_pid') or {}).get(st['rrls'][-1], {}).get('worst')
+        out.append(f"On RRLS's {esc(st['rrls'][-1])} set the worst world's return (IQM over runs) is "
+                   + ', '.join(f'{x:.0f} ({esc(v)})' for v, x in worst.items())
+                   + (f'; the PID baseline {pid:.0f}.' if pid is not None else '.'))
+    gap = gap_rows(s)
+    if gap:
+        full = {r[0]: r for r in gap[1]}.get('full')
+        if full: out.append(f"In the full ranges the teacher returns {full[1]}, the distilled student {full[2]} and "
+                            f"the fine-tuned student {full[3]} (mean over runs): the student keeps {full[4]}.")
+    levels = adr_levels(s)
+    if levels:
+        out.append('ADR ended at these levels of the --randomize bounds (min–max over runs): ' + '; '.join(
+            f"{esc(r[0])} " + ' / '.join(esc(x) for x in r[1:]) for r in levels[1])
+            + f" ({' / '.join(esc(v) for v in levels[0][1:])}).")
+    return out
+
 # %% ../../nbs/80_report.ipynb #db6a894e
 CLAIMS = (claim_other_records, claim_fastest, claim_tail_and_sla, claim_skipped, claim_throughput, claim_closed_loop,
           claim_c_loop, claim_builds, claim_soak, claim_engines, claim_export, claim_control, claim_sweep,
-          claim_residual, claim_training)
+          claim_robust, claim_residual, claim_training)
 
 def interpretation(recs):
     "Sentences about this run from the claim functions, every number from this policy's records on the latest machine."
@@ -948,6 +991,43 @@ def section_sweep(recs):
         out.append(figure_row((plot_sweep_curves(s), 'Learning curves per variant'), *widened))
     return out + [_md('Runs:\n\n' + sweep_runs_table(s))]
 
+# %% ../../nbs/80_report.ipynb #28f04c2f
+def section_robust(recs):
+    "The third round's sweep (`robust/`): IQM tables, target, delay curve, learning curves, ADR, the gap, RRLS."
+    s = recs.robust
+    if not s or 'aggregates' not in s: return []
+    st, ray = s['settings'], s.get('ray') or {}
+    table = lambda hr: _md_table(*hr)
+    out = [_md(f"## Robust policies, third round: {esc(' vs '.join(st['variants']))}\n\n`ppo-trt sweep --rrls`: "
+               f"{len(st['seeds'])} seeds × {esc(', '.join(st['variants']))}, {st['timesteps']:,} steps per run, "
+               f"every run evaluated on the same held-out episodes (seeds from {st['eval_seed']:,}); randomized "
+               f"ranges {code(st['randomize'])}; made on {esc(s.get('machine') or '?')}, Ray "
+               f"{esc(ray.get('version', '?'))}, {esc(ray.get('cpus', '?'))} CPUs.\n\n" + sweep_tables(s)
+               + '\n\nThe target, from these records (✓ met, ✗ not):\n\n' + target_table(s)
+               + more_claims(recs, claim_robust)), _sweep_figure(s)]
+    figures = [(plot_sweep_delay(s), 'IQM return against injected actuation delay, per variant')
+               ] if s['aggregates'].get('delay_iqm') else []
+    if s['aggregates'].get('curve_iqm'): figures.append((plot_sweep_curves(s), 'Learning curves per variant'))
+    if figures: out.append(figure_row(*figures))
+    if adr_levels(s):
+        out += [figure_html(plot_adr_ranges(s), 'The ranges ADR drew from over training, per run'),
+                _md('Where each ADR bound ended, as a share of the way from the nominal value to the '
+                    '`--randomize` bound (min–max over runs):\n\n' + table(adr_levels(s)))]
+    if gap_rows(s):
+        out.append(_md('The teacher (privileged actor) against the student after distillation and after fine-tuning, '
+                       'deterministic return in the same worlds (the undisturbed world, ADR\'s final ranges, the full '
+                       'ranges), mean over runs:\n\n' + table(gap_rows(s))))
+    if s['aggregates'].get('rrls_iqm'):
+        out.append(_md('### RRLS uncertainty sets\n\nOne episode per world of each mesh (Hopper-v5, RRLS\'s worlds: '
+                       'floor friction, torso and thigh mass), the worst world\'s return, IQM [95 % CI] over the runs; '
+                       'the PID baseline in the same worlds and starts:\n\n' + table(rrls_rows(s, 'worst'))
+                       + '\n\nThe average over each mesh:\n\n' + table(rrls_rows(s, 'mean'))
+                       + f'\n\n{esc(RRLS_PUBLISHED_NOTE)} The floor friction only reaches the foot\'s contact '
+                       'above 2.0 (MuJoCo takes the larger friction of the two geoms; the foot\'s is 2.0): on this '
+                       'axis the sets vary little but the masses.'))
+    out.append(_md('### What did not work, and why\n\n' + '\n'.join(f'- {esc(x)}' for x in robust_findings(s))))
+    return out + [_md('Runs:\n\n' + sweep_runs_table(s))]
+
 # %% ../../nbs/80_report.ipynb #81681288
 def section_control(recs):
     "Control quality per scenario phase, and the latency → return curve (when evaluate ran)."
@@ -1037,8 +1117,8 @@ def section_not_measured(recs):
     return [_md('## Not measured in this run\n\n' + '; '.join(missing) + '.')] if missing else []
 
 SECTIONS = (section_header, section_claims, section_latency, section_throughput, section_gpu, section_closed_loop,
-            section_deploy_robot, section_soak, section_control, section_sweep, section_residual, section_env_bench, section_training,
-            section_export, section_machine, section_not_measured)
+            section_deploy_robot, section_soak, section_control, section_sweep, section_robust, section_residual,
+            section_env_bench, section_training, section_export, section_machine, section_not_measured)
 
 # %% ../../nbs/80_report.ipynb #1c3dc4a5
 PARAMETER = 'RUN_DIR = '

@@ -16,31 +16,37 @@ from ..core.records import (LOCK_NAME, HOLDER_NAME, load_artifact, lineage_probl
 from ..core.machine import package_version, machine_summary
 from ..envs.specs import env_spec, env_ids
 from ..envs.gym import (check_randomize, format_randomize, parse_randomize, check_phases, env_phases,
-                             HELD_OUT_SEED_OFFSET)
+                             HELD_OUT_SEED_OFFSET, rrls_grid)
 from ..train.sb3 import train, preset, read_train_log
 from ..export.onnx import export
 from ..measure.evaluate import evaluate, DELAY_STEPS
 from ..backends import registry as B
+from .rrls import RRLS_SETS, rrls_evaluate, rrls_fresh, rrls_pid, RRLS_FILE
 
 # %% auto #0
-__all__ = ['HELD_OUT_SEED', 'VARIANTS', 'COMPARISONS', 'DEFAULT_VARIANTS', 'DEFAULT_PHASES', 'MAX_SEED', 'RUN_SETTINGS',
-           'check_seeds', 'check_variants', 'check_address', 'randomize_spec', 'history_actions', 'sweep_settings',
-           'check_same_settings', 'run_name', 'run_finished', 'reusable_stages', 'train_policy', 'install_run',
-           'remove_partials', 'run_one', 'run_result', 'iqm_estimates', 'improvement_probability', 'score_matrix',
-           'learning_curve_iqm', 'aggregate', 'cluster_info', 'captured_stderr', 'ray_failure', 'ray_session',
-           'in_flight', 'task_error', 'run_on_ray', 'load_sweep', 'sweep', 'sweep_rows', 'sweep_table', 'print_sweep',
-           'plot_sweep', 'plot_sweep_delay', 'plot_sweep_curves', 'plot_sweep_curriculum']
+__all__ = ['HELD_OUT_SEED', 'VARIANTS', 'COMPARISONS', 'DEFAULT_VARIANTS', 'DEFAULT_PHASES', 'MAX_SEED', 'RUN_SETTINGS', 'TARGET',
+           'RRLS_PUBLISHED', 'RRLS_PUBLISHED_NOTE', 'check_seeds', 'check_variants', 'check_address', 'randomize_spec',
+           'history_actions', 'sweep_settings', 'check_same_settings', 'run_name', 'run_finished', 'reusable_stages',
+           'train_policy', 'install_run', 'remove_partials', 'run_one', 'run_result', 'iqm_estimates',
+           'improvement_probability', 'score_matrix', 'learning_curve_iqm', 'aggregate', 'cluster_info',
+           'captured_stderr', 'ray_failure', 'ray_session', 'in_flight', 'task_error', 'run_on_ray', 'load_sweep',
+           'sweep', 'sweep_rows', 'sweep_table', 'print_sweep', 'plot_sweep', 'plot_sweep_delay', 'plot_sweep_curves',
+           'plot_sweep_curriculum', 'target_check', 'target_table', 'rrls_rows', 'gap_rows', 'adr_levels',
+           'plot_adr_ranges', 'robust_findings']
 
 # %% ../../nbs/70_sweep.ipynb #79fb66ac
 HELD_OUT_SEED = HELD_OUT_SEED_OFFSET  # the first evaluation episode seed of every run: no training selects on it
 
 # %% ../../nbs/70_sweep.ipynb #e9eef140
-VARIANTS = ('nominal', 'randomized', 'randomized+history', 'randomized+history+critic+curriculum')
+VARIANTS = ('nominal', 'randomized', 'randomized+history', 'randomized+history+critic+curriculum',
+            'randomized+history+critic+adr', 'teacher-student')
 # (variant, the variant it adds to, its aggregates key, its column): P(variant > base) per phase
 COMPARISONS = (('randomized', 'nominal', 'p_randomized_beats_nominal', 'P(randomized > nominal)'),
                ('randomized+history', 'randomized', 'p_history_beats_randomized', 'P(+history > randomized)'),
                ('randomized+history+critic+curriculum', 'randomized+history', 'p_critic_curriculum_beats_history',
-                'P(+critic+curriculum > +history)'))
+                'P(+critic+curriculum > +history)'),
+               ('teacher-student', 'randomized+history+critic+adr', 'p_teacher_student_beats_adr',
+                'P(teacher-student > +critic+adr)'))
 DEFAULT_VARIANTS = ('nominal', 'randomized')
 DEFAULT_PHASES = ('nominal', 'noise', 'delay', 'push', 'mass', 'friction')  # those the env's spec can take
 MAX_SEED = 100_000  # training's own evaluation seeds (seed + 10 000) stay far from HELD_OUT_SEED
@@ -108,7 +114,7 @@ def history_actions(settings):
 # %% ../../nbs/70_sweep.ipynb #b8cc9259
 def sweep_settings(env_id=DEFAULT_ENV_ID, seeds=5, variants=DEFAULT_VARIANTS, fast=False, timesteps=None, randomize=None,
                    phases=None, episodes=10, preset_name='seed', backend='ort', deadline_us=1e6,
-                   train_kwargs=None, delay_steps=DELAY_STEPS):
+                   train_kwargs=None, delay_steps=DELAY_STEPS, rrls=False):
     "The checked settings of a sweep, as recorded in sweep.json (default `phases`: those of `DEFAULT_PHASES` it takes)."
     seeds, variants = check_seeds(seeds), check_variants(variants)
     if env_spec(env_id).pid is None:
@@ -120,21 +126,26 @@ def sweep_settings(env_id=DEFAULT_ENV_ID, seeds=5, variants=DEFAULT_VARIANTS, fa
     if timesteps is not None: check_timesteps(timesteps)
     if not fast:
         preset(preset_name)
-        fast_only = [v for v in variants if {'critic', 'curriculum'} & set(v.split('+'))]
+        fast_only = [v for v in variants if {'critic', 'curriculum', 'adr', 'teacher-student'} & set(v.split('+'))]
         if fast_only:
-            raise BadInputError(f'{", ".join(fast_only)} trains with fast PPO only (a privileged critic and a '
-                                'curriculum are fast_ppo options): add --fast, or drop the variant')
+            raise BadInputError(f'{", ".join(fast_only)} trains with fast PPO only (a privileged critic, a '
+                                'curriculum, ADR and teacher-student are fast_ppo options): add --fast, or drop the '
+                                'variant')
+    if rrls and env_id not in ('Hopper-v4', 'Hopper-v5'):
+        raise BadInputError(f'--rrls scores Hopper policies on the RRLS Hopper sets, not {env_id} policies: '
+                            'drop --rrls')
     backend = B.check_name(backend)
     delay_steps = sorted({int(k) for k in delay_steps if int(k) == k and 0 <= k <= 50}) if delay_steps else []
     return dict(env_id=env_id, fast=bool(fast), preset_name=None if fast else preset_name, timesteps=timesteps,
                 train_kwargs=dict(train_kwargs or {}), randomize=randomize_spec(randomize, env_id),
                 phases=phases, episodes=int(episodes), eval_seed=HELD_OUT_SEED, backend=backend,
-                deadline_us=float(deadline_us), delay_steps=delay_steps, seeds=seeds, variants=list(variants))
+                deadline_us=float(deadline_us), delay_steps=delay_steps, rrls=list(RRLS_SETS) if rrls else None,
+                seeds=seeds, variants=list(variants))
 
 # %% ../../nbs/70_sweep.ipynb #98641f87
 # what decides a run's result: one value per sweep folder
 RUN_SETTINGS = ('env_id', 'fast', 'preset_name', 'timesteps', 'train_kwargs', 'randomize', 'phases', 'episodes',
-                'eval_seed', 'backend', 'deadline_us', 'delay_steps')
+                'eval_seed', 'backend', 'deadline_us', 'delay_steps', 'rrls')
 
 def check_same_settings(old, new, where='sweep.json'):
     "Refuse settings that would make new runs incomparable with the runs of the sweep recorded in `where`."
@@ -161,7 +172,8 @@ def run_finished(run_dir, settings, seed):
     key = f"ppo:{settings['backend']}"
     done = {p.phase for p in rep.phases if len(p.returns.get(key, [])) == rep.episodes}
     same_curve = rep.delay_curve.delay_steps == settings.get('delay_steps', [])
-    return set(settings['phases']) <= done and same_curve and not lineage_problems(run)
+    scored = not settings.get('rrls') or rrls_fresh(run_dir, settings['rrls'])  # the RRLS sets, on this policy.onnx
+    return set(settings['phases']) <= done and same_curve and bool(scored) and not lineage_problems(run)
 
 # %% ../../nbs/70_sweep.ipynb #99a37f0c
 def reusable_stages(run_dir, settings, seed):
@@ -182,6 +194,7 @@ def reusable_stages(run_dir, settings, seed):
 # %% ../../nbs/70_sweep.ipynb #d949bb99
 def train_policy(run_dir, settings, variant, seed):
     "Train one (variant, seed) with SB3 PPO or fast PPO: each `+part` of the variant's name adds its option."
+    if variant == 'teacher-student': return _teacher_student(run_dir, settings, seed)
     kw = dict(env_id=settings['env_id'], seed=seed, timesteps=settings['timesteps'], progress=False,
               **settings['train_kwargs'])
     parts = variant.split('+')
@@ -189,9 +202,24 @@ def train_policy(run_dir, settings, variant, seed):
     if 'history' in parts: kw['history'] = history_actions(settings)
     if 'critic' in parts: kw['privileged_critic'] = True
     if 'curriculum' in parts: kw['curriculum'] = True
+    if 'adr' in parts:  # the rule stated in fast_ppo, thresholds from the env's spec
+        from ppo_trt.throughput.fast_ppo import ADR
+        kw['curriculum'] = ADR()
     if settings['fast']: kw.setdefault('num_threads', 1)  # EnvPool threads: one per task, as Ray counts it
     else: kw['preset_name'] = settings['preset_name']
     return _trainer(settings['fast'])(run_dir, **kw)
+
+# %% ../../nbs/70_sweep.ipynb #b48e21c1
+def _teacher_student(run_dir, settings, seed):
+    "Train the teacher-student variant: a privileged teacher with ADR, a student with the sweep's history."
+    import dataclasses
+    from ppo_trt.throughput.teacher_student import teacher_student_train, TeacherStudent
+    names = {f.name for f in dataclasses.fields(TeacherStudent)}
+    extra = dict(settings['train_kwargs'])
+    ts = TeacherStudent(history=history_actions(settings), **{k: extra.pop(k) for k in list(extra) if k in names})
+    extra.setdefault('num_threads', 1)  # one env thread per task, as Ray counts it
+    return teacher_student_train(run_dir, settings['env_id'], settings['timesteps'], seed, settings['randomize'], ts,
+                                 progress=False, **extra)
 
 # %% ../../nbs/70_sweep.ipynb #c35b6a47
 def install_run(partial, final):
@@ -222,13 +250,15 @@ def run_one(out_dir, settings, variant, seed):
     partial = runs/f'{PARTIAL}{final.name}-{os.getpid()}'
     keep = reusable_stages(final, settings, seed) if final.exists() else ()
     try:
-        if keep: shutil.copytree(final, partial, ignore=shutil.ignore_patterns('evaluate.json', LOCK_NAME, HOLDER_NAME))
+        if keep: shutil.copytree(final, partial, ignore=shutil.ignore_patterns('evaluate.json', RRLS_FILE, LOCK_NAME,
+                                                                              HOLDER_NAME))
         else: partial.mkdir(parents=True)
         if 'train' not in keep: train_policy(partial, settings, variant, seed)
         if 'export' not in keep: export(partial)
         evaluate(partial, backend_names=[settings['backend']], phases=settings['phases'], episodes=settings['episodes'],
                  seed=settings['eval_seed'], deadline_us=settings['deadline_us'], progress=False,
                  delay_steps=settings['delay_steps'], replace=True)
+        if settings.get('rrls'): rrls_evaluate(partial, settings['backend'], settings['rrls'], settings['eval_seed'])
         install_run(partial, final)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
@@ -240,6 +270,13 @@ def _learning_curve(run):
     "[[timesteps, evaluated mean return], ...] of a run's train_log.csv (its selection evaluations)."
     log = read_train_log(run.path('train_log'))
     return [[int(t), round(float(r), 1)] for t, r in zip(log['timesteps'], log['mean_return'])]
+
+# %% ../../nbs/70_sweep.ipynb #c32f7b3a
+def _rrls_result(run_dir, settings):
+    "What sweep.json keeps of a run's rrls.json: each set's worst, average and worst world; the 1- and 2-set returns."
+    if not settings.get('rrls'): return None
+    rec = load_json(Path(run_dir)/RRLS_FILE)
+    return {s: {k: v for k, v in r.items() if k != 'returns' or s != '3d'} for s, r in rec['sets'].items()}
 
 # %% ../../nbs/70_sweep.ipynb #9c0510c6
 def run_result(run_dir, settings, variant, seed):
@@ -255,7 +292,12 @@ def run_result(run_dir, settings, variant, seed):
                 final_eval_mean=rec.final_eval_mean, env_backend=rec.env_backend or 'gymnasium (SB3)',
                 delay_returns=curve.ppo, pid_delay_returns=curve.pid, evaluated=rep.created,
                 learning_curve=_learning_curve(run),
-                curriculum=rec.curriculum and {k: rec.curriculum[k] for k in ('final_level', 'widened')})
+                curriculum=rec.curriculum and {k: v for k, v in rec.curriculum.items() if k in
+                                               ('rule', 'final_level', 'widened', 'final_ranges', 'final_levels',
+                                                'changes')},
+                teacher_student=rec.teacher_student and {k: rec.teacher_student[k] for k in
+                                                         ('returns', 'teacher', 'distillation', 'finetuning')},
+                rrls=_rrls_result(run_dir, settings))
 
 # %% ../../nbs/70_sweep.ipynb #586e4019
 @contextmanager
@@ -331,6 +373,12 @@ def aggregate(runs, settings, reps=2000, seed=0, ci=0.95):
         est = iqm_estimates(curves, [str(k) for k in settings['delay_steps']], reps, seed, ci)
         out['delay_iqm'] = {v: {k: e for k, e in by.items() if k != 'all'} for v, by in est.items()}
     out['curve_iqm'] = learning_curve_iqm(runs, settings, reps, seed, ci)
+    if settings.get('rrls'):  # worst case and average over each RRLS mesh, IQM over the runs
+        cols = [f'{s} {k}' for s in settings['rrls'] for k in ('worst', 'mean')]
+        m = {v: [[runs[run_name(v, s)]['rrls'][c.split()[0]][c.split()[1]] for c in cols] for s in seeds]
+             for v in scores}
+        out['rrls_iqm'] = {v: {k: e for k, e in by.items() if k != 'all'}
+                           for v, by in iqm_estimates(m, cols, reps, seed, ci).items()}
     for variant, base, key, _ in COMPARISONS:  # what each addition buys over the variant it adds to
         if {variant, base} <= set(scores):
             out[key] = improvement_probability(scores[variant], scores[base], phases, reps, seed, ci)
@@ -378,6 +426,7 @@ def ray_session(address=None, num_cpus=None):
     started = not ray.is_initialized()
     if started:
         kw = dict(address=address) if address else dict(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False)
+        if not address: os.environ.setdefault('RAY_worker_niceness', '0')  # Ray's 15 starves the runs on a shared box
         failed = None
         with captured_stderr() as noise:  # Ray's C++ client retries for 20 s, a warning a second
             try: ray.init(log_to_driver=False, logging_level=logging.ERROR, **kw)
@@ -471,11 +520,11 @@ def _result_line(name, result, settings):
 # %% ../../nbs/70_sweep.ipynb #9331b5cc
 def sweep(out_dir, env_id=DEFAULT_ENV_ID, seeds=5, variants=DEFAULT_VARIANTS, fast=False, timesteps=None, randomize=None,
           address=None, phases=None, episodes=10, preset_name='seed', backend='ort', deadline_us=1e6,
-          num_cpus=None, reps=2000, train_kwargs=None, delay_steps=DELAY_STEPS, progress=True, con=None):
+          num_cpus=None, reps=2000, train_kwargs=None, delay_steps=DELAY_STEPS, progress=True, con=None, rrls=False):
     "Train, export and evaluate every (seed, variant) on Ray into `out_dir/runs`; aggregate into `out_dir/sweep.json`."
     from ppo_trt.measure.bench import console
     settings = sweep_settings(env_id, seeds, variants, fast, timesteps, randomize, phases, episodes, preset_name,
-                              backend, deadline_us, train_kwargs, delay_steps)
+                              backend, deadline_us, train_kwargs, delay_steps, rrls)
     address, out, con = check_address(address), Path(out_dir).absolute(), con or console()
     with run_lock(out, 'ppo-trt sweep', wait=False, no_wait_flag=False):
         old = _previous_sweep(out)
@@ -512,6 +561,8 @@ def sweep(out_dir, env_id=DEFAULT_ENV_ID, seeds=5, variants=DEFAULT_VARIANTS, fa
             first = next(iter(rec['failed'].items()))
             raise PpoTrtError(f'{len(rec["failed"])} of {len(pairs)} runs failed ({first[0]}: {first[1]}); the others '
                               f'are kept: fix the cause and rerun the same command (see {out/"sweep.json"})')
+        if settings.get('rrls'):  # the PID baseline on the same worlds: once per sweep, kept when resumed
+            rec['rrls_pid'] = (old or {}).get('rrls_pid') or rrls_pid(settings['rrls'], settings['eval_seed'])
         rec.update(status='complete', aggregates=aggregate(rec['runs'], settings, reps))
         _save(out, rec)
         return rec
@@ -604,7 +655,11 @@ def plot_sweep_curves(sweep_json):
     for v, c in (s['aggregates'].get('curve_iqm') or {}).items():
         ax.plot(c['timesteps'], c['iqm'], 'o-', ms=3, label=f'{v} (IQM, {len(s["settings"]["seeds"])} seeds)')
         ax.fill_between(c['timesteps'], *c['ci'], alpha=0.2)
-    ax.set(xlabel='training steps', ylabel='evaluated return (undisturbed env)', title='learning curves')
+    ts = next((r['teacher_student'] for r in s['runs'].values() if r.get('teacher_student')), None)
+    for phase in ('teacher', 'distillation') if ts else ():  # where the teacher-student runs changed phase
+        ax.axvline(ts[phase]['until_timesteps'], color='grey', ls=':', lw=1)
+    ax.set(xlabel='training steps', ylabel='evaluated return (undisturbed env)', title='learning curves'
+           + (' (dotted: end of teacher, of distillation)' if ts else ''))
     handles, labels = ax.get_legend_handles_labels()
     fig.legend(handles, labels, loc='outside lower center', ncols=1, frameon=False)
     return fig
@@ -615,7 +670,7 @@ def plot_sweep_curriculum(sweep_json):
     import matplotlib.pyplot as plt
     s = load_sweep(sweep_json)
     runs = s['runs']
-    levels = {n: r['curriculum'] for n, r in runs.items() if r.get('curriculum')}
+    levels = {n: r['curriculum'] for n, r in runs.items() if (r.get('curriculum') or {}).get('widened') is not None}
     if not levels: return None
     fig, ax = plt.subplots(figsize=(6, 4.2), dpi=100, layout='constrained')
     for name, cur in levels.items():
@@ -627,3 +682,163 @@ def plot_sweep_curriculum(sweep_json):
     handles, labels = ax.get_legend_handles_labels()
     fig.legend(handles, labels, loc='outside lower center', ncols=1, frameon=False)
     return fig
+
+# %% ../../nbs/70_sweep.ipynb #62d5af61
+TARGET = dict(nominal_iqm=2500.0, kept=0.8, kept_phases=('delay', 'friction'), max_delay_ms=24.0)
+
+def target_check(sweep):
+    "Per variant: each criterion of `TARGET` as (what the records give, met?); 'met' when every one is."
+    from ppo_trt.envs.gym import make_env
+    s = load_sweep(sweep)
+    st, agg, runs = s['settings'], s['aggregates'], list(s['runs'].values())
+    dt_ms = make_env(st['env_id']).unwrapped.dt * 1e3
+    pid = {p: float(np.mean([r['pid_returns'][p] for r in runs])) for p in st['phases']}
+    out = {}
+    for v, est in agg['iqm'].items():
+        nominal = est['nominal']['iqm']
+        rows = {'nominal IQM': (nominal, nominal >= TARGET['nominal_iqm'])}
+        for p in TARGET['kept_phases']:
+            if p in est: rows[f'kept, {p}'] = (est[p]['iqm'] / nominal, est[p]['iqm'] >= TARGET['kept'] * nominal)
+        delays = [k for k in st.get('delay_steps', []) if 0 < k * dt_ms <= TARGET['max_delay_ms'] + 1e-9]
+        if delays and v in agg.get('delay_iqm', {}):
+            worst = min(agg['delay_iqm'][v][str(k)]['iqm'] for k in delays)
+            rows[f'kept, every delay ≤ {TARGET["max_delay_ms"]:g} ms'] = (worst / nominal,
+                                                                          worst >= TARGET['kept'] * nominal)
+        below = [p for p in st['phases'] if est[p]['iqm'] < pid[p]]
+        rows['phases below PID'] = (len(below), not below)
+        out[v] = dict(rows=rows, met=all(ok for _, ok in rows.values()), below_pid=below)
+    return out
+
+# %% ../../nbs/70_sweep.ipynb #7cbe690a
+def target_table(sweep):
+    "The target check as a markdown table: a row per variant, each criterion's value and whether it is met."
+    checks = target_check(sweep)
+    cols = list(next(iter(checks.values()))['rows'])
+    fmt = lambda k, x: f'{x:.0f}' if k in ('nominal IQM', 'phases below PID') else f'{x:.0%}'
+    rows = [[v, *(f"{fmt(k, c['rows'][k][0])} {'✓' if c['rows'][k][1] else '✗'}" for k in cols),
+             'met' if c['met'] else 'not met'] for v, c in checks.items()]
+    header = ['variant', *cols, 'target']
+    return '\n'.join(['| ' + ' | '.join(header) + ' |', '|---' + '|---:' * (len(header) - 1) + '|'] +
+                     ['| ' + ' | '.join(r) + ' |' for r in rows])
+
+# %% ../../nbs/70_sweep.ipynb #88312bb7
+RRLS_PUBLISHED = None  # the paper's rows (arXiv 2406.08406) as read; None: not found in what could be read
+RRLS_PUBLISHED_NOTE = ("RRLS's published Hopper rows (TD3, domain randomization, M2TD3, ...) are not beside these: the "
+                       "paper's text within reach of this project's search tools (arXiv 2406.08406; its HTML and "
+                       "abstract pages) stops before its result tables, and the SuReLI/RRLS repository holds code, no "
+                       "results. They are not quoted from memory.")
+
+def rrls_rows(sweep, metric='worst'):
+    "(header, rows): per variant, the IQM [95 % CI] over its runs of each RRLS set's `metric` (worst, mean); PID's."
+    s = load_sweep(sweep)
+    agg, pid, sets = s['aggregates']['rrls_iqm'], s.get('rrls_pid') or {}, s['settings']['rrls']
+    header = ['variant', *(f'{k} ({len(rrls_grid(k)):,} worlds)' for k in sets)]
+    rows = [[v, *(_fmt_ci(agg[v][f'{k} {metric}'], 'iqm', 0) for k in sets)] for v in agg]
+    if pid: rows.append(['PID controller', *(f"{pid[k][metric]:.0f}" for k in sets)])
+    return header, rows
+
+# %% ../../nbs/70_sweep.ipynb #aec268da
+def gap_rows(sweep):
+    "(header, rows): the teacher, the student after distillation and the final student, per world: mean over runs."
+    s = load_sweep(sweep)
+    runs = [r['teacher_student'] for r in s['runs'].values() if r.get('teacher_student')]
+    if not runs: return None
+    worlds = list(runs[0]['returns']['teacher'])
+    who = ('teacher', 'student_distilled', 'student')
+    mean = lambda w, k: float(np.mean([r['returns'][w][k] for r in runs]))
+    return (['world', *who, 'student / teacher'],
+            [[k, *(f'{mean(w, k):.0f}' for w in who), f"{mean('student', k) / mean('teacher', k):.0%}"]
+             for k in worlds])
+
+# %% ../../nbs/70_sweep.ipynb #69c313ae
+def adr_levels(sweep):
+    "(header, rows): per ADR bound, the level each variant's runs ended at (min–max over seeds; 1 = the full bound)."
+    s = load_sweep(sweep)
+    by = {}
+    for r in s['runs'].values():
+        cur = r.get('curriculum') or {}
+        if cur.get('rule') != 'adr': continue
+        for bound, level in _final_levels(cur).items():
+            by.setdefault(bound, {}).setdefault(r['variant'], []).append(level)
+    if not by: return None
+    variants = list(dict.fromkeys(v for b in by.values() for v in b))
+    cell = lambda xs: f'{min(xs):.0%}–{max(xs):.0%}' if xs and min(xs) != max(xs) else (f'{xs[0]:.0%}' if xs else '-')
+    return ['bound', *variants], [[b, *(cell(by[b].get(v, [])) for v in variants)] for b in by]
+
+def _final_levels(cur):
+    "{knob:side: level} an ADR record ended at, from its moves (sweep.json keeps the moves and the final ranges)."
+    if cur.get('final_levels') is not None: return cur['final_levels']
+    levels = {}
+    for c in cur.get('changes', []): levels[f"{c['knob']}:{c['side']}"] = c['level']
+    return levels
+
+# %% ../../nbs/70_sweep.ipynb #2ebdfe2e
+def plot_adr_ranges(sweep_json):
+    "Each ADR run's range per knob over training (low and high bound), one panel per knob, a colour per variant."
+    import matplotlib.pyplot as plt
+    from ppo_trt.envs.specs import RANDOMIZABLE
+    s = load_sweep(sweep_json)
+    runs = [r for r in s['runs'].values() if (r.get('curriculum') or {}).get('rule') == 'adr']
+    knobs = list(parse_randomize(s['settings']['randomize']))
+    fig, axes = plt.subplots(1, len(knobs), figsize=(2.6 * len(knobs), 3.4), dpi=100, squeeze=False,
+                             layout='constrained')
+    colors = {v: f'C{i}' for i, v in enumerate(dict.fromkeys(r['variant'] for r in runs))}
+    for ax, knob in zip(axes[0], knobs):
+        nominal = RANDOMIZABLE[knob].nominal
+        for r in runs:
+            for side in ('low', 'high'):
+                moves = [c for c in r['curriculum'].get('changes', []) if c['knob'] == knob and c['side'] == side]
+                x = [0] + [c['timesteps'] for c in moves] + [r['timesteps']]
+                y = [nominal] + [c['value'] for c in moves]
+                ax.step(x, y + y[-1:], where='post', color=colors[r['variant']], alpha=0.6, lw=1)
+        lo, hi = parse_randomize(s['settings']['randomize'])[knob]
+        ax.axhline(lo, color='k', ls=':', lw=0.8); ax.axhline(hi, color='k', ls=':', lw=0.8)
+        ax.set(title=knob, xlabel='training steps')
+    axes[0, 0].set_ylabel('range bounds (dotted: --randomize)')
+    for v, c in colors.items(): axes[0, -1].plot([], [], color=c, label=v)
+    handles, labels = axes[0, -1].get_legend_handles_labels()
+    fig.legend(handles, labels, loc='outside lower center', ncols=len(labels), frameon=False)
+    return fig
+
+# %% ../../nbs/70_sweep.ipynb #4e660975
+def robust_findings(sweep):
+    "Sentences on why a sweep's ADR / teacher-student variants missed the target, every number from the records."
+    from ppo_trt.envs.gym import PHASES
+    from ppo_trt.throughput.fast_ppo import ADR
+    s = load_sweep(sweep)
+    st, agg, runs = s['settings'], s['aggregates'], list(s['runs'].values())
+    checks, full, rule = target_check(s), parse_randomize(st['randomize']), ADR().resolved(st['env_id'])
+    adr = [r for r in runs if (r.get('curriculum') or {}).get('rule') == 'adr']
+    reach = lambda knob, side: [r['curriculum']['final_ranges'][knob][side] for r in adr]
+    out = []
+    if adr and 'delay' in full and 'delay' in st['phases']:
+        steps, top = PHASES['delay'][1]['steps'], max(reach('delay', 1))
+        kept = ', '.join(f"{v} {c['rows']['kept, delay'][0]:.0%}" for v, c in checks.items()
+                         if 'kept, delay' in c['rows'])
+        out.append(f"Delay: the phase injects {steps} steps; ADR widened the delay range to at most {top} step(s) in "
+                   f"any of the {len(adr)} ADR runs (--randomize allowed {full['delay'][1]:g}): the episodes ADR "
+                   f"pinned at that bound did not average its widening threshold ({rule.high:,.0f}) often enough "
+                   f"to carry it further. No run trained at the phase's delay, and none copes with it (kept: {kept}).")
+    if adr and 'friction' in full and 'friction' in st['phases']:
+        scale, low = PHASES['friction'][1]['friction'], min(reach('friction', 0))
+        out.append(f"Friction: the phase scales it by {scale:g}; the lowest bound ADR reached in any run was "
+                   f"{low:.2f} (--randomize allowed {full['friction'][0]:g}), so the phase lay outside every run's "
+                   "training.")
+    ts = [r['teacher_student']['returns'] for r in runs if r.get('teacher_student')]
+    if ts:
+        mean = lambda who, world: float(np.mean([g[who][world] for g in ts]))
+        out.append(f"Teacher: in the full --randomize ranges the privileged teacher itself returns "
+                   f"{mean('teacher', 'full'):.0f} (mean over {len(ts)} runs; {mean('teacher', 'nominal'):.0f} in the "
+                   f"undisturbed world): its ADR ranges stayed narrow too, so the student had no robust behaviour to "
+                   f"copy there and returns {mean('student', 'full'):.0f}.")
+    for v, c in (agg.get('curve_iqm') or {}).items():
+        top = int(np.argmax(c['iqm']))
+        out.append(f"Budget, {v}: the learning curve (IQM over runs, undisturbed world) read {c['iqm'][0]:.0f} after "
+                   f"{c['timesteps'][0]:,} steps, peaked at {c['iqm'][top]:.0f} after {c['timesteps'][top]:,} and "
+                   f"ended at {c['iqm'][-1]:.0f} after {c['timesteps'][-1]:,}.")
+    wall = [time.mktime(time.strptime(s[k], '%Y-%m-%dT%H:%M:%S%z')) for k in ('created', 'updated')]
+    hours = sum(r['train_wall_s'] for r in runs) / 3600
+    out.append(f"Wall time: {(wall[1] - wall[0]) / 3600:.1f} h from the sweep's start to its last record on "
+               f"{s.get('machine') or 'an unnamed machine'} with {(s.get('ray') or {}).get('cpus', '?')} Ray CPUs, "
+               f"{hours:.1f} run-hours of training for {len(runs)} runs of {st['timesteps']:,} steps.")
+    return out

@@ -14,9 +14,9 @@ from ..envs.gym import make_env, check_randomize, check_history, Randomized
 __all__ = ['TENSOR_RANDOMIZABLE', 'MUJOCO_BATCHED_ENVS', 'import_envpool', 'envpool_env_ids', 'check_envpool_env',
            'check_actions', 'EnvPoolBatched', 'envpool_trajectories', 'perturbed_gaps', 'BatchDisturbances',
            'GymnasiumBatched', 'import_mujoco_batch', 'stepper_comparison', 'hopper_obs', 'hopper_outcome',
-           'EpisodeDraws', 'MujocoBatched', 'mujoco_batched_trajectories', 'mujoco_batch_missing', 'batched_mujoco',
-           'BatchActionHistory', 'env_layers', 'PrivilegedObs', 'set_env_ranges', 'envpool_throughput',
-           'randomized_throughput', 'thread_scaling']
+           'EpisodeDraws', 'model_base', 'MujocoBatched', 'mujoco_batched_trajectories', 'mujoco_batch_missing',
+           'batched_mujoco', 'BatchActionHistory', 'env_layers', 'PrivilegedObs', 'set_env_ranges', 'pin_draws',
+           'envpool_throughput', 'randomized_throughput', 'thread_scaling']
 
 # %% ../../nbs/62_envpool.ipynb #19dc9a59
 def import_envpool():
@@ -338,11 +338,25 @@ class EpisodeDraws:
         qpos = h.init_qpos + self.np_random.uniform(low=low, high=high, size=h.model.nq)
         return params, qpos, h.init_qvel + self.np_random.uniform(low=low, high=high, size=h.model.nv)
 
+# %% ../../nbs/62_envpool.ipynb #4ca27083
+def model_base(model, num_envs, base=None):
+    "Each env's base masses [n, nbody] and sliding frictions [n, ngeom]: `base`'s rows, else the nominal model's."
+    base, out = dict(base or {}), {}
+    unknown = set(base) - {'body_mass', 'geom_friction'}
+    if unknown: raise BadInputError(f'a base model sets body_mass and geom_friction only, not {", ".join(sorted(unknown))}')
+    for name, nominal in (('body_mass', model.body_mass), ('geom_friction', model.geom_friction[:, 0])):
+        rows = np.asarray(base.get(name, np.broadcast_to(nominal, (num_envs, len(nominal)))), np.float64)
+        if rows.shape != (num_envs, len(nominal)) or not np.isfinite(rows).all() or (rows < 0).any():
+            raise BadInputError(f'base {name} must be {num_envs} rows of {len(nominal)} finite values >= 0, '
+                                f'got shape {rows.shape}')
+        out[name] = rows
+    return dict(out, own_mass='body_mass' in base, own_friction='geom_friction' in base)
+
 # %% ../../nbs/62_envpool.ipynb #30909be5
 class MujocoBatched:
     "`num_envs` gymnasium Hopper envs (`Randomized` by `ranges`), stepped as one `mujoco.batch.Batch`: torch tensors."
     discrete_actions = 0
-    def __init__(self, env_id, num_envs, seed=0, ranges=None, num_threads=None):
+    def __init__(self, env_id, num_envs, seed=0, ranges=None, num_threads=None, base=None):
         import os, torch
         ranges, batch = check_randomize(env_id, ranges) or {}, import_mujoco_batch()
         if env_id not in MUJOCO_BATCHED_ENVS:
@@ -358,8 +372,12 @@ class MujocoBatched:
         self.action_low, self.action_high = space.low.astype(np.float32), space.high.astype(np.float32)
         self.sims = batch.Batch(h.model, num_envs, threads)
         self.qpos, self.qvel, self.ctrl, self.xfrc = map(self.sims.bind, ('qpos', 'qvel', 'ctrl', 'xfrc_applied'))
-        self.mass = self.sims.expand('body_mass') if 'mass' in ranges else None
-        self.friction = self.sims.expand('geom_friction') if 'friction' in ranges else None
+        base = model_base(h.model, num_envs, base)  # each env's undisturbed masses and frictions (default: nominal)
+        self.base_mass, self.base_friction = base['body_mass'], base['geom_friction']
+        self.mass = self.sims.expand('body_mass') if 'mass' in ranges or base['own_mass'] else None
+        self.friction = self.sims.expand('geom_friction') if 'friction' in ranges or base['own_friction'] else None
+        if self.mass is not None: self.mass[:] = self.base_mass
+        if self.friction is not None: self.friction[:, :, 0] = self.base_friction
         self.push_body = h.model.body(env_spec(env_id).push_body).id if 'push' in ranges else None
         self.push_step, self.push_force = np.zeros(num_envs, np.int64), np.zeros(num_envs)
         self.t = np.zeros(num_envs, np.int64)  # steps since the episode began: Push's clock and TimeLimit's
@@ -373,13 +391,12 @@ class MujocoBatched:
         "New episodes in envs `ids`: MuJoCo's reset, then each env's draws (model rows, push, start state)."
         import mujoco
         self.sims.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
-        nominal = self.hopper.model  # ModelScale scales from the nominal model: draws never compound
         for i in ids:
             p, self.qpos[i], self.qvel[i] = self.draws[i].next()
             self.params[i] = p
             if self.param_names: self.param_values[i] = [p[k] for k in self.param_names]
-            if 'mass' in p: self.mass[i] = nominal.body_mass * p['mass']
-            if 'friction' in p: self.friction[i, :, 0] = nominal.geom_friction[:, 0] * p['friction']
+            if 'mass' in p: self.mass[i] = self.base_mass[i] * p['mass']  # from the base model: draws never compound
+            if 'friction' in p: self.friction[i, :, 0] = self.base_friction[i] * p['friction']
             if 'push' in p: self.push_step[i], self.push_force[i] = p['push_step'], p['push']
         self.t[ids] = 0
 
@@ -573,6 +590,58 @@ def set_env_ranges(env, ranges, redraw=False):
     "Give every layer of a batched env that draws (`env_layers`) the ranges `ranges` (see `BatchDisturbances.set_ranges`)."
     for layer in env_layers(env):
         if 'set_ranges' in type(layer).__dict__: layer.set_ranges(ranges, redraw)
+
+# %% ../../nbs/62_envpool.ipynb #5afea1e1
+from fastcore.basics import patch
+
+# %% ../../nbs/62_envpool.ipynb #10c12687
+def _signed(value, drawn):
+    "`value` with the sign of the drawn push (a push's bound is its size; its direction stays the draw's)."
+    return float(np.copysign(value, drawn)) if drawn else float(value)
+
+@patch
+def pin(self: MujocoBatched, ids, knob, value):
+    "Set draw `knob` (mass, friction, push) of the current episodes of envs `ids` to `value`; False if not drawn here."
+    if knob not in self.param_names or knob == 'push_step': return False
+    col = self.param_names.index(knob)
+    for i in np.asarray(ids, np.int64):
+        v = _signed(value, self.params[i][knob]) if knob == 'push' else float(value)
+        self.params[i][knob], self.param_values[i, col] = v, v
+        if knob == 'mass': self.mass[i] = self.base_mass[i] * v
+        elif knob == 'friction': self.friction[i, :, 0] = self.base_friction[i] * v
+        else: self.push_force[i] = v
+    return True
+
+# %% ../../nbs/62_envpool.ipynb #7dc6b4c3
+@patch
+def pin(self: BatchDisturbances, ids, knob, value):
+    "Set noise σ or the delay of the current episodes of envs `ids` to `value`; False if this layer does not draw it."
+    import torch
+    if knob not in self.param_names: return False
+    rows = torch.as_tensor(np.asarray(ids, np.int64), device=self.sigma.device)
+    if knob == 'noise': self.sigma[rows] = float(value)
+    else: self.delay[rows] = int(value)
+    return True
+
+# %% ../../nbs/62_envpool.ipynb #6fc77e57
+@patch
+def pin(self: GymnasiumBatched, ids, knob, value):
+    "Set draw `knob` of the current episodes of envs `ids` (just reset) to `value` in their wrappers."
+    if knob not in (self.ranges or {}): return False
+    for i in np.asarray(ids, np.int64):
+        env = self.vec.envs[i]
+        v = _signed(value, env.params[knob]) if knob == 'push' else value
+        env.params[knob] = v
+        env.apply(env.params)
+        if knob == 'delay':  # ActuationDelay takes a new delay at reset: this episode has just been reset
+            w = env.wrappers['delay']
+            w.queue = [np.zeros(w.action_space.shape, np.float32)] * w.k
+    return True
+
+# %% ../../nbs/62_envpool.ipynb #0fdb4c32
+def pin_draws(env, ids, knob, value):
+    "Pin draw `knob` of envs `ids` to `value` in whichever layer of `env` draws it; True if one did."
+    return any([layer.pin(ids, knob, value) for layer in env_layers(env) if 'pin' in type(layer).__dict__])
 
 # %% ../../nbs/62_envpool.ipynb #2e1c44de
 def envpool_throughput(env_id='Hopper-v4', num_envs=(1, 8, 32), seconds=1.0, num_threads=None):

@@ -5,29 +5,32 @@
 # %% ../../nbs/63_fast_ppo.ipynb #0fadbbed
 from __future__ import annotations
 import csv, sys, time
-from dataclasses import dataclass, asdict
+from contextlib import contextmanager
+from dataclasses import dataclass, asdict, field, replace
 from pathlib import Path
 import numpy as np
+from fastcore.basics import patch
 from ..core.run_folder import RunDir, RunConfig
 from ..core.files import BadInputError, PpoTrtError, atomic_path, save_json, sha256_file
 from ..core.records import TrainRecord, locked, record, remove_derived
 from ..core.machine import thread_plan
-from ..envs.specs import env_spec
+from ..envs.specs import env_spec, RANDOMIZABLE
 from ..envs.gym import (make_env, env_spaces, training_seeds, check_randomize, check_history, ActionHistory,
-                             scale_ranges)
+                             scale_ranges, format_randomize)
 from ..train.sb3 import LOG_FIELDS, _versions
 from ..core.checkpoint import ObsNorm
 from ..envs.controllers import run_episode
 from .batched_envs import make_batched, resolve_device
 from .envpool import (BatchDisturbances, BatchActionHistory, EnvPoolBatched, MujocoBatched,
                                         PrivilegedObs, batched_mujoco, mujoco_batch_missing, envpool_env_ids,
-                                        import_envpool, set_env_ranges)
+                                        import_envpool, set_env_ranges, pin_draws)
 
 # %% auto #0
 __all__ = ['FastSettings', 'fast_preset', 'RunningNorm', 'RewardScale', 'greedy_action', 'first_episode_returns',
            'greedy_returns', 'gym_returns', 'eval_returns', 'Rollout', 'EpisodeStats', 'PhaseTimes', 'collect_rollout',
-           'ppo_update', 'RangeCurriculum', 'check_curriculum', 'fast_train', 'cli_train', 'sb3_vs_fast',
-           'busy_core_throughput', 'train_throughput']
+           'ppo_update', 'RangeCurriculum', 'ADR', 'AdaptiveRanges', 'ADRDraws', 'check_curriculum', 'PPOState',
+           'ppo_state', 'Report', 'ppo_updates', 'progress_lines', 'fresh_run', 'training_threads', 'fast_train',
+           'cli_train', 'sb3_vs_fast', 'busy_core_throughput', 'train_throughput']
 
 # %% ../../nbs/63_fast_ppo.ipynb #a907294d
 @dataclass
@@ -398,13 +401,120 @@ class RangeCurriculum:
         return dict(threshold=self.threshold, steps=self.steps, min_episodes=self.min_episodes,
                     final_level=self.level, final_ranges=self.ranges, widened=self.widened)
 
+# %% ../../nbs/63_fast_ppo.ipynb #a7505612
+@dataclass
+class ADR:
+    "The rule of automatic domain randomization (Akkaya et al. 2019), fixed before any run."
+    high: float | None = None  # test episodes of a bound averaging at least this widen it a step (None: the spec's)
+    low: float | None = None   # ... averaging below this narrow it a step (None: half of `high`)
+    episodes: int = 8          # test episodes per judgement of one bound
+    test_share: float = 0.5    # share of new episodes that test a bound (one knob pinned there, the others drawn)
+    steps: int = 10            # steps from the nominal value to the --randomize bound, on each side
+
+    def resolved(self, env_id):
+        "This rule with its thresholds filled in from `env_id`'s spec, checked."
+        high = self.high if self.high is not None else env_spec(env_id).fast.curriculum_return
+        if high is None:
+            raise BadInputError(f'{env_id} has no curriculum return in its spec to take ADR\'s thresholds from: '
+                                'give ADR(high=..., low=...)')
+        low = self.low if self.low is not None else high / 2
+        if not low <= high or self.episodes < 1 or self.steps < 1 or not 0 < self.test_share <= 1:
+            raise BadInputError(f'ADR needs low <= high, episodes >= 1, steps >= 1 and 0 < test_share <= 1; got {self}')
+        return replace(self, high=float(high), low=float(low))
+
+# %% ../../nbs/63_fast_ppo.ipynb #5b23caef
+class AdaptiveRanges:
+    "ADR's ranges: each bound of each knob steps out or back on the mean return of the episodes that test it."
+    def __init__(self, full, rule, seed=0):
+        self.full, self.rule = {k: list(v) for k, v in full.items()}, rule
+        self.bounds = [(k, side) for k, pair in self.full.items() for side, b in zip(('low', 'high'), pair)
+                       if b != RANDOMIZABLE[k].nominal]  # a bound at the nominal value has nowhere to go
+        self.level = dict.fromkeys(self.bounds, 0)
+        self.tests = {b: [] for b in self.bounds}
+        self.changes, self.rng = [], np.random.default_rng([seed, 2019])
+
+    def value(self, knob, side):
+        "Bound (knob, side) now: the nominal value moved level/steps of the way to the --randomize bound."
+        nominal, end = RANDOMIZABLE[knob].nominal, self.full[knob][side == 'high']
+        x = nominal + self.level.get((knob, side), 0) / self.rule.steps * (end - nominal)
+        return int(np.floor(x + 0.5)) if RANDOMIZABLE[knob].integer else float(x)  # halves round up
+
+    @property
+    def ranges(self):
+        "{knob: [low, high]} drawn from now on."
+        return {k: sorted([self.value(k, 'low'), self.value(k, 'high')]) for k in self.full}
+
+# %% ../../nbs/63_fast_ppo.ipynb #210bb8cb
+@patch
+def choose(self: AdaptiveRanges, n):
+    "For `n` new episodes, the bound each tests, or None (every knob drawn as usual)."
+    tests, picks = self.rng.random(n) < self.rule.test_share, self.rng.integers(max(1, len(self.bounds)), size=n)
+    return [self.bounds[j] if t and self.bounds else None for t, j in zip(tests, picks)]
+
+@patch
+def observe(self: AdaptiveRanges, bound, episode_return, timesteps):
+    "Fold in one test episode of `bound`; True when that bound moved."
+    self.tests[bound].append(float(episode_return))
+    if len(self.tests[bound]) < self.rule.episodes: return False
+    mean, self.tests[bound] = float(np.mean(self.tests[bound])), []
+    step = 1 if mean >= self.rule.high else -1 if mean < self.rule.low else 0
+    level = min(self.rule.steps, max(0, self.level[bound] + step))
+    if level == self.level[bound]: return False
+    self.level[bound] = level
+    self.changes.append(dict(timesteps=int(timesteps), knob=bound[0], side=bound[1], level=level / self.rule.steps,
+                             value=self.value(*bound), mean_return=round(mean, 1)))
+    return True
+
+@patch
+def record(self: AdaptiveRanges):
+    "What train.json and the ONNX metadata keep: the rule, the ranges and levels reached, every move."
+    return dict(rule='adr', **asdict(self.rule), final_ranges=self.ranges,
+                final_levels={f'{k}:{side}': lv / self.rule.steps for (k, side), lv in self.level.items()},
+                changes=self.changes)
+
+# %% ../../nbs/63_fast_ppo.ipynb #5369678e
+class ADRDraws:
+    "A batched env drawing from `AdaptiveRanges`: a share of new episodes pinned at one bound, judged on their return."
+    def __init__(self, env, adr):
+        self.env, self.adr, self.frozen, self.steps = env, adr, False, 0
+        self.returns, self.testing = np.zeros(env.num_envs), [None] * env.num_envs
+        set_env_ranges(env, adr.ranges, redraw=True)
+    def __getattr__(self, name): return getattr(self.env, name)
+
+    def _begin(self, ids):
+        "Choose what the episodes beginning in envs `ids` test, and pin them there."
+        for i, bound in zip(ids, self.adr.choose(len(ids)) if not self.frozen else [None] * len(ids)):
+            self.testing[i] = bound
+            if bound: pin_draws(self.env, [i], bound[0], self.adr.value(*bound))
+
+    def reset(self, seed=None):
+        obs = self.env.reset(seed)
+        self.returns[:] = 0.0
+        self._begin(range(self.env.num_envs))
+        return obs
+
+    def step(self, actions, check=True):
+        "Step; every finished test episode is judged, the ranges move if its bound did, the new episodes are chosen."
+        obs, reward, terminated, truncated, info = self.env.step(actions, check=check)
+        self.steps += 1
+        self.returns += reward.cpu().numpy()
+        ended, moved = np.flatnonzero(info['done'].cpu().numpy()), False
+        for i in ended:
+            if self.testing[i] and not self.frozen:
+                moved |= self.adr.observe(self.testing[i], self.returns[i], self.steps * self.env.num_envs)
+            self.returns[i] = 0.0
+        if moved: set_env_ranges(self.env, self.adr.ranges)
+        self._begin(ended)
+        return obs, reward, terminated, truncated, info
+
 # %% ../../nbs/63_fast_ppo.ipynb #41c0d84f
 def check_curriculum(env_id, ranges, curriculum):
-    "The threshold return of a curriculum (`curriculum`: None/False off, True the spec's, or a return), or None."
+    "The rule of a curriculum: None (off), a threshold return (True: the spec's), or an `ADR` (thresholds filled in)."
     if curriculum is None or curriculum is False: return None
     if not ranges:
         raise BadInputError('a curriculum widens the randomization ranges, and there are none: '
-                            "add --randomize (e.g. 'all') or drop --curriculum")
+                            "add --randomize (e.g. 'all') or drop --curriculum / --adr")
+    if isinstance(curriculum, ADR): return curriculum.resolved(env_id)
     if curriculum is True:
         threshold = env_spec(env_id).fast.curriculum_return
         if threshold is None:
@@ -412,6 +522,136 @@ def check_curriculum(env_id, ranges, curriculum):
                                 '(the training return at which the ranges widen)')
         return float(threshold)
     return float(curriculum)
+
+# %% ../../nbs/63_fast_ppo.ipynb #ef226eaa
+@dataclass
+class PPOState:
+    "One PPO training's moving parts: env, agent, normalisers, optimiser, rollout storage, the next observation."
+    env: object
+    agent: object
+    s: FastSettings
+    device: object
+    optimizer: object
+    norm: object
+    reward_scale: object
+    rollout: object
+    stats: object
+    fns: tuple              # (policy_step, loss_fn) of `_ppo_fns`
+    timer: PhaseTimes
+    curriculum: object = None  # a RangeCurriculum the loop widens (ADR lives in the env: ADRDraws)
+    next_obs: object = None
+
+def ppo_state(env, agent, s, device, timer, curriculum=None, compile=False, cudagraphs=False):
+    "The optimiser, normalisers, storage and step functions of PPO on `env` with `agent`."
+    import torch
+    discrete = bool(env.discrete_actions)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=s.lr, eps=1e-5, fused=device.type in ('cpu', 'cuda'))
+    norm = RunningNorm(env.obs_dim, device) if s.norm_obs else None
+    reward_scale = RewardScale(s.num_envs, s.gamma, device) if s.norm_reward else None
+    rollout = Rollout.empty(s.n_steps, s.num_envs, env.obs_dim, env.discrete_actions if discrete else env.act_dim,
+                            discrete, device)
+    stats = EpisodeStats(s.num_envs, device, window=curriculum is not None)
+    return PPOState(env, agent, s, device, optimizer, norm, reward_scale, rollout, stats,
+                    _ppo_fns(agent, s, discrete, compile, cudagraphs), timer, curriculum)
+
+# %% ../../nbs/63_fast_ppo.ipynb #7b68f668
+@dataclass
+class Report:
+    "How a training reports: an evaluation every `every` updates (and at a phase's end) into `log`, progress lines."
+    evaluate: object         # () -> the selection evaluation's returns (an array)
+    every: int
+    episodes: int
+    say: object
+    total_steps: int         # of the whole call: progress percentages
+    heartbeat: int = 1       # a progress line every `heartbeat` updates of the call
+    bar: object = None
+    task: object = None
+    target_return: float | None = None
+    describe: object = None  # () -> text added to an evaluation's line (where the curriculum is)
+    log: list = field(default_factory=list)
+    start: float = field(default_factory=time.perf_counter)
+    eval_s: float = 0.0
+    done_steps: int = 0      # env steps of the call's earlier phases
+    updates: int = 0         # updates of the call so far
+    solved: dict | None = None
+
+    def evaluation(self, st, steps):
+        "Evaluate the agent now, log and say it; True when it reached the target."
+        started = time.perf_counter()
+        evaluated = self.evaluate()
+        self.eval_s += time.perf_counter() - started
+        wall = time.perf_counter() - self.start
+        self.log.append(dict(timesteps=steps, mean_return=float(evaluated.mean()), std_return=float(evaluated.std()),
+                             mean_ep_length=float('nan'), wall_s=wall, steps_per_s=steps / (wall - self.eval_s),
+                             train_episode_return=st.stats.mean_and_reset()))  # steps/s: evaluations excluded
+        extra = self.describe() if self.describe else ''
+        self.say(f'{steps:,} steps: evaluated return {self.log[-1]["mean_return"]:.1f} over {self.episodes} episodes '
+                 f'({self.log[-1]["steps_per_s"]:,.0f} steps/s{extra})')
+        st.timer.lap('evaluation')
+        if self.target_return is not None and evaluated.mean() >= self.target_return: self.solved = self.log[-1]
+        return self.solved is not None
+
+    def after_update(self, st, k, n):
+        "After update `k` of this phase's `n`: a progress line, or an evaluation; True when the target is reached."
+        self.updates += 1
+        if self.bar is not None: self.bar.advance(self.task)
+        steps = self.done_steps + k * st.s.num_envs * st.s.n_steps
+        if k % self.every == 0 or k == n: return self.evaluation(st, steps)
+        if self.updates % self.heartbeat == 0:
+            wall = time.perf_counter() - self.start
+            self.say(f'{steps:,} of {self.total_steps:,} steps ({steps / self.total_steps:.0%}), '
+                     f'{steps / (wall - self.eval_s):,.0f} steps/s')
+        return False
+
+# %% ../../nbs/63_fast_ppo.ipynb #b54d4bb6
+def ppo_updates(st, num_updates, report):
+    "`num_updates` PPO updates of `st` (rollout, advantages, epochs, curriculum), reported; True if the target was met."
+    import torch
+    s, (policy_step, loss_fn) = st.s, st.fns
+    for update in range(num_updates):
+        if s.anneal_lr: st.optimizer.param_groups[0]['lr'] = s.lr * (1 - update / num_updates)
+        with torch.no_grad():
+            st.next_obs = collect_rollout(st.env, st.agent, st.norm, policy_step, st.rollout, st.next_obs, s.gamma,
+                                          st.stats, st.reward_scale, st.timer)
+            advantages, returns = _gae(st.rollout.rewards, st.rollout.values,
+                                       st.agent.value(st.norm(st.next_obs) if st.norm else st.next_obs),
+                                       st.rollout.dones, s.gamma, s.gae_lambda)
+        st.timer.lap('advantages')
+        ppo_update(st.agent, st.optimizer, loss_fn, st.rollout.batch(advantages, returns), s, st.device)
+        st.timer.lap('update')
+        cur = st.curriculum
+        if cur and cur.observe(*st.stats.take(), report.done_steps + (update + 1) * s.num_envs * s.n_steps):
+            set_env_ranges(st.env, cur.ranges)
+        if report.after_update(st, update + 1, num_updates): return True
+    return False
+
+# %% ../../nbs/63_fast_ppo.ipynb #c0de8491
+@contextmanager
+def progress_lines(progress, total=None, what=''):
+    "(bar, say): rich's bar on a terminal (`total` updates), and `say` printing `[ppo-trt]` lines when `progress`."
+    from rich.progress import Progress
+    from rich.markup import escape
+    with Progress(transient=True, disable=not progress or not sys.stdout.isatty()) as bar:
+        say = lambda msg: progress and bar.console.print(escape(f'[ppo-trt] {msg}'), soft_wrap=True)
+        yield bar, say
+
+# %% ../../nbs/63_fast_ppo.ipynb #9f5465b4
+def fresh_run(run_dir, force):
+    "The run folder to train into; one that holds a policy is refused unless `force` (then its derived files go)."
+    run = RunDir(run_dir)
+    if run.has('policy') or run.has('train_record'):
+        if not force:
+            raise PpoTrtError(f'{run.root} already holds a trained policy; '
+                              'pass --force to train again or choose another --run-dir')
+        remove_derived(run)  # a new policy: nothing made from the old one may stay
+    return run
+
+# %% ../../nbs/63_fast_ppo.ipynb #bdfd75d1
+def training_threads(env_id, s, torch_threads=None, num_threads=None):
+    "The thread plan of a fast training of `env_id` with settings `s` (machine.thread_plan)."
+    minibatch = s.num_envs * s.n_steps // s.minibatches
+    return thread_plan(s.num_envs, torch_threads, num_threads, threaded_envs=not env_spec(env_id).batched,
+                       batched=True, tensor_elements=max(s.num_envs, minibatch) * s.hidden)
 
 # %% ../../nbs/63_fast_ppo.ipynb #5c2a3d32
 @locked('train')
@@ -428,101 +668,57 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
     timesteps = int(timesteps or preset['timesteps'])
     target_return = preset['target'] if target_return is None else target_return
     ranges, history = check_randomize(env_id, randomize), check_history(history, expert)
-    threshold = check_curriculum(env_id, ranges, curriculum)
+    rule = check_curriculum(env_id, ranges, curriculum)
     if privileged_critic and expert is not None:
         raise BadInputError('--privileged-critic trains a plain policy, not a residual: drop --expert or it')
     device = resolve_device(device)
     if cudagraphs and device.type != 'cuda':
         raise BadInputError(f'--cudagraphs needs a CUDA device, but the device is {device}; '
                             'drop it or use --device cuda')
-    run = RunDir(run_dir)
-    if run.has('policy') or run.has('train_record'):
-        if not force:
-            raise PpoTrtError(f'{run.root} already holds a trained policy; '
-                              'pass --force to train again or choose another --run-dir')
-        remove_derived(run)  # a new policy: nothing made from the old one may stay
+    run = fresh_run(run_dir, force)
     # threads, env, agent, optimizer, normalisers, storage
-    minibatch = s.num_envs * s.n_steps // s.minibatches
-    plan = thread_plan(s.num_envs, torch_threads, num_threads, threaded_envs=not env_spec(env_id).batched,
-                       batched=True, tensor_elements=max(s.num_envs, minibatch) * s.hidden)
+    plan = training_threads(env_id, s, torch_threads, num_threads)
     torch.manual_seed(seed)
     env, env_backend = _train_env(env_id, s, device, seed, ranges, plan.env_threads)
     stepper = getattr(env, 'env', env)
+    adr = AdaptiveRanges(ranges, rule, seed) if isinstance(rule, ADR) else None
+    if adr: env = ADRDraws(env, adr)  # below the history and the critic's columns: they see the pinned draws
     if history: env = BatchActionHistory(env, history)
     if privileged_critic: env = PrivilegedObs(env)  # the critic's columns after the policy's
-    cur = None if threshold is None else RangeCurriculum(ranges, threshold, min_episodes=s.num_envs)
+    cur = RangeCurriculum(ranges, rule, min_episodes=s.num_envs) if isinstance(rule, float) else None
     if cur: set_env_ranges(env, cur.ranges, redraw=True)  # the undisturbed env first
     if not isinstance(stepper, (EnvPoolBatched, MujocoBatched)):
         plan.env_threads, plan.why['env'] = None, 'no threaded env stepper'
     threads, eval_pool_threads = plan.apply(), _eval_pool_threads(env_id, plan)
-    discrete, seeds = bool(env.discrete_actions), training_seeds(seed)
+    seeds = training_seeds(seed)
     ex, res_rec = _expert_settings(expert, env, env_id, residual_scale)
     agent = _make_agent(env, s, ex, residual_scale, device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=s.lr, eps=1e-5, fused=device.type in ('cpu', 'cuda'))
-    norm = RunningNorm(env.obs_dim, device) if s.norm_obs else None
-    reward_scale = RewardScale(s.num_envs, s.gamma, device) if s.norm_reward else None
-    rollout = Rollout.empty(s.n_steps, s.num_envs, env.obs_dim, env.discrete_actions if discrete else env.act_dim,
-                            discrete, device)
-    stats, (policy_step, loss_fn) = (EpisodeStats(s.num_envs, device, window=cur is not None),
-                                     _ppo_fns(agent, s, discrete, compile, cudagraphs))
+    st = ppo_state(env, agent, s, device, timer, cur, compile, cudagraphs)
     # the loop: rollout, advantages, update; an evaluation (the only host reads) every `eval_every` updates
-    num_updates = max(1, timesteps // (s.num_envs * s.n_steps))
+    batch = s.num_envs * s.n_steps
+    num_updates = max(1, timesteps // batch)
     eval_every = eval_every or preset['eval_every'] or max(1, num_updates // 10)
     eval_episodes = eval_episodes or preset['eval_episodes']
-    log, start, solved_at, eval_s = [], time.perf_counter(), None, 0.0
-    next_obs = env.reset(seed=seed)
+    st.next_obs = env.reset(seed=seed)
     timer.lap('setup')
-    from rich.progress import Progress
-    from rich.markup import escape
-    batch = s.num_envs * s.n_steps
-    heartbeat = max(1, num_updates // 20)  # a line every 5 % of the run, an evaluation's line every `eval_every`
-    with Progress(transient=True, disable=not progress or not sys.stdout.isatty()) as bar:  # the bar: terminals only
-        say = lambda msg: progress and bar.console.print(escape(f'[ppo-trt] {msg}'), soft_wrap=True)
+    with progress_lines(progress) as (bar, say):  # the bar: terminals only
         say(f'{num_updates * batch:,} steps to train ({timesteps:,} asked, rounded down to whole updates of '
             f'{s.num_envs} envs × {s.n_steps} steps); an evaluation every {eval_every * batch:,}')
-        task = bar.add_task(f'fast PPO {env_id}', total=num_updates)
-        for update in range(num_updates):
-            if s.anneal_lr: optimizer.param_groups[0]['lr'] = s.lr * (1 - update / num_updates)
-            with torch.no_grad():
-                next_obs = collect_rollout(env, agent, norm, policy_step, rollout, next_obs, s.gamma, stats,
-                                           reward_scale, timer)
-                advantages, returns = _gae(rollout.rewards, rollout.values,
-                                           agent.value(norm(next_obs) if norm else next_obs),
-                                           rollout.dones, s.gamma, s.gae_lambda)
-            timer.lap('advantages')
-            ppo_update(agent, optimizer, loss_fn, rollout.batch(advantages, returns), s, device)
-            timer.lap('update')
-            if cur and cur.observe(*stats.take(), (update + 1) * s.num_envs * s.n_steps):
-                set_env_ranges(env, cur.ranges)
-            bar.advance(task)
-            evaluating = (update + 1) % eval_every == 0 or update == num_updates - 1
-            if not evaluating and (update + 1) % heartbeat == 0:
-                steps, wall = (update + 1) * batch, time.perf_counter() - start
-                say(f'{steps:,} of {num_updates * batch:,} steps ({(update + 1) / num_updates:.0%}), '
-                    f'{steps / (wall - eval_s):,.0f} steps/s')
-            if evaluating:
-                eval_start = time.perf_counter()
-                evaluated = eval_returns(agent, norm, env_id, eval_episodes, seeds['selection'], device,
-                                         eval_pool_threads, history)
-                eval_s += time.perf_counter() - eval_start
-                steps, wall = (update + 1) * batch, time.perf_counter() - start
-                log.append(dict(timesteps=steps, mean_return=float(evaluated.mean()),
-                                std_return=float(evaluated.std()), mean_ep_length=float('nan'), wall_s=wall,
-                                steps_per_s=steps / (wall - eval_s),  # evaluations excluded
-                                train_episode_return=stats.mean_and_reset()))
-                widened = f', ranges at {cur.level:.0%} of --randomize' if cur else ''
-                say(f'{steps:,} steps: evaluated return {log[-1]["mean_return"]:.1f} over {eval_episodes} episodes '
-                    f'({log[-1]["steps_per_s"]:,.0f} steps/s{widened})')
-                timer.lap('evaluation')
-                if target_return is not None and evaluated.mean() >= target_return: solved_at = log[-1]; break
-    held_out = eval_returns(agent, norm, env_id, final_eval_episodes, seeds['held_out'], device,
+        report = Report(lambda: eval_returns(agent, st.norm, env_id, eval_episodes, seeds['selection'], device,
+                                             eval_pool_threads, history),
+                        eval_every, eval_episodes, say, num_updates * batch, max(1, num_updates // 20), bar,
+                        bar.add_task(f'fast PPO {env_id}', total=num_updates), target_return,
+                        describe=lambda: (f', ranges at {cur.level:.0%} of --randomize' if cur else
+                                          f', ADR ranges {format_randomize(adr.ranges)}' if adr else ''))
+        ppo_updates(st, num_updates, report)
+    held_out = eval_returns(agent, st.norm, env_id, final_eval_episodes, seeds['held_out'], device,
                             history=history)  # on gymnasium
     timer.lap('held-out evaluation')
     critic = (dict(features=env.feature_names, critic_inputs=env.obs_dim, value_net_in_policy_zip=False)
               if privileged_critic else None)
-    return _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target_return, device, compile, cudagraphs,
-                     res_rec, residual_scale, held_out, env_backend, ranges, seeds, threads, timer, history,
-                     critic, cur.record() if cur else None)
+    how = dict(history=history, critic=critic, curriculum=(cur or adr).record() if cur or adr else None)
+    return _save_run(run, env_id, seed, s, agent, st.norm, report.log, report.solved, target_return, device, compile,
+                     cudagraphs, res_rec, residual_scale, held_out, env_backend, ranges, seeds, threads, timer, how)
 
 # %% ../../nbs/63_fast_ppo.ipynb #ca06a7db
 def _to_sb3(agent, env_id, s, norm, log_std_init, history=0):
@@ -546,14 +742,19 @@ def _to_sb3(agent, env_id, s, norm, log_std_init, history=0):
 
 # %% ../../nbs/63_fast_ppo.ipynb #2c8144af
 def _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target, dev, compile, cudagraphs, res_rec, scale,
-              held_out, env_backend, ranges, seeds, threads, timer, history=0, critic=None, curriculum=None):
+              held_out, env_backend, ranges, seeds, threads, timer, how=None):
+    "Write config.json, train_log.csv, policy.zip, obs_norm.json and train.json; `how`: history, critic, curriculum."
     import torch
+    how = dict(how or {})
+    history, critic, curriculum = how.get('history', 0), how.get('critic'), how.get('curriculum')
     run.root.mkdir(parents=True, exist_ok=True)
     last = log[-1]
     total = last['timesteps']
     RunConfig(env_id=env_id, seed=seed, timesteps=total, preset='fast', residual=res_rec, randomize=ranges,
               history_actions=history, privileged_critic=critic is not None,
-              curriculum_return=curriculum['threshold'] if curriculum else None, versions=_versions()).save(run.root)
+              curriculum_return=(curriculum or {}).get('threshold'),
+              adr={k: curriculum[k] for k in asdict(ADR())} if (curriculum or {}).get('rule') == 'adr' else None,
+              teacher_student=how.get('teacher_student_settings'), versions=_versions()).save(run.root)
     with atomic_path(run.path('train_log')) as tmp, open(tmp, 'w', newline='') as f:
         w = csv.DictWriter(f, LOG_FIELDS, extrasaction='ignore'); w.writeheader(); w.writerows(log)
     rec = dict(env_id=env_id, seed=seed, preset='fast', trainer='ppo_trt.throughput.fast_ppo', env_backend=env_backend,
@@ -568,7 +769,8 @@ def _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target, dev, co
                torch_threads=torch.get_num_threads(), thread_plan=threads, hyperparameters=asdict(s),
                policy_kwargs=dict(net_arch=dict(pi=[s.hidden] * 2, vf=[s.hidden] * 2), activation_fn='tanh'),
                residual=res_rec, randomize=ranges, history_actions=history, privileged_critic=critic,
-               curriculum=curriculum, versions=_versions())
+               curriculum=curriculum, teacher_student=how.get('teacher_student'), versions=_versions())
+    if how.get('trainer'): rec['trainer'] = how['trainer']
     if agent.discrete:
         torch.save(agent.state_dict(), run.root/'fast_agent.pt')
         rec.update(obs_dim=agent.policy_net[0].in_features, act_dim=1, discrete_actions=agent.action_net.out_features,
