@@ -154,7 +154,10 @@ def _policy_class(item):
     if item.get('__module__') == 'stable_baselines3.common.policies' and init.startswith(
             '<function ActorCriticPolicy.__init__ '):
         return ActorCriticPolicy
-    raise _Refused(f'its policy class is not ActorCriticPolicy ({shown(init, 60)})')
+    name = re.match(r'<function (\w+)\.__init__', init)
+    raise _Refused(f"its policy is {shown(name.group(1) if name else init, 60)}, not PPO's or A2C's ActorCriticPolicy "
+                   '(ppo_trt imports those; an off-policy actor, SAC or TD3, comes in as ONNX: export it with '
+                   'torch.onnx, then `ppo-trt import POLICY.onnx`)')
 
 # %% ../../nbs/04_checkpoint.ipynb #caeff518
 def _rebuilt(data):
