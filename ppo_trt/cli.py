@@ -18,9 +18,9 @@ from . import __version__
 __all__ = ['MAX_BATCH', 'MAX_CALLS', 'MIN_EVAL_FREQ', 'MAX_EPISODES', 'JSON_COMMANDS', 'C_TARGETS', 'FAST_ONLY',
            'ENV_STATE_BYTES', 'BENCH_MARKER', 'BENCH_MADE_BY', 'COMMANDS', 'READ_ONLY', 'number', 'number_list',
            'parser', 'writable_run_dir', 'cmd_train', 'cmd_export', 'cmd_export_c', 'cmd_c_loop', 'cmd_build',
-           'bench_file_dir', 'CommandFailed', 'bench_failures', 'cmd_bench', 'cmd_evaluate', 'cmd_residual_study',
-           'cmd_env_bench', 'cmd_report', 'cmd_advise', 'run_folder_rows', 'cmd_doctor', 'cmd_enjoy', 'cmd_docs',
-           'cmd_sweep', 'cmd_run', 'cmd_compare', 'main']
+           'bench_file_dir', 'policy_bytes', 'CommandFailed', 'bench_failures', 'cmd_bench', 'cmd_evaluate',
+           'cmd_import', 'cmd_residual_study', 'cmd_env_bench', 'cmd_report', 'cmd_advise', 'run_folder_rows',
+           'cmd_doctor', 'cmd_enjoy', 'cmd_docs', 'cmd_sweep', 'cmd_run', 'cmd_compare', 'main']
 
 # %% ../nbs/90_cli.ipynb #5ac301a7
 MAX_BATCH = 1 << 24  # the largest batch policy.onnx's dynamic axis allows
@@ -138,6 +138,27 @@ def _add_export(p):
     p.add_argument('--parity-obs', type=number(int, 1000), default=1000,
                    help='rollout observations for the parity check')
 
+# %% ../nbs/90_cli.ipynb #79a5c47f
+def _box(s):
+    "An argparse type: LOW:HIGH, two finite numbers, low < high."
+    try: lo, hi = (float(x) for x in s.split(':'))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'expected LOW:HIGH, e.g. --obs-range=-1:1, got {s!r}') from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise argparse.ArgumentTypeError(f'expected two finite numbers LOW < HIGH, got {s!r}')
+    return lo, hi
+
+def _add_obs(p):
+    p.add_argument('--obs', default=None, metavar='FILE.npy',
+                   help='observations to time and check on: a [n, obs_dim] float .npy (recorded)')
+    p.add_argument('--obs-range', type=_box, default=None, metavar='LOW:HIGH',
+                   help='or draw them uniformly from this box, e.g. --obs-range=-2:2 (with neither, and no env or '
+                        'export_obs.npy: the box -1:1); the record says which')
+
+def _add_adopt(p):
+    p.add_argument('--obs-name', default=None, help="a foreign actor ONNX: its observation input, where ambiguous")
+    p.add_argument('--action-name', default=None, help='a foreign actor ONNX: its action output, where ambiguous')
+
 # %% ../nbs/90_cli.ipynb #7960d193
 def _add_bench(p):
     p.add_argument('--backends', type=_name_list, default=None,
@@ -160,6 +181,7 @@ def _add_bench(p):
     p.add_argument('--soak-window', type=number(int, 1, MAX_CALLS), default=100_000, help='calls per soak window')
     p.add_argument('--replace', action='store_true',
                    help="start bench.json over instead of merging this run's records into it")
+    _add_obs(p)
 
 # %% ../nbs/90_cli.ipynb #56887432
 JSON_COMMANDS = ('bench', 'evaluate', 'doctor')  # `--json`: the record as one JSON document on stdout
@@ -202,6 +224,22 @@ def _add_evaluate(p):
                    help='also evaluate this residual run (same env) in every phase')
     p.add_argument('--replace', action='store_true',
                    help="start evaluate.json over instead of merging this run's results into it")
+    p.add_argument('--fallback', choices=['auto', 'pid', 'zero', 'hold'], default='auto',
+                   help="the safe loop's fallback and the baseline beside PPO: the env's PID preset, the zero action, "
+                        'or the last action held; auto: pid where the env has a preset, else zero')
+
+# %% ../nbs/90_cli.ipynb #910c3270
+def _add_import(p):
+    p.add_argument('model', type=Path, metavar='MODEL.zip|POLICY.onnx',
+                   help='an SB3 / RL Zoo model.zip (PPO, A2C; read without unpickling) or an actor ONNX from any '
+                        'trainer')
+    p.add_argument('--env-id', required=True, help='the gymnasium env it was trained in')
+    p.add_argument('--vecnormalize', type=Path, default=None, metavar='FILE.pkl',
+                   help="the model's VecNormalize statistics (SB3 / RL Zoo vecnormalize.pkl; read through an "
+                        'allow-list)')
+    p.add_argument('--parity-obs', type=number(int, 1000), default=1000,
+                   help='rollout observations export checks parity against model.predict on')
+    _add_adopt(p)
 
 # %% ../nbs/90_cli.ipynb #659a11c8
 def _add_residual_study(p):
@@ -263,10 +301,11 @@ def _add_c_loop(p):
     p.add_argument('--cc', default='gcc', help='the C compiler')
 
 # %% ../nbs/90_cli.ipynb #58fb724e
-def _add_bench_file(p):
-    p.add_argument('policy', nargs='?', type=Path, default=None, metavar='POLICY.onnx',
-                   help='bench this policy.onnx on its own (Polygraphy-style): its records go into a run folder '
-                        'ppo-trt makes for it (--run-dir, default runs/bench-<file name>), never beside the file')
+def _add_bench_file(p, what='bench this actor ONNX on its own (Polygraphy-style), ppo_trt\'s or any trainer\'s: its '
+                            'records go into a run folder ppo-trt makes for it (--run-dir, default '
+                            'runs/bench-<file name>), never beside the file'):
+    p.add_argument('policy', nargs='?', type=Path, default=None, metavar='POLICY.onnx', help=what)
+
 
 # %% ../nbs/90_cli.ipynb #21e90dc9
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
@@ -299,11 +338,17 @@ def parser():
     _add_target(p, 'host: built and tested here with --cc; aarch64, cortex-m4f: cross-built, tested under QEMU, its '
                    'instructions per action counted, its real-time facts in ppo_policy.h (default --out: '
                    '<run-dir>/c_policy_<target>)')
+    _add_bench_file(p, 'write the C library of this actor ONNX (ppo_trt\'s or any trainer\'s) instead of a run '
+                       "folder's (--out, default runs/c_policy-<file name>)")
+    _add_obs(p); _add_adopt(p)
     _add_c_loop(_sub(sub, 'c-loop', 'Hopper in C: MuJoCo\'s C API and the C policy library, checked against '
                           'gymnasium, timed'))
     p = _sub(sub, 'bench', 'benchmark every backend'); _add_env(p); _add_bench(p)
-    _add_bench_file(p)
-    _add_evaluate(_sub(sub, 'evaluate', 'control quality per scenario phase and backend, vs the PID baseline'))
+    _add_bench_file(p); _add_adopt(p)
+    _add_evaluate(_sub(sub, 'evaluate', 'control quality per scenario phase and backend, vs the fallback (PID where '
+                                        'the env has a preset)'))
+    _add_import(_sub(sub, 'import', 'make a run folder from a policy trained elsewhere: an SB3 / RL Zoo model.zip '
+                                    '(PPO, A2C) or an actor ONNX'))
     _add_residual_study(_sub(sub, 'residual-study',
                              'return vs timesteps: pure PPO, the expert, expert + residual (same seeds)'))
     _add_env_bench(_sub(sub, 'env-bench', 'batched torch envs vs gymnasium Sync/AsyncVectorEnv: steps/s per num_envs'))
@@ -346,12 +391,20 @@ def _check_env(a, rd):
         raise BadInputError(f'{run.root} holds a policy for {shown(have, 60)}, not {shown(a.env_id, 60)}; '
                             'drop --env-id or use that run\'s folder')
 
+def _require_env(rd, command):
+    "Refuse, in one line, a stage that steps the env on a policy that names none (an actor benched without --env-id)."
+    run = RunDir(rd)
+    if run.has('onnx') and not run.has('train_record') and not onnx_metadata(run.path('onnx')).get('env_id'):
+        raise BadInputError(f'{run.root}: its policy names no env, and {command} needs one: import it for its env '
+                            f'(ppo-trt import POLICY.onnx --env-id ID --run-dir DIR), then run {command} on DIR')
+
 # %% ../nbs/90_cli.ipynb #62fe35ae
 def _bench_settings(a):
     from ppo_trt.measure.bench import BenchSettings, DEFAULT_BATCHES
     return BenchSettings(warmup=a.warmup, iters=a.iters, batches=a.batches or DEFAULT_BATCHES, sla_us=a.sla_ms * 1e3,
                          closed_loop_steps=a.closed_loop_steps, sweep_seconds=a.sweep_seconds, threads=a.threads,
-                         pin_cpu=a.pin_cpu, soak_calls=a.soak_calls if a.soak else 0, soak_window=a.soak_window)
+                         pin_cpu=a.pin_cpu, soak_calls=a.soak_calls if a.soak else 0, soak_window=a.soak_window,
+                         obs_file=a.obs, obs_range=a.obs_range)
 
 # %% ../nbs/90_cli.ipynb #e7575ef3
 def _say(msg): print(terminal_line(f'[ppo-trt] {msg}'), flush=True)  # names from files: control characters escaped
@@ -491,21 +544,51 @@ def cmd_export(a):
     return r
 
 # %% ../nbs/90_cli.ipynb #b6d5c842
+def _library_rows(source, a, env_id=None):
+    "(test rows, where they came from) for a C library without export_obs.npy: --obs, --obs-range, a rollout, a box."
+    from ppo_trt.measure.bench import bench_observations, declared_observations, network_rows, BenchSettings
+    from ppo_trt.export.onnx import policy_metadata, policy_dims
+    s = BenchSettings(obs_file=a.obs, obs_range=a.obs_range)
+    if isinstance(source, RunDir): return bench_observations(source, env_id, settings=s)
+    obs, where = declared_observations(policy_dims(policy_metadata(source))[0], s)
+    return network_rows(source, obs), where
+
+def _export_c_file(a):
+    "export-c POLICY.onnx: the C library of an actor ONNX (adopted if foreign) into --out."
+    from ppo_trt.export.c_library import install_c_library
+    from ppo_trt.export.foreign import adopted_path
+    if a.target != 'host':
+        raise BadInputError(f'--target {a.target} builds from a run folder: ppo-trt import {a.policy} --env-id ID '
+                            f'--run-dir DIR, then ppo-trt export-c --run-dir DIR --target {a.target}')
+    src = _policy_file(a)
+    path, adopted = adopted_path(src, _adopt_options(a, 'a foreign actor ONNX (ppo-trt export-c)'))
+    if adopted: _say(f'inferred {adopted.line(src.name)}')
+    rows, where = _library_rows(path, a)
+    _say(f'test vectors: {where}')
+    return install_c_library(path, rows, a.out or Path('runs')/f'c_policy-{src.stem}', None if a.cc == 'none' else a.cc)
+
 def cmd_export_c(a):
     from ppo_trt.export.c_library import write_c_library
-    rd = _run_dir(a)
-    _check_env(a, rd)
-    if a.target != 'host':
-        from ppo_trt.measure.targets import export_target, print_target
-        rec = export_target(rd, a.target, a.out)
-        print_target(rec)
-        _say(f"wrote {Path(rd)/f'c_target_{a.target}.json'}")
-        return rec
-    lib = write_c_library(rd, a.out, None if a.cc == 'none' else a.cc)  # a failing test leaves the old folder as it was
-    _say(f"wrote the C library of policy.onnx (sha256 {lib['onnx_sha256'][:12]}…) into {lib['path']}")
+    if getattr(a, 'policy', None): lib = _export_c_file(a)
+    else:
+        rd = _run_dir(a)
+        _check_env(a, rd)
+        if a.target != 'host':
+            from ppo_trt.measure.targets import export_target, print_target
+            rec = export_target(rd, a.target, a.out)
+            print_target(rec)
+            _say(f"wrote {Path(rd)/f'c_target_{a.target}.json'}")
+            return rec
+        run, rows = RunDir(rd), None
+        if run.has('onnx') and not run.has('export_obs'):  # an imported actor: observations as bench draws them
+            rows, where = _library_rows(run, a, a.env_id or onnx_metadata(run.path('onnx')).get('env_id'))
+            _say(f'test vectors: {where}')
+        lib = write_c_library(rd, a.out, None if a.cc == 'none' else a.cc, rows)  # a failing test: old folder kept
+    _say(f"wrote the C library of policy.onnx (sha256 {lib['onnx_sha256'][:12]}…) and its contract "
+         f"(policy_contract.json) into {lib['path']}")
     r = lib['test']
     if r: _say(f"{r['cc']} {r['flags']}: {'no warnings' if not r['warnings'] else 'WARNINGS: ' + r['warnings'][:300]}; "
-               f"{r['output']}")
+               + '; '.join(r['output'].splitlines()))  # a recurrent library's test prints its sequence first
     return lib
 
 # %% ../nbs/90_cli.ipynb #49824196
@@ -513,6 +596,7 @@ def cmd_c_loop(a):
     from ppo_trt.measure.c_loop import c_loop, print_c_loop
     rd = _run_dir(a)
     _check_env(a, rd)
+    _require_env(rd, 'c-loop')
     if a.target != 'host':
         from ppo_trt.measure.hil import c_loop_target, print_hil
         rec = c_loop_target(rd, a.target, episodes=a.episodes, seed=a.seed, cc=a.cc)
@@ -559,22 +643,50 @@ def bench_file_dir(a):
     return owned_destination(rd, BENCH_MARKER, BENCH_MADE_BY)
 
 # %% ../nbs/90_cli.ipynb #84940bf5
-def _bench_file(a):
-    "Copy `a.policy` into `bench_file_dir`, marked as bench's: (that folder, whether to start its bench.json over)."
-    from ppo_trt.core.files import atomic_path, mark_made_by, sha256_file
-    from ppo_trt.export.onnx import policy_metadata
-    import shutil
+def _adopt_options(a, origin):
+    "The `AdoptOptions` of a command's --obs-name, --action-name and --env-id."
+    from ppo_trt.export.foreign import AdoptOptions
+    return AdoptOptions(getattr(a, 'obs_name', None), getattr(a, 'action_name', None), a.env_id, origin)
+
+def _policy_file(a):
+    "`a.policy` if it is an .onnx file (never read through a link out of its folder), else one line."
     from ppo_trt.core.files import inside
-    src, rd = inside(Path(a.policy)), bench_file_dir(a)  # a link out of its folder is refused, never copied
-    policy_metadata(src)  # a ppo_trt policy (env id, widths), checked before anything is written
+    p = inside(Path(a.policy))
+    if not p.is_file(): raise BadInputError(f'{p} does not exist: pass an actor .onnx file')
+    if p.suffix != '.onnx':
+        raise BadInputError(f'{p} is not a .onnx file: pass an actor ONNX, or a run folder as --run-dir')
+    return p
+
+def policy_bytes(src, opts):
+    "(bytes of the ppo_trt policy for the ONNX at `src`: itself, data inlined, or adopted; the inferred line or '')."
+    import onnx
+    from ppo_trt.export.onnx import policy_metadata, read_onnx
+    from ppo_trt.export.foreign import adopted_bytes, is_ppo_trt_policy
+    try: proto = onnx.load(str(src), load_external_data=False)
+    except Exception: proto = read_onnx(src)  # not ONNX: one line saying so
+    mine = is_ppo_trt_policy(proto)
+    if mine and opts.obs_name is None and opts.action_name is None:
+        policy_metadata(src)  # a ppo_trt policy (env id, widths), checked before anything is written
+        return read_onnx(src).SerializeToString(), ''  # its external data, if any, inside the copy
+    blob, adopted = adopted_bytes(src, opts)
+    return blob, adopted.line(src.name)
+
+# %% ../nbs/90_cli.ipynb #1ed7a27e
+def _bench_file(a):
+    "Put `a.policy` (adopted if foreign) into `bench_file_dir`, marked as bench's: (that folder, to start over or not)."
+    import hashlib
+    from ppo_trt.core.files import atomic_path, mark_made_by, sha256_file
+    src, rd = _policy_file(a), bench_file_dir(a)
+    blob, line = policy_bytes(src, _adopt_options(a, 'a foreign actor ONNX (ppo-trt bench)'))
+    if line: _say(f'inferred {line}')
     dst = rd/'policy.onnx'
-    other = dst.exists() and sha256_file(dst) != sha256_file(src)
+    other = dst.exists() and sha256_file(dst) != hashlib.sha256(blob).hexdigest()
     if other and not a.replace:
         raise BadInputError(f'{rd} holds the bench of another policy.onnx: pass --replace to bench {src} there '
                             'instead, or choose another --run-dir')
     mark_made_by(rd, BENCH_MARKER, BENCH_MADE_BY)
     if other or not dst.exists():
-        with atomic_path(dst) as tmp: shutil.copyfile(src, tmp)
+        with atomic_path(dst) as tmp: tmp.write_bytes(blob)
     return rd, other
 
 # %% ../nbs/90_cli.ipynb #4e1b647d
@@ -607,10 +719,24 @@ def cmd_evaluate(a):
     rd = _run_dir(a)
     live = sys.stdout.isatty()  # a progress bar on a terminal; piped, a line per phase and policy as it finishes
     rep = evaluate(rd, a.backends, a.phases, a.episodes, a.seed, a.deadline_us, progress=live,
-                   residual_run=a.residual_run, env_id=a.env_id, replace=a.replace, say=None if live else _say)
+                   residual_run=a.residual_run, env_id=a.env_id, replace=a.replace, say=None if live else _say,
+                   fallback=a.fallback)
     print_evaluation(rep)
     _say(f"wrote {RunDir(rd).path('evaluate_record')}")
     return rep
+
+# %% ../nbs/90_cli.ipynb #b111ab4b
+def cmd_import(a):
+    "A run folder from a policy trained elsewhere: an SB3 / RL Zoo model.zip, or an actor ONNX."
+    from ppo_trt.export.foreign import import_policy, ImportSettings
+    rd = Path(_folder(a))
+    _say(f'importing {a.model} for {a.env_id} into {rd} ...')
+    line, rec = import_policy(a.model, ImportSettings(a.env_id, rd, a.vecnormalize, a.obs_name, a.action_name,
+                                                      a.parity_obs))
+    _say(f'imported {line}')
+    _say(f'{rd} is a run folder: ' + ('ppo-trt export, bench, evaluate, report, export-c' if (rd/'policy.zip').exists()
+                                      else 'ppo-trt bench, evaluate, report, export-c') + f' --run-dir {rd}')
+    return rec
 
 # %% ../nbs/90_cli.ipynb #e1b73633
 def cmd_residual_study(a):
@@ -659,6 +785,7 @@ def cmd_report(a):
     from ppo_trt.results.report import render_report
     rd = _run_dir(a)
     _check_env(a, rd)
+    _require_env(rd, 'report')
     p = render_report(rd)
     _say(f'wrote {p}')
     return p
@@ -856,7 +983,7 @@ COMMANDS = {'run': cmd_run, 'train': cmd_train, 'export': cmd_export, 'export-c'
             'bench': cmd_bench, 'evaluate': cmd_evaluate, 'residual-study': cmd_residual_study,
             'env-bench': cmd_env_bench,
             'report': cmd_report, 'advise': cmd_advise, 'doctor': cmd_doctor, 'enjoy': cmd_enjoy, 'docs': cmd_docs,
-            'sweep': cmd_sweep, 'compare': cmd_compare}
+            'sweep': cmd_sweep, 'compare': cmd_compare, 'import': cmd_import}
 READ_ONLY = ('advise', 'doctor', 'docs', 'sweep', 'compare')  # no run-folder lock: docs, sweep, compare lock their own
 
 def _folder(a):
@@ -865,7 +992,12 @@ def _folder(a):
     if a.command == 'env-bench': return a.run_dir or default_run_dir(a.env_id)
     if a.command in ('run', 'train') and a.fast: return a.run_dir or default_run_dir(a.env_id or 'CartPole-v1')
     if a.command == 'bench' and a.policy is not None: return bench_file_dir(a)
+    if a.command == 'import': return a.run_dir or Path('runs')/f'import-{Path(a.model).stem}'
     return _run_dir(a)
+
+def _locks_run_folder(a):
+    "Whether the command writes a run folder (under its lock): not the read-only ones, nor export-c of a file."
+    return a.command not in READ_ONLY and not (a.command == 'export-c' and a.policy is not None)
 
 # %% ../nbs/90_cli.ipynb #5dc6a12e
 def _forget_if_empty(folder):
@@ -910,7 +1042,7 @@ def main(argv=None):
     try:
         with _stdout_to_stderr() if as_json else contextlib.nullcontext():  # --json: stdout holds the record only
             if a.command in ('train', 'run'): _check_fast_flags(a)  # before any folder is made
-            if a.command in READ_ONLY: result = COMMANDS[a.command](a)
+            if not _locks_run_folder(a): result = COMMANDS[a.command](a)
             else:
                 rd = writable_run_dir(_folder(a)); created = not rd.exists()
                 with run_lock(rd, f'ppo-trt {a.command}', wait=not a.no_wait): result = COMMANDS[a.command](a)

@@ -7,7 +7,7 @@ import shutil, subprocess
 from pathlib import Path
 import numpy as np, pytest
 from ppo_trt.export import c_kernel
-from ppo_trt.export.numba_kernel import Dense, Elementwise
+from ppo_trt.export.numba_kernel import Dense, Elementwise, Norm, Cell, Recurrent
 
 pytestmark = pytest.mark.skipif(shutil.which('cc') is None, reason='no C compiler (cc) on this machine')
 
@@ -64,19 +64,55 @@ OPS = [
     [lambda rng, w: Elementwise('sigmoid'), lambda rng, w: Elementwise('max', rng.normal(size=w).astype(np.float32))],
     [lambda rng, w: Elementwise('min', np.float32(0.5))],
 ]
+NEW_OPS = [  # issue 36: the activations torch exports, LayerNorm's normalisation
+    [lambda rng, w: Elementwise('leakyrelu', alpha=0.1)],
+    [lambda rng, w: Norm(1e-5), lambda rng, w: Elementwise('mul', rng.uniform(0.5, 1.5, w).astype(np.float32)),
+     lambda rng, w: Elementwise('selu', c=np.float32(1.0507), alpha=1.6733)],
+    [lambda rng, w: Elementwise('silu')],
+    [lambda rng, w: Elementwise('softplus')],
+    [lambda rng, w: Elementwise('softplus', c=np.float32(1.5)), lambda rng, w: Elementwise('elu', alpha=1.0)],
+]
 CHAINS = {  # the Hopper shape, a narrow input and a 1-wide head, odd widths with every op kind
     'hopper': _chain(0, (11, 64, 64, 3), [OPS[0], OPS[0], [lambda rng, w: Elementwise('clip', -np.ones(w, np.float32),
                                                                                       np.ones(w, np.float32))]]),
     'narrow': _chain(1, (5, 9, 1), OPS),
     'odd': _chain(2, (19, 37, 100, 7, 24, 2), OPS[1:]),
+    'new ops': _chain(3, (13, 40, 21, 64, 5, 9, 3), NEW_OPS),
+    'norm first': ([Norm(1e-3), Dense(np.eye(6, 17, dtype=np.float32), np.zeros(17, np.float32)), Norm(1e-5),
+                    Elementwise('silu')], (6, 17)),
 }
 
 
+def _recurrent(seed, kind, lbr, obs, hidden, act):
+    "A random `Recurrent`: an encoder, one GRU / LSTM cell, a head; in [obs | h (| c)], out [action | h' (| c')]."
+    rng = np.random.default_rng(seed)
+    w = lambda a, b: (rng.normal(size=(a, b)) / np.sqrt(a)).astype(np.float32)
+    e, g = 12, 2 if kind == 'gru' else 4
+    b = lambda n: rng.normal(size=n).astype(np.float32) * 0.3
+    cell = (Cell(kind, hidden, Dense(w(e + hidden, g * hidden), b(g * hidden))) if kind == 'lstm' else
+            Cell(kind, hidden, Dense(w(e + hidden, g * hidden), b(g * hidden)), Dense(w(e, hidden), b(hidden)),
+                 Dense(w(hidden, hidden), b(hidden)), bool(lbr)))
+    out = [('action', 0, act), ('h', act, hidden)] + ([('c', act + hidden, hidden)] if kind == 'lstm' else [])
+    prog = Recurrent([Dense(w(obs, e), np.zeros(e, np.float32)), Elementwise('tanh')], cell,
+                     [Dense(w(hidden, 16), np.zeros(16, np.float32)), Elementwise('elu'), Dense(w(16, act),
+                      np.zeros(act, np.float32))], (0, obs), obs, obs + hidden if kind == 'lstm' else -1, out)
+    return prog, (obs + hidden * (2 if kind == 'lstm' else 1), act + hidden * (2 if kind == 'lstm' else 1))
+
+
+CHAINS.update({'gru (linear before reset)': _recurrent(4, 'gru', 1, 7, 9, 2),
+               'gru': _recurrent(5, 'gru', 0, 5, 20, 3), 'lstm': _recurrent(6, 'lstm', 0, 11, 8, 4),
+               'gru, 5 units': _recurrent(7, 'gru', 1, 3, 5, 1)})  # narrow layers: dot products
+
+
 def _numpy(steps, x):
-    "The chain in float64 NumPy, NaN-propagating clamps as ONNX Runtime's."
+    "The chain (or `Recurrent`) in float64 NumPy, NaN-propagating clamps as ONNX Runtime's."
+    if isinstance(steps, Recurrent): return _numpy_recurrent(steps, x)
     v = x.astype(np.float64)
     for s in steps:
         if isinstance(s, Dense): v = v @ s.W.astype(np.float64) + s.b
+        elif isinstance(s, Norm):
+            d = v - v.mean(1, keepdims=True)
+            v = d / np.sqrt((d * d).mean(1, keepdims=True) + s.eps)
         elif s.kind == 'sub': v = v - s.c
         elif s.kind == 'div': v = v / s.c
         elif s.kind == 'mul': v = v * s.c
@@ -88,7 +124,32 @@ def _numpy(steps, x):
         elif s.kind == 'tanh': v = np.tanh(v)
         elif s.kind == 'sigmoid': v = 1 / (1 + np.exp(-v))
         elif s.kind == 'elu': v = np.where(v > 0, v, s.alpha * (np.exp(v) - 1))
+        elif s.kind == 'leakyrelu': v = np.where(v >= 0, v, s.alpha * v)
+        elif s.kind == 'selu': v = np.where(v > 0, s.c * v, s.c * (s.alpha * np.exp(v) - s.alpha))
+        elif s.kind == 'silu': v = v / (1 + np.exp(-v))
+        elif s.kind == 'softplus': v = np.where(v > (np.inf if s.c is None else s.c), v, np.logaddexp(0, v))
     return v
+
+
+def _numpy_recurrent(p, x):
+    "One step of `Recurrent` `p` on packed rows `x`, in float64."
+    H, E = p.cell.hidden, p.x_dim
+    sig = lambda v: 1 / (1 + np.exp(-v))
+    h = x[:, p.h_in:p.h_in + H].astype(np.float64)
+    xh = np.concatenate([_numpy(p.encoder, x[:, p.obs[0]:p.obs[1]]), h], 1)
+    g = xh @ p.cell.dense.W.astype(np.float64) + p.cell.dense.b
+    part = lambda k: g[:, k * H:(k + 1) * H]
+    if p.cell.kind == 'lstm':
+        c = sig(part(2)) * x[:, p.c_in:p.c_in + H] + sig(part(0)) * np.tanh(part(3))
+        new = dict(h=sig(part(1)) * np.tanh(c), c=c)
+    else:
+        dense = lambda d, v: v @ d.W.astype(np.float64) + d.b
+        r = sig(part(1))
+        n = dense(p.cell.dense_x, xh[:, :E]) + (r * dense(p.cell.dense_h, h) if p.cell.linear_before_reset else
+                                                  dense(p.cell.dense_h, r * h))
+        new = dict(h=(1 - sig(part(0))) * np.tanh(n) + sig(part(0)) * h)
+    new['action'] = _numpy(p.head, new['h'])
+    return np.concatenate([new[k] for k, _, _ in p.out], 1)
 
 
 def _run(kernel, dims, x, flags, tmp):
@@ -104,6 +165,11 @@ def _run(kernel, dims, x, flags, tmp):
     return r.stderr.decode(), y[0], y[1]
 
 
+def _bits(y):
+    "`y`'s bytes, every NaN made one NaN: which NaN an operation returns (its sign, payload) is the compiler's."
+    return np.where(np.isnan(y), np.float32(np.nan), y).tobytes()
+
+
 def _inputs(obs):
     x = np.random.default_rng(7).normal(size=(25, obs)).astype(np.float32) * 2  # 4 six-row tiles and one row
     x[3, obs - 1] = np.nan
@@ -114,6 +180,7 @@ def _inputs(obs):
 @pytest.mark.parametrize('chain', list(CHAINS))
 def test_every_kernel_computes_the_chain(chain, heap, tmp_path, monkeypatch):
     steps, dims = CHAINS[chain]
+    if heap and isinstance(steps, Recurrent): pytest.skip('a recurrent kernel keeps its scratch on the stack')
     if heap: monkeypatch.setattr(c_kernel, 'STACK_SCRATCH_MAX', 0)
     kernel = c_kernel._kernels(steps, dims)
     assert ('aligned_alloc' in kernel) == heap
@@ -124,20 +191,22 @@ def test_every_kernel_computes_the_chain(chain, heap, tmp_path, monkeypatch):
         (tmp_path/name).mkdir()
         built, one, batch = _run(kernel, dims, x, BUILDS[name], tmp_path/name)
         assert built == name.split(',')[0], (built, name)
-        assert one.tobytes() == batch.tobytes(), name  # the batch kernel gives the one-row kernel's bits
-        assert np.isnan(one[3]).all() and np.isfinite(np.delete(one, 3, 0)).all(), name  # NaN in, NaN out
+        assert _bits(one) == _bits(batch), name  # the batch kernel gives the one-row kernel's bits
+        acts = slice(0, steps.out[0][2]) if isinstance(steps, Recurrent) else slice(None)  # a state keeps its columns
+        assert np.isnan(one[3, acts]).all() and np.isfinite(np.delete(one, 3, 0)).all(), name  # NaN in, NaN out
+        assert np.array_equal(np.isnan(one), np.isnan(ref)), name
         err = np.abs(np.delete(one, 3, 0) - np.delete(ref, 3, 0)).max()
         assert err < 1e-4, (name, err)
         bits[name] = one
     for family in SAME_BITS:
-        assert len({bits[n].tobytes() for n in family if n in bits}) <= 1, family
+        assert len({_bits(bits[n]) for n in family if n in bits}) <= 1, family
     fused = [bits[n] for n in ('avx512', 'avx2+fma', 'portable C, FMA') if n in bits]
     for y in fused[1:]: assert np.abs(np.delete(y - fused[0], 3, 0)).max() <= 2.5e-7  # an ulp or two of values <= 2
 
 
 def test_the_kernel_is_chosen_by_the_flags_and_portable_c_by_a_macro():
     kernel = c_kernel._kernels(*CHAINS['hopper'])
-    prelude = '\n'.join(c_kernel.MAYBE_UNUSED) + '\n'  # the unused-helper macro comes first, then the ISA chain
+    prelude = '\n'.join([*c_kernel.MAYBE_UNUSED, '#include <stdint.h>', *c_kernel.PPO_FMA]) + '\n'  # then the ISAs
     assert kernel.startswith(prelude)
     kernel = kernel[len(prelude):]
     guards = [l for l in kernel.splitlines() if l.startswith(('#if', '#elif', '#else', '#endif'))]

@@ -155,8 +155,12 @@ def test_run_folder_and_onnx_file_give_the_same_runner(run_dir):
     with pytest.raises(BadInputError, match='needs the run folder'): B.load('torch', run_dir/'policy.onnx')
 
 
-def test_onnx_without_our_metadata_is_one_line(tmp_path):
+def test_onnx_without_our_metadata_is_adopted(tmp_path):
+    "An actor ONNX without ppo_trt's metadata (any trainer's) is adopted: its widths inferred, its actions unchanged."
     import onnx
     p = tmp_path/'policy.onnx'; _toy_onnx(p)
     m = onnx.load(p); del m.metadata_props[:]; onnx.save(m, p)
-    with pytest.raises(Exception, match="lacks the ppo_trt metadata"): B.load('ort', p)
+    r = B.load('ort', p)
+    obs = np.linspace(-1, 1, 22, dtype=np.float32).reshape(2, 11)
+    assert (r.obs_dim, r.act_dim) == (11, 3) and np.allclose(r(obs), np.tanh(obs.sum(1, keepdims=True)).repeat(3, 1))
+    assert r.info.get('env_id') is None and sorted(os.listdir(tmp_path)) == ['policy.onnx']  # nothing beside it

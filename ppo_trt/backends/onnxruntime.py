@@ -57,7 +57,7 @@ class OrtRunner(Runner):
         self.sess, _ = ort_session(src.onnx(), [self.provider], threads)
         meta = src.meta
         super().__init__(meta['obs_dim'], meta['act_dim'], provider=self.sess.get_providers()[0],
-                         intra_op_threads=threads, inter_op_threads=1, env_id=meta['env_id'],
+                         intra_op_threads=threads, inter_op_threads=1, env_id=meta.get('env_id'),
                          versions={'onnxruntime': package_version('onnxruntime')})
     def run(self, obs):
         hot_path_dtype(obs)  # ORT reads the bytes as they are: a big-endian array would be misread, not refused
@@ -118,7 +118,8 @@ class OrtCudaRunner(Runner):
         src = _source(src)
         self.sess, _ = ort_session(src.onnx(), self._providers(src), threads)
         meta, self._slots = src.meta, {}
-        super().__init__(meta['obs_dim'], meta['act_dim'], provider=self.sess.get_providers()[0], env_id=meta['env_id'],
+        super().__init__(meta['obs_dim'], meta['act_dim'], provider=self.sess.get_providers()[0],
+                         env_id=meta.get('env_id'),
                          versions={'onnxruntime': package_version('onnxruntime-gpu') or package_version('onnxruntime')})
     def _slot(self, b):
         import onnxruntime as ort

@@ -10,7 +10,8 @@ from ..core.files import BadInputError, error_line
 from ..core.machine import doctor_rows as machine_rows, doctor_row
 from ..export.deployment import make_expert, ResidualComposer
 from .runner import (Runner, Backend, Family, BackendUnavailable, HistoryRunner, check_obs, _source,
-                                    wrapped_info)
+                                    wrapped_info, RecurrentRunner, PolicySource)
+from ..export.foreign import AdoptOptions
 from .torch import FAMILY as TORCH
 from .onnxruntime import FAMILY as ONNXRUNTIME
 from .numba import FAMILY as NUMBA
@@ -162,21 +163,35 @@ def _history_settings(cls, src):
     k = src.meta.get('history_actions')
     return (k, src.meta['action_low'], src.meta['action_high']) if k else None
 
+def _recurrent_state(cls, src):
+    "Numbers of recurrent state per row of a packed recurrent policy (`export.foreign`), or 0."
+    return 0 if cls.needs_run else int(src.meta.get('recurrent_state_dim') or 0)
+
+def _with_memory(cls, src, runner):
+    "`runner` of a policy with a memory wrapped in the runner that keeps it (history, recurrent state); else itself."
+    hist, state = _history_settings(cls, src), _recurrent_state(cls, src)
+    return HistoryRunner(runner, *hist) if hist else RecurrentRunner(runner, state) if state else runner
+
 def with_memory(runner, name, source):
-    "Backend `name`'s bare network `runner` as deployed: in a `HistoryRunner` when the policy acts on its last actions."
-    hist = _history_settings(registry().backends[check_name(name)].runner, _source(source))
-    return HistoryRunner(runner, *hist) if hist else runner
+    "Backend `name`'s bare network `runner` as deployed: with the history or recurrent state the policy keeps."
+    return _with_memory(registry().backends[check_name(name)].runner, _source(source), runner)
 
 # %% ../../nbs/49_registry.ipynb #180e5ad8
+def _policy_source(source, opts):
+    "`source` as a `PolicySource`, adopting a foreign actor with the `obs_name` / `action_name` taken out of `opts`."
+    names = {k: opts.pop(k) for k in ('obs_name', 'action_name') if k in opts}
+    if isinstance(source, PolicySource) or not any(names.values()): return _source(source)
+    return PolicySource(source, AdoptOptions(**names))
+
 def load(name, source, network_only=False, **opts):
-    "Load backend `name` for a run folder or policy.onnx file (`source`), or raise `BackendUnavailable` saying why."
+    "Load backend `name` for a run folder or ONNX file (`source`; `obs_name=`, `action_name=` for a foreign one)."
     b = registry().backends[check_name(name)]
     ok, why = _probe(b)
     if not ok: raise BackendUnavailable(f'backend {name} cannot run here: {why}')
-    src = _source(source)
+    src = _policy_source(source, opts)
     runner = b.runner(src, **opts)
-    hist = _history_settings(b.runner, src)
-    if hist: return runner if network_only else HistoryRunner(runner, *hist)
+    if _history_settings(b.runner, src) or _recurrent_state(b.runner, src):
+        return runner if network_only else _with_memory(b.runner, src, runner)
     res = _residual_settings(b.runner, src)
     if not res: return runner
     # policy.onnx holds the expert when it folds; a `residual_only` runner (sb3) predicts the residual alone

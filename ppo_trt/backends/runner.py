@@ -10,15 +10,17 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 import numpy as np
+from fastcore.basics import patch
 from ..core.run_folder import RunDir
 from ..core.files import PpoTrtError, BadInputError, BadArtifactError, MissingArtifactError, inside
 from ..core.machine import cpu_model
 from ..core.records import load_artifact
 from ..export.onnx import check_finite_policy, policy_metadata
+from ..export.foreign import AdoptOptions, adopted_path
 
 # %% auto #0
 __all__ = ['check_obs', 'hot_path_shape', 'hot_path_dtype', 'BackendUnavailable', 'Runner', 'wrapped_info', 'HistoryRunner',
-           'module_available', 'PolicySource', 'Backend', 'Family']
+           'RecurrentRunner', 'module_available', 'PolicySource', 'Backend', 'Family']
 
 # %% ../../nbs/40_runner.ipynb #918f7b6e
 _F32 = np.dtype(np.float32)
@@ -152,6 +154,55 @@ class HistoryRunner(Runner):
         return out
     def close(self): self.inner.close()
 
+# %% ../../nbs/40_runner.ipynb #67d0b4b3
+class RecurrentRunner(Runner):
+    "A runner of a packed recurrent graph ([obs, state] -> [action, state']) that keeps each row's state between calls."
+    concurrent_run = False  # the state is shared
+    def __init__(self, inner, state_dim):
+        self.inner, self.state_dim = inner, int(state_dim)
+        obs_dim, act_dim = inner.obs_dim - self.state_dim, inner.act_dim - self.state_dim
+        if self.state_dim < 1 or obs_dim < 1 or act_dim < 1:
+            raise BadArtifactError(f'a recurrent state of {state_dim} numbers does not fit a graph of '
+                                   f'{inner.obs_dim} inputs and {inner.act_dim} outputs: the metadata and the graph '
+                                   'disagree; adopt the policy again')
+        self.name, self.device, self.precision = inner.name, inner.device, inner.precision
+        super().__init__(obs_dim, act_dim, **wrapped_info(inner), recurrent_state_dim=self.state_dim)
+        self.wide, self.kept_rows = None, 0  # wide: [obs | state] per row, reused; rows whose state was kept
+    @property
+    def state(self):
+        "Each row's state [B, state_dim] (None before the first call)."
+        return None if self.wide is None else self.wide[:, self.obs_dim:]
+    def reset(self, rows=None):
+        "Zero the state of `rows` (indices or a mask), or forget every row's (a batch of another size may follow)."
+        if rows is None:
+            self.wide = None
+            if hasattr(self.inner, 'reset'): self.inner.reset()
+        elif self.wide is not None: self.wide[rows, self.obs_dim:] = 0.0
+
+# %% ../../nbs/40_runner.ipynb #3a776fb0
+@patch
+def _rows(self: RecurrentRunner, rows):
+    "Start the state for `rows` rows, or check that the batch is the one it holds."
+    if self.wide is None: self.wide = np.zeros((rows, self.inner.obs_dim), np.float32)
+    elif rows != len(self.wide):
+        raise BadInputError(f'this policy keeps a recurrent state for {len(self.wide)} rows but got {rows}; call '
+                            'reset() before starting episodes with another batch size')
+
+@patch
+def run(self: RecurrentRunner, obs):
+    hot_path_shape(obs, self.obs_dim)  # a narrower array would broadcast into the packed input
+    self._rows(len(obs))
+    self.wide[:, :self.obs_dim] = obs
+    out = self.inner.run(self.wide)
+    new = out[:, self.act_dim:]
+    ok = np.isfinite(new).all(axis=1)
+    if ok.all(): self.wide[:, self.obs_dim:] = new
+    else: self.wide[ok, self.obs_dim:] = new[ok]; self.kept_rows += int((~ok).sum())
+    return out[:, :self.act_dim].copy()
+
+@patch
+def close(self: RecurrentRunner): self.inner.close()
+
 # %% ../../nbs/40_runner.ipynb #c44142ca
 def module_available(mod, fix):
     "(True, '') when module `mod` imports, else (False, the error and `fix`)."
@@ -161,21 +212,24 @@ def module_available(mod, fix):
 
 # %% ../../nbs/40_runner.ipynb #3203083e
 class PolicySource:
-    "What a backend loads: a run folder, or a policy.onnx file on its own."
-    def __init__(self, path):
+    "What a backend loads: a run folder, or an ONNX file on its own (ppo_trt's, or any actor ONNX, adopted)."
+    def __init__(self, path, adopt: AdoptOptions | None = None):
         p = Path(path)
         if p.is_dir(): self.run, self.onnx_path = RunDir(p), p/'policy.onnx'
         elif p.suffix == '.onnx': self.run, self.onnx_path = None, inside(p)  # a link out of its folder: refused
         elif p.exists():
             raise BadInputError(f'{p} is neither a run folder nor a .onnx file: pass a run folder or a policy.onnx')
         else: raise MissingArtifactError(f'{p} does not exist: pass a run folder or a policy.onnx file')
-        self.folder, self._checked = self.onnx_path.parent, False
+        self.folder, self._checked, self.options = self.onnx_path.parent, False, adopt or AdoptOptions()
+        self._loaded, self.adopted = None, None  # the file a backend loads; the `Adopted` of a foreign one
     def __repr__(self): return f'PolicySource({str(self.run.root if self.run else self.onnx_path)!r})'
     def onnx(self):
-        "The policy.onnx path, checked once by `check_finite_policy`, or an error naming the stage that makes it."
+        "The ONNX path a backend loads (a foreign file's adoption), checked once, or an error naming how to get one."
         if self.run is not None: path = self.run.require('onnx')
         elif not self.onnx_path.exists(): raise MissingArtifactError(f'{self.onnx_path} does not exist')
-        else: path = self.onnx_path
+        else:
+            if self._loaded is None: self._loaded, self.adopted = adopted_path(self.onnx_path, self.options)
+            path = self._loaded
         if not self._checked: check_finite_policy(path); self._checked = True
         return path
     @cached_property

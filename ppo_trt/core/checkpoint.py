@@ -14,8 +14,9 @@ from .run_folder import RunDir
 from .records import ObsNormRecord, read_record, record
 
 # %% auto #0
-__all__ = ['SB3_ZIP_MAX', 'SB3_MEMBERS', 'SB3_KEYS', 'ACTIVATIONS', 'OPTIMIZERS', 'POLICY_KWARGS', 'ObsNorm', 'Sb3Zip',
-           'read_sb3_zip', 'load_sb3_model', 'load_policy', 'VecNormStats', 'read_vecnormalize']
+__all__ = ['SB3_ZIP_MAX', 'SB3_MEMBERS', 'SB3_KEYS', 'ACTIVATIONS', 'OPTIMIZERS', 'POLICY_KWARGS', 'ON_POLICY', 'ObsNorm',
+           'Sb3Zip', 'read_sb3_zip', 'sb3_algorithm', 'load_sb3_model', 'load_policy', 'VecNormStats',
+           'read_vecnormalize']
 
 # %% ../../nbs/04_checkpoint.ipynb #88e9a191
 @dataclass
@@ -153,7 +154,10 @@ def _policy_class(item):
     if item.get('__module__') == 'stable_baselines3.common.policies' and init.startswith(
             '<function ActorCriticPolicy.__init__ '):
         return ActorCriticPolicy
-    raise _Refused(f'its policy class is not ActorCriticPolicy ({shown(init, 60)})')
+    name = re.match(r'<function (\w+)\.__init__', init)
+    raise _Refused(f"its policy is {shown(name.group(1) if name else init, 60)}, not PPO's or A2C's ActorCriticPolicy "
+                   '(ppo_trt imports those; an off-policy actor, SAC or TD3, comes in as ONNX: export it with '
+                   'torch.onnx, then `ppo-trt import POLICY.onnx`)')
 
 # %% ../../nbs/04_checkpoint.ipynb #caeff518
 def _rebuilt(data):
@@ -226,19 +230,26 @@ def read_sb3_zip(path, fix='it was not written by stable-baselines3, or it was a
     return Sb3Zip(path, settings, objects, {k: v for k, v in members.items() if k.endswith('.pth')}, version)
 
 # %% ../../nbs/04_checkpoint.ipynb #1558dce8
+ON_POLICY = ('PPO', 'A2C')  # the SB3 algorithms whose ActorCriticPolicy ppo_trt deploys
+
+def sb3_algorithm(z):
+    "'PPO' or 'A2C': which on-policy algorithm wrote the `Sb3Zip` `z` (only PPO saves clip_range and n_epochs)."
+    return 'PPO' if {'clip_range', 'n_epochs', 'batch_size'} & (set(z.settings) | set(z.objects)) else 'A2C'
+
 def load_sb3_model(path, env=None, fix='it was not written by stable-baselines3, or it was altered'):
-    "The SB3 PPO model in `path` on the CPU (with `env` to train on), its `data` given to SB3 without one pickle."
-    from stable_baselines3 import PPO
+    "The SB3 PPO (or A2C) model in `path` on the CPU (with `env` to train on), its `data` given to SB3 unpickled."
+    import stable_baselines3
     z = read_sb3_zip(path, fix)
+    algo = sb3_algorithm(z)
     data = {**z.settings, **{k: None for k in z.objects}, 'tensorboard_log': None}  # placeholders SB3 replaces
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, 'w') as out:
         out.writestr('data', json.dumps(data))
         for name, blob in z.members.items(): out.writestr(name, blob)
     buf.seek(0)
-    try: return PPO.load(buf, env=env, device='cpu', custom_objects=z.objects)
+    try: return getattr(stable_baselines3, algo).load(buf, env=env, device='cpu', custom_objects=z.objects)
     except Exception as e:
-        raise BadArtifactError(f'{path} is not a PPO model ppo_trt can load ({error_line(e, 120)}); {fix}') from None
+        raise BadArtifactError(f'{path} is not a {algo} model ppo_trt can load ({error_line(e, 120)}); {fix}') from None
 
 # %% ../../nbs/04_checkpoint.ipynb #24769a08
 def load_policy(run_dir):

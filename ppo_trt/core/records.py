@@ -112,6 +112,7 @@ class TrainRecord(_Record):
     discrete_actions: int | None = None  # a discrete-action policy (not deployable): its number of actions
     profile: dict[str, float] | None = None  # fast PPO: seconds per phase of the whole call (host clock)
     call_wall_s: float | None = None     # fast PPO: seconds of the whole call (setup, loop, held-out evaluation, save)
+    imported_from: dict | None = None    # `ppo-trt import`: the model file, its hash, what was read and ignored
 
 # %% ../../nbs/03_records.ipynb #00639896
 class BestRecord(_Record):
@@ -282,6 +283,8 @@ class BenchSettingsRecord(_Part):
     pin_cpu: int | None = None
     soak_calls: int = 0
     soak_window: int | None = None
+    obs_file: str | None = None          # --obs: the recorded observations benched on
+    obs_range: list[float] | None = None  # --obs-range: the box they were drawn from
 
 class TimerOverhead(_Part):
     "The cost of reading the clock, which the latencies include."
@@ -289,9 +292,9 @@ class TimerOverhead(_Part):
     mean_ns: float | None = None
     min_ns: float | None = None
 
-class BenchFile(_Record):
+class BenchFile(_Record, kw_only=True):
     "bench.json: every backend's records, merged across bench runs, and the sessions that made them."
-    env_id: EnvId
+    env_id: EnvId | None = None  # None: a foreign actor benched without an env (no closed loop)
     records: list[BenchRecord]
     settings: BenchSettingsRecord
     timer_overhead: TimerOverhead
@@ -304,7 +307,8 @@ class BenchFile(_Record):
     pinned_cpu: int | None = None
     gc_disabled_in_timed_loops: bool | None = None
     wall_s: float | None = None
-    obs_source: str = 'export_obs.npy'  # what parity and timing ran on: or 'env rollout (seed S, N obs)'
+    obs_source: str = 'export_obs.npy'  # what parity and timing ran on: or 'env rollout (seed S, N obs)', a box, a file
+    notes: list[str] = []  # what the bench left out and why (a closed loop without an env)
 
 # %% ../../nbs/03_records.ipynb #abc6102b
 class Event(_Part):
@@ -318,7 +322,7 @@ class PhaseRecord(_Part):
     "One scenario phase in evaluate.json: every policy's returns on the same seeds, each backend's violations."
     phase: str
     params: dict  # the phase's disturbance settings, as envs.PHASES names them
-    returns: dict[str, list[float]]  # {policy: [episode returns]}: 'pid', 'ppo:<backend>', 'residual'
+    returns: dict[str, list[float]]  # {policy: [episode returns]}: the fallback, 'ppo:<backend>', 'residual'
     violations: dict[str, int]       # {backend: count}
     events: dict[str, list[Event]]   # {backend: [first events]}
     sessions: dict[str, str] = {}    # {policy: session id}: when, where and from which policy.onnx
@@ -361,6 +365,8 @@ class EvaluateFile(_Record):
     delay_curve: DelayCurve = msgspec.field(default_factory=DelayCurve)
     created: str = ''
     sessions: dict[str, Session] = {}
+    fallback: str = 'pid'  # the safe loop's fallback, and the baseline beside PPO: pid, zero or hold
+    skipped_phases: dict[str, str] = {}  # {phase: why the env cannot take it}
 
 # %% ../../nbs/03_records.ipynb #bb14fc4f
 class Curve(_Part):

@@ -11,8 +11,8 @@ from .specs import env_spec, env_ids
 from .gym import make_env
 
 # %% auto #0
-__all__ = ['PIDController', 'Channel', 'PIDBaseline', 'hopper_channels', 'pid_baseline', 'run_episode', 'rollout_returns',
-           'tune_hopper']
+__all__ = ['FALLBACKS', 'PIDController', 'Channel', 'PIDBaseline', 'hopper_channels', 'pid_baseline', 'ZeroPolicy', 'HoldPolicy',
+           'fallback_policy', 'fallback_kind', 'run_episode', 'rollout_returns', 'tune_hopper']
 
 # %% ../../nbs/12_controllers.ipynb #a9a7188d
 class PIDController:
@@ -107,13 +107,46 @@ def pid_baseline(env_id, channels=None):
         preset = env_spec(env_id).pid
         if preset is None:
             raise BadInputError(f'no PID preset for {env_id}; presets exist for {", ".join(env_ids("pid"))} '
-                                '(or pass channels)')
+                                '(or pass channels); evaluate it with --fallback zero or --fallback hold')
         channels = [Channel(**c) for c in preset]
     env = make_env(env_id)
     b = PIDBaseline(channels, env.observation_space.shape[0], env.action_space.low, env.action_space.high,
                     env.unwrapped.dt, name=f'pid:{env_id}')
     env.close()
     return b
+
+# %% ../../nbs/12_controllers.ipynb #65d30123
+class ZeroPolicy:
+    "The fallback that switches the actuators off: the zero action (clipped into the bounds), SB3-style `predict`."
+    kind = 'zero'
+    def __init__(self, low, high): self.action = np.clip(0.0, low, high).astype(np.float32)
+    def reset(self): pass
+    def predict(self, obs, state=None, episode_start=None, deterministic=True): return self.action.copy(), None
+
+class HoldPolicy(ZeroPolicy):
+    "The fallback that holds the last action applied (`commit`), the zero action before the first."
+    kind = 'hold'
+    def __init__(self, low, high): super().__init__(low, high); self.low, self.high = low, high; self.reset()
+    def reset(self): self.last = self.action.copy()
+    def commit(self, action): self.last = np.clip(np.asarray(action, np.float32).ravel(), self.low, self.high)
+    def predict(self, obs, state=None, episode_start=None, deterministic=True): return self.last.copy(), None
+
+# %% ../../nbs/12_controllers.ipynb #61ba2f66
+FALLBACKS = ('auto', 'pid', 'zero', 'hold')
+
+def fallback_policy(kind, env_id):
+    "The safe loop's fallback for `env_id` by name (`FALLBACKS`); 'auto': its PID preset where it has one, else zero."
+    if kind not in FALLBACKS: raise BadInputError(f'unknown fallback {kind!r}; fallbacks: {", ".join(FALLBACKS)}')
+    if kind == 'auto': kind = 'pid' if env_spec(env_id).pid else 'zero'
+    if kind == 'pid': return pid_baseline(env_id)
+    env = make_env(env_id)
+    low, high = env.action_space.low, env.action_space.high
+    env.close()
+    return (ZeroPolicy if kind == 'zero' else HoldPolicy)(low, high)
+
+def fallback_kind(policy):
+    "The name of a fallback (`zero`, `hold`, `pid`), as evaluate.json keys its returns."
+    return getattr(policy, 'kind', 'pid')
 
 # %% ../../nbs/12_controllers.ipynb #b6f641ad
 def run_episode(env, policy, seed, max_steps=None):

@@ -14,9 +14,9 @@ from .specs import RANDOMIZABLE, env_spec
 __all__ = ['PHASES', 'RRLS_HOPPER_SETS', 'RRLS_HOPPER_DEFAULTS', 'RRLS_HOPPER_FIELDS', 'RRLS_ENV_ID', 'EVENTS', 'PUSH_STEPS',
            'PUSH_DURATION', 'MAX_HISTORY', 'SELECTION_SEED_OFFSET', 'HELD_OUT_SEED_OFFSET', 'quiet_gym_warnings',
            'make_env', 'env_spaces', 'SensorNoise', 'ActuationDelay', 'Push', 'ModelScale', 'ActuatorFailure', 'Trip',
-           'env_phases', 'check_phases', 'make_phase_env', 'rrls_grid', 'RRLSParams', 'rrls_base', 'parse_randomize',
-           'format_randomize', 'Randomized', 'check_randomize', 'scale_ranges', 'ActionHistory', 'check_history',
-           'training_seeds', 'rollout_observations']
+           'env_phases', 'skipped_phases', 'check_phases', 'make_phase_env', 'rrls_grid', 'RRLSParams', 'rrls_base',
+           'parse_randomize', 'format_randomize', 'Randomized', 'check_randomize', 'scale_ranges', 'ActionHistory',
+           'check_history', 'training_seeds', 'rollout_observations']
 
 # %% ../../nbs/11_envs.ipynb #e627ffd2
 def quiet_gym_warnings():
@@ -159,6 +159,13 @@ def env_phases(env_id, phases=None):
     "The phases of `phases` (default: all of `PHASES`) that `env_id`'s spec can take, in their order."
     s = env_spec(env_id)
     return [p for p in (phases or PHASES) if s.why_not(p) is None]
+
+def skipped_phases(env_id):
+    "{phase: why `env_id` cannot take it, and what would let it}: what an evaluation of every phase leaves out."
+    s = env_spec(env_id)
+    how = {'no body to push': 'a spec naming its push_body (a plugin in the ppo_trt.envs entry-point group)',
+           'no MuJoCo model to scale': 'a MuJoCo env'}
+    return {p: f'{why}: needs {how.get(why, "a spec that allows it")}' for p in PHASES if (why := s.why_not(p))}
 
 # %% ../../nbs/11_envs.ipynb #e49b016b
 def check_phases(phases, env_id=None):

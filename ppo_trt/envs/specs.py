@@ -4,15 +4,15 @@
 
 # %% ../../nbs/10_env_specs.ipynb #1fc175e3
 from __future__ import annotations
-import difflib
+import difflib, functools, importlib.metadata as md, warnings
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 import gymnasium as gym
-from ..core.files import BadInputError
+from ..core.files import BadInputError, error_line
 
 # %% auto #0
-__all__ = ['RANDOMIZABLE', 'MUJOCO_FAST', 'HOPPER_PID', 'INVERTED_PENDULUM_PID', 'SPECS', 'Knob', 'FastPreset', 'EnvSpec',
-           'env_spec', 'env_ids']
+__all__ = ['RANDOMIZABLE', 'MUJOCO_FAST', 'HOPPER_PID', 'INVERTED_PENDULUM_PID', 'SPECS', 'ENV_GROUP', 'Knob', 'FastPreset',
+           'EnvSpec', 'discover_specs', 'plugin_specs', 'generic_spec', 'env_spec', 'env_ids']
 
 # %% ../../nbs/10_env_specs.ipynb #262ce267
 class Knob(NamedTuple):
@@ -58,6 +58,7 @@ class EnvSpec:
     envpool_id: str | None = None   # EnvPool's task id (None: fast PPO steps gymnasium's envs)
     batched: str | None = None      # the torch class in throughput.batched_envs (None: there is none)
     obs_is_state: bool = False      # observation = qpos[1:] + qvel: a gymnasium env can start where EnvPool did
+    origin: str = 'built-in'        # 'built-in', a plugin's distribution, or 'generic' (made from the env's spaces)
 
     @property
     def mujoco(self):
@@ -69,6 +70,15 @@ class EnvSpec:
         if disturbance in ('mass', 'friction') and not self.mujoco: return 'no MuJoCo model to scale'
         if disturbance == 'push' and self.push_body is None: return 'no body to push'
         return None
+
+    @property
+    def note(self):
+        "One line on what is generic about a spec made from the env's spaces ('' for a built-in or plugin spec)."
+        if self.origin != 'generic': return ''
+        push = f'pushes hit its body {self.push_body!r}' if self.push_body else 'no body to push'
+        return (f'{self.env_id} has no built-in spec: a generic one from its spaces (no PID preset, {push}, '
+                f"{'MuJoCo masses and frictions to scale' if self.mujoco else 'no MuJoCo model to scale'}, the shared "
+                'fast-PPO preset); a plugin in the ppo_trt.envs entry-point group can give it a spec')
 
     @property
     def randomizable(self):
@@ -114,15 +124,81 @@ SPECS = {s.env_id: s for s in (
 )}
 
 # %% ../../nbs/10_env_specs.ipynb #014082ce
+ENV_GROUP = 'ppo_trt.envs'  # entry-point group of env-spec plugins
+
+def _specs_of(obj):
+    "The `EnvSpec`s an entry point gives: a spec, an iterable of them, or a function returning either."
+    if callable(obj) and not isinstance(obj, EnvSpec): obj = obj()
+    specs = [obj] if isinstance(obj, EnvSpec) else list(obj)
+    bad = [s for s in specs if not isinstance(s, EnvSpec)]
+    if bad: raise TypeError(f'{type(bad[0]).__name__} is not a ppo_trt.envs.specs.EnvSpec')
+    return specs
+
+def discover_specs(eps=None):
+    "({env id: spec} the plugins of the `ppo_trt.envs` group declare (or `eps`), {entry point: why it was skipped})."
+    found, skipped = {}, {}
+    for ep in (md.entry_points(group=ENV_GROUP) if eps is None else eps):
+        try: specs = _specs_of(ep.load())
+        except Exception as e: skipped[f'{ep.name} = {ep.value}'] = f'failed: {error_line(e)}'; continue
+        dist = getattr(ep, 'dist', None)
+        for s in specs:
+            if s.env_id in SPECS or s.env_id in found:
+                skipped[f'{ep.name}: {s.env_id}'] = 'a spec for it exists already'
+            else: found[s.env_id] = replace(s, origin=f'{dist.name} {dist.version}' if dist else ep.value)
+    return found, skipped
+
+# %% ../../nbs/10_env_specs.ipynb #afe7f3ba
+_plugins = None
+
+def plugin_specs(refresh=False, eps=None):
+    "{env id: spec} of the plugins (discovered once; `refresh` to look again, `eps` instead of the installed ones)."
+    global _plugins
+    if _plugins is None or refresh: _plugins = discover_specs(eps)
+    return _plugins[0]
+
+# %% ../../nbs/10_env_specs.ipynb #099adae0
+@functools.lru_cache(maxsize=64)
+def generic_spec(env_id):
+    "A spec from the spaces of `env_id`, an env registered with gymnasium without a spec; one line if it cannot be one."
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        try: env = gym.make(env_id)
+        except Exception as e:
+            raise BadInputError(f'unknown environment id {env_id!r} to ppo_trt: gymnasium has it but cannot make it '
+                                f'here ({error_line(e, 160)})') from None
+    try:
+        spaces = (env.observation_space, env.action_space)
+        bodies = _body_names(env)
+    finally: env.close()
+    if not all(isinstance(s, gym.spaces.Box) and len(s.shape) == 1 for s in spaces):
+        raise BadInputError(f'unknown environment id {env_id!r} to ppo_trt: gymnasium has it, with a '
+                            f'{type(spaces[0]).__name__} observation and a {type(spaces[1]).__name__} action space; '
+                            'ppo_trt deploys flat Box observations and actions; ppo_trt has specs for '
+                            f'{", ".join(SPECS)}')
+    return EnvSpec(env_id, push_body='torso' if 'torso' in bodies else None, origin='generic')
+
+def _body_names(env):
+    "The names of the MuJoCo bodies of `env`'s model ([] for an env without one)."
+    model = getattr(env.unwrapped, 'model', None)
+    if model is None or not hasattr(model, 'nbody'): return []
+    try: return [model.body(i).name for i in range(model.nbody)]
+    except Exception: return []
+
+# %% ../../nbs/10_env_specs.ipynb #0f1eb5ed
 def env_spec(env_id):
-    "The spec of `env_id`, or one line naming the closest id and every known one."
+    "The spec of `env_id`: built-in, a plugin's, or generic from its spaces; else one line naming the closest ids."
     if env_id in SPECS: return SPECS[env_id]
-    close = difflib.get_close_matches(str(env_id), list(SPECS), n=1, cutoff=0.75)
+    plugins = plugin_specs()  # loading a plugin may register its envs with gymnasium
+    if env_id in plugins: return plugins[env_id]
+    if isinstance(env_id, str) and env_id in gym.registry: return generic_spec(env_id)
+    known = [*SPECS, *plugins]
+    close = difflib.get_close_matches(str(env_id), known, n=1, cutoff=0.75)
     hint = f' (did you mean {close[0]}?)' if close else ''
-    raise BadInputError(f'unknown environment id {env_id!r}{hint}; ppo_trt has specs for {", ".join(SPECS)} '
-                        '(add an EnvSpec to ppo_trt.envs.specs.SPECS for another)')
+    raise BadInputError(f'unknown environment id {env_id!r}{hint}; ppo_trt has specs for {", ".join(known)}, and makes '
+                        'a generic one for any env registered with gymnasium (gymnasium.register(...) in your code, '
+                        f'or a plugin in the {ENV_GROUP} entry-point group)')
 
 # %% ../../nbs/10_env_specs.ipynb #55a92946
 def env_ids(having=None):
-    "The ids of the specs whose field `having` is set ('pid', 'batched', 'envpool_id', ...), or of every spec."
-    return [i for i, s in SPECS.items() if having is None or getattr(s, having)]
+    "The ids of the specs (built-in, then plugins') whose field `having` is set ('pid', 'batched', ...), or all."
+    return [i for i, s in {**SPECS, **plugin_specs()}.items() if having is None or getattr(s, having)]

@@ -11,13 +11,14 @@ from pathlib import Path
 import numpy as np
 from ..core.files import atomic_path, atomic_write_text, error_line, save_json, user_cache
 from ..core.machine import cpu_model
-from ppo_trt.export.numba_kernel import NativeUnsupportedError, Elementwise, parse_chain, _stages, TANH_CLAMP, \
-    TANH_P, TANH_Q
+from .numba_kernel import NativeUnsupportedError, Elementwise, parse_chain, _stages, TANH_CLAMP, \
+    TANH_P, TANH_Q, Dense, Norm, Recurrent
 
 # %% auto #0
-__all__ = ['CFLAGS', 'PAD', 'DOT', 'ROWS', 'MAYBE_UNUSED', 'AVX512', 'AVX2', 'SSE2', 'ISAS', 'HSUM8', 'X86_PRELUDE',
-           'NEON_PRELUDE', 'NEON', 'STACK_SCRATCH_MAX', 'NATIVE_C_CACHE_MAX', 'c_toolchain', 'Isa', 'generate_c',
-           'CPolicy', 'evict_cache', 'compile_c_policy']
+__all__ = ['CFLAGS', 'PAD', 'DOT', 'ROWS', 'MAYBE_UNUSED', 'EXP_LO', 'EXP_HI', 'EXP_LOG2E', 'EXP_ROUND', 'EXP_LN2', 'EXP_P',
+           'EXP_BIAS', 'PPO_FMA', 'AVX512', 'AVX2', 'SSE2', 'ISAS', 'HSUM8', 'X86_PRELUDE', 'NEON_PRELUDE', 'NEON',
+           'STACK_SCRATCH_MAX', 'SIGMOID', 'NATIVE_C_CACHE_MAX', 'c_toolchain', 'Isa', 'kernel_arithmetic',
+           'kernel_stack_bytes', 'generate_c', 'CPolicy', 'evict_cache', 'compile_c_policy']
 
 # %% ../../nbs/34_c_kernel.ipynb #cac7d082
 CFLAGS = ('-O3', '-march=native', '-fno-math-errno', '-fno-trapping-math', '-ffp-contract=fast', '-fPIC', '-shared',
@@ -42,7 +43,9 @@ def _cf(x):
 
 # %% ../../nbs/34_c_kernel.ipynb #de223566
 def _carr(name, a):
-    vals = ', '.join(_cf(v) for v in np.asarray(a, np.float32).reshape(-1))
+    "A C array of the float32 values of `a`, each the shortest decimal that reads back as it (NaN, inf spelled out)."
+    flat = np.asarray(a, np.float32).reshape(-1)
+    vals = ', '.join(v + 'f' for v in flat.astype(str)) if np.isfinite(flat).all() else ', '.join(map(_cf, flat))
     return f'static const float {name}[{max(1, np.asarray(a).size)}] __attribute__((aligned(64))) = {{{vals}}};'
 
 # %% ../../nbs/34_c_kernel.ipynb #3c70648a
@@ -61,8 +64,14 @@ def _c_ew(e, idx, const):
         return f'v = v < {a} ? {a} : v; v = v > {hi} ? {hi} : v;'
     if k == 'tanh': return 'v = fast_tanh(v);'
     if k == 'relu': return 'v = v < 0.0f ? 0.0f : v;'
-    if k == 'sigmoid': return 'v = 1.0f / (1.0f + expf(-v));'
-    if k == 'elu': return f'v = v > 0.0f ? v : {_cf(e.alpha)} * (expf(v) - 1.0f);'
+    if k == 'sigmoid': return 'v = 1.0f / (1.0f + fast_expf(-v));'
+    if k == 'elu': return f'v = v > 0.0f ? v : {_cf(e.alpha)} * (fast_expf(v) - 1.0f);'
+    if k == 'leakyrelu': return f'v = v >= 0.0f ? v : {_cf(e.alpha)} * v;'
+    if k == 'selu': return f'v = v > 0.0f ? {a} * v : {a} * ({_cf(e.alpha)} * fast_expf(v) - {_cf(e.alpha)});'
+    if k == 'silu': return 'v = v * (1.0f / (1.0f + fast_expf(-v)));'
+    if k == 'softplus':  # ORT's stable form; torch's threshold (`c`): v itself above it
+        sp = 'v > 0.0f ? v + log1pf(expf(-v)) : log1pf(expf(v))'
+        return f'v = {sp};' if a is None else f'v = v > {a} ? v : ({sp});'
     raise NativeUnsupportedError(f'elementwise op {k!r}')
 
 # %% ../../nbs/34_c_kernel.ipynb #08ce5e57
@@ -146,11 +155,40 @@ def _estrin(coefs, fma, lit):
 def _tanh_source():
     "C of `fast_tanh`: the clamped rational tanh, its polynomials by Estrin's scheme."
     c = f'{TANH_CLAMP!r}f'
-    fma, lit = (lambda a, b, d: f'({a} * {b} + {d})'), (lambda v: f'{v!r}f')
+    fma, lit = (lambda a, b, d: f'PPO_FMA({a}, {b}, {d})'), (lambda v: f'{v!r}f')
     return ['PPO_MAYBE_UNUSED static inline float fast_tanh(float x) {  /* a NaN fails both tests and stays NaN */',
             f'    x = x < -{c} ? -{c} : x; x = x > {c} ? {c} : x;',
             '    const float y = x * x, y2 = y * y, y4 = y2 * y2;',
             f'    return x * {_estrin(TANH_P, fma, lit)}', f'        / {_estrin(TANH_Q, fma, lit)};', '}']
+
+# %% ../../nbs/34_c_kernel.ipynb #7c1d0a06
+EXP_LO, EXP_HI = -87.33654022216797, 88.0  # e^x clamped so that 2^n stays a normal float (n in -126..127)
+EXP_LOG2E, EXP_ROUND = 1.4426950408889634, 12582912.0  # 1.5 * 2^23: adding it rounds to an integer, in its low bits
+EXP_LN2 = (0.693359375, -2.12194440e-4)  # ln 2 in two parts (the first exact in 9 bits): r = x - n ln 2, no loss
+EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+EXP_BIAS = (127 - 0x4B400000) & 0xFFFFFFFF  # from the bits of t = x log2(e) + EXP_ROUND to the exponent bits of 2^n
+
+def _horner(coefs, x, fma, lit):
+    "C of polynomial `coefs` (highest degree first) in `x` by Horner's rule, each step a * b + c as `fma`."
+    out = lit(coefs[0])
+    for c in coefs[1:]: out = fma(out, x, lit(c))
+    return out
+
+PPO_FMA = ['#if defined(__FMA__) || defined(__ARM_FEATURE_FMA) || defined(__aarch64__)  /* a * b + c, one rounding */',
+           '#define PPO_FMA(a, b, c) fmaf(a, b, c)', '#else  /* no fused multiply-add: nothing to contract either */',
+           '#define PPO_FMA(a, b, c) ((a) * (b) + (c))', '#endif']
+# the scalar code below names every multiply-add: left to -ffp-contract, GCC fuses it in one context and not another
+
+def _exp_source():
+    "C of `fast_expf`: Cephes' expf (x = n ln 2 + r, a polynomial in r, times 2^n from the bits); NaN stays NaN."
+    fma, lit = (lambda a, b, d: f'PPO_FMA({a}, {b}, {d})'), (lambda v: f'{v!r}f')
+    return ['PPO_MAYBE_UNUSED static inline float fast_expf(float x) {  /* the same operations as every vexp */',
+            f'    x = x < {lit(EXP_LO)} ? {lit(EXP_LO)} : x; x = x > {lit(EXP_HI)} ? {lit(EXP_HI)} : x;',
+            f'    const float t = {fma("x", lit(EXP_LOG2E), lit(EXP_ROUND))}, n = t - {lit(EXP_ROUND)};',
+            f'    const float r = {fma("n", lit(-EXP_LN2[1]), fma("n", lit(-EXP_LN2[0]), "x"))}, z = r * r;',
+            f'    const float y = {fma(_horner(EXP_P, "r", fma, lit), "z", "r")} + 1.0f;',
+            '    uint32_t b; float s;', f'    memcpy(&b, &t, 4); b = (b + {EXP_BIAS:#x}u) << 23; memcpy(&s, &b, 4);',
+            '    return y * s;', '}']
 
 # %% ../../nbs/34_c_kernel.ipynb #f0b02a9f
 @dataclass(frozen=True)
@@ -185,6 +223,35 @@ def _vtanh(isa):
             f'    return {P}_div_ps({P}_mul_ps(x, {_estrin(TANH_P, isa.fma, lit)}),',
             f'        {_estrin(TANH_Q, isa.fma, lit)});', '}']
 
+# %% ../../nbs/34_c_kernel.ipynb #7c1d0a07
+def _vbits(isa, t):
+    "C of 2^n from register `t` (see `fast_expf`): integer operations on its bits."
+    if isa.name == 'neon':
+        return (f'vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vreinterpretq_s32_f32({t}), '
+                f'vdupq_n_s32((int32_t){EXP_BIAS:#x}u)), 23))')
+    P, bits = isa.p, isa.lanes * 32
+    return (f'{P}_castsi{bits}_ps({P}_slli_epi32({P}_add_epi32({P}_castps_si{bits}({t}), '
+            f'{P}_set1_epi32((int)(int32_t){EXP_BIAS:#x}u)), 23))')
+
+def _vexp(isa):
+    "C of `vexp`, `fast_expf` on a register (the same operations in the same order), and `vpos`: h > 0 ? a : b."
+    P, vt = isa.p, isa.vt
+    lit = lambda v: f'{P}_set1_ps({v!r}f)'
+    pos = {'avx512': '_mm512_mask_blend_ps(_mm512_cmp_ps_mask(h, _mm512_setzero_ps(), _CMP_GT_OQ), b, a)',
+           'avx2+fma': '_mm256_blendv_ps(b, a, _mm256_cmp_ps(h, _mm256_setzero_ps(), _CMP_GT_OQ))',
+           'sse2': '_mm_or_ps(_mm_and_ps(_mm_cmpgt_ps(h, _mm_setzero_ps()), a), '
+                   '_mm_andnot_ps(_mm_cmpgt_ps(h, _mm_setzero_ps()), b))',
+           'neon': 'vbslq_f32(vcgtq_f32(h, vdupq_n_f32(0.0f)), a, b)'}[isa.name]
+    return [f'PPO_MAYBE_UNUSED static inline {vt} vexp({vt} x) {{  /* fast_expf on {isa.lanes} lanes */',
+            f'    x = {P}_max_ps({lit(EXP_LO)}, x); x = {P}_min_ps({lit(EXP_HI)}, x);',
+            f'    const {vt} t = {isa.fma("x", lit(EXP_LOG2E), lit(EXP_ROUND))}, n = {P}_sub_ps(t, {lit(EXP_ROUND)});',
+            f'    const {vt} r = {isa.fma("n", lit(-EXP_LN2[1]), isa.fma("n", lit(-EXP_LN2[0]), "x"))}, '
+            f'z = {P}_mul_ps(r, r);',
+            f'    const {vt} y = {P}_add_ps({isa.fma(_horner(EXP_P, "r", isa.fma, lit), "z", "r")}, {lit(1.0)});',
+            f'    return {P}_mul_ps(y, {_vbits(isa, "t")});', '}',
+            f'PPO_MAYBE_UNUSED static inline {vt} vpos({vt} h, {vt} a, {vt} b) {{  /* h > 0 ? a : b */',
+            f'    return {pos}; }}']
+
 # %% ../../nbs/34_c_kernel.ipynb #c4f38c78
 HSUM8 = ['static inline float hsum8(__m128 lo, __m128 hi) {  /* 8 lanes, halving: (l, l+4), (l, l+2), (0, 1) */',
          '    __m128 s = _mm_add_ps(lo, hi);',
@@ -205,8 +272,20 @@ def _vew(isa, e, col, const):
     if k == 'max': return [f'h = {P}_max_ps({arg(e.c)}, h);']
     if k == 'clip': return [f'h = {P}_max_ps({arg(e.c)}, h); h = {P}_min_ps({arg(e.c2)}, h);']
     if k == 'relu': return [f'h = {P}_max_ps({P}_setzero_ps(), h);']
+    if k == 'leakyrelu':  # max(0, h) + alpha * min(0, h): one term is 0, so exactly v >= 0 ? v : alpha * v
+        return [f'h = {P}_add_ps({P}_max_ps({P}_setzero_ps(), h), '
+                f'{P}_mul_ps({P}_set1_ps({_cf(e.alpha)}), {P}_min_ps({P}_setzero_ps(), h)));']
     if k == 'tanh': return ['h = vtanh(h);']
-    stmt = _c_ew(e, f'{col} + j', lambda arr: const(arr, 'c'))  # sigmoid, elu: lane by lane, with libm's expf
+    one, zero, lit = f'{P}_set1_ps(1.0f)', f'{P}_setzero_ps()', (lambda v: f'{P}_set1_ps({_cf(v)})')
+    sig = f'{P}_div_ps({one}, {P}_add_ps({one}, vexp({P}_sub_ps({zero}, h))))'
+    if k == 'sigmoid': return [f'h = {sig};']
+    if k == 'silu': return [f'h = {P}_mul_ps(h, {sig});']
+    if k == 'elu': return [f'h = vpos(h, h, {P}_mul_ps({lit(e.alpha)}, {P}_sub_ps(vexp(h), {one})));']
+    if k == 'selu':
+        g = f'{P}_set1_ps({_cf(e.c)})'
+        return [f'h = vpos(h, {P}_mul_ps({g}, h), {P}_mul_ps({g}, '
+                f'{isa.fma(lit(e.alpha), "vexp(h)", lit(-e.alpha))}));']
+    stmt = _c_ew(e, f'{col} + j', lambda arr: const(arr, 'c'))  # softplus lane by lane, with libm's expf, log1pf
     return [f'{{ float u[{isa.lanes}]; {P}_storeu_ps(u, h);',
             f'  for (int j = 0; j < {isa.lanes}; j++) {{ float v = u[j]; {stmt} u[j] = v; }}',
             f'  h = {P}_loadu_ps(u); }}']
@@ -252,7 +331,6 @@ NEON = Isa('neon', 'defined(__ARM_NEON) && defined(__aarch64__)', 4, 'float32x4_
            NEON_PRELUDE)
 ISAS = (*ISAS, NEON)  # x86 first; on an aarch64 compiler NEON; portable C when none applies
 # 32 registers, as AVX-512: tiles of 24 accumulators (one row), 6 rows x 4 vectors (the batch kernel)
-
 
 # %% ../../nbs/34_c_kernel.ipynb #86db0892
 def _simd_input(isa, src, dst, n, ews, const):
@@ -394,6 +472,16 @@ def _plain_dot_row(src, dst, Wt, b, n_in, width, ews, const):
             *[f'        {_c_ew(e, "o", lambda arr: const(arr, "c"))}' for e in ews], f'        {dst}[o] = v;', '    }',
             '}']
 
+# %% ../../nbs/34_c_kernel.ipynb #7c1d0a01
+def _norm_c(src, dst, width, eps):
+    "C99 of `Norm` from `src` into `dst`: the mean, then the mean squared deviation, in order, in float."
+    n = f'{float(width)!r}f'
+    return ['{', f'    float m = 0.0f, q = 0.0f;  /* normalise {width} */',
+            f'    for (int i = 0; i < {width}; i++) m += {src}[i];', f'    m = m / {n};',
+            f'    for (int i = 0; i < {width}; i++) {{ const float d = {src}[i] - m; q = PPO_FMA(d, d, q); }}',
+            f'    q = 1.0f / sqrtf(q / {n} + {_cf(eps)});',
+            f'    for (int j = 0; j < {width}; j++) {dst}[j] = ({src}[j] - m) * q;', '}']
+
 # %% ../../nbs/34_c_kernel.ipynb #2d6acb20
 STACK_SCRATCH_MAX = 64 << 10  # bytes of scratch a call may keep on the stack; a wider policy's is on the heap
 
@@ -401,19 +489,19 @@ def _scratch_width(stages, dims):
     "The widest row a stage writes, padded to whole vectors (the last stage's too: it is copied out)."
     width, widths = dims[0], []
     for dense, _ in stages:
-        if dense is not None: width = dense.W.shape[1]
+        if isinstance(dense, Dense): width = dense.W.shape[1]
         widths.append(_pad(width))
     return max(widths)
 
 # %% ../../nbs/34_c_kernel.ipynb #2a788dfd
-def _scratch(width, obs, act):
+def _scratch(width, obs, act, stack=False):
     "C of the kernels' scratch (declarations, or arguments when on the heap) and of `forward_n`/`forward_one`."
     loops = lambda tile, row: ['    npy_intp r = 0;',
                                f'    for (; r + {ROWS} <= n; r += {ROWS}) '
                                f'forward_rows(x + r * {obs}, y + r * {act}{tile});',
                                f'    for (; r < n; r++) forward_row(x + r * {obs}, y + r * {act}{row});']
     n_fn = 'static int forward_n(const float *x, float *y, npy_intp n) {  /* 0, or -1: out of memory */'
-    if 2 * ROWS * width * 4 <= STACK_SCRATCH_MAX:
+    if stack or 2 * ROWS * width * 4 <= STACK_SCRATCH_MAX:
         arr = lambda name, dims: f'{name}{dims} __attribute__((aligned(64)))'
         return dict(row_args='', row_decl=[f"    float {arr('s0', f'[{width}]')}, {arr('s1', f'[{width}]')};"],
                     rows_args='', rows_pass='',
@@ -436,8 +524,8 @@ def _plan(stages, dims, const_of):
     "Per stage: (dense or None, packed W, b, transposed W: C names or None; inputs, width, padded ops)."
     plan, width = [], dims[0]
     for dense, ews in stages:
-        if dense is None:
-            plan.append((None, None, None, None, width, width, [_ew_padded(e, width) for e in ews]))
+        if not isinstance(dense, Dense):
+            plan.append((dense, None, None, None, width, width, [_ew_padded(e, width) for e in ews]))
             continue
         n_in, width = dense.W.shape
         W, b = _packed(dense)
@@ -448,14 +536,18 @@ def _plan(stages, dims, const_of):
     return plan
 
 # %% ../../nbs/34_c_kernel.ipynb #2057f138
-def _simd_kernels(isa, plan, dims, s, const):
-    "C of forward_row and forward_rows in `isa`'s intrinsics."
+def _simd_kernels(isa, plan, dims, s, const, name='forward', rows_too=True):
+    "C of `name`_row and `name`_rows (unless not `rows_too`) in `isa`'s intrinsics."
     obs, act = dims
     row, rows = [], []
     src, src_r = 'x', (lambda r: f'(x + {r} * {obs})')
     for si, (dense, W, b, Wt, n_in, width, ews) in enumerate(plan):
         dst, dst_r = f's{si % 2}', (lambda r, k=si % 2: f't{k}[{r}]')
-        if dense is None:
+        if isinstance(dense, Norm):  # plain C (the same in every kernel), then the ops a register at a time
+            row += _norm_c(src, dst, width, dense.eps) + _simd_input(isa, dst, dst, width, ews, const)
+            rows += [f'for (int r = 0; r < {ROWS}; r++) {{', *_indent(_norm_c(src_r('r'), dst_r('r'), width,
+                     dense.eps) + _simd_input(isa, dst_r('r'), dst_r('r'), width, ews, const)), '}']
+        elif dense is None:
             row += _simd_input(isa, 'x', dst, obs, ews, const)
             rows += [f'for (int r = 0; r < {ROWS}; r++) {{',
                      *_indent(_simd_input(isa, src_r('r'), dst_r('r'), obs, ews, const)), '}']
@@ -467,32 +559,140 @@ def _simd_kernels(isa, plan, dims, s, const):
             row += _simd_dense_row(isa, src, dst, W, b, n_in, width, ews, const)
             rows += _simd_dense_rows(isa, src_r, dst_r, W, b, n_in, width, ews, const)
         src, src_r = dst, dst_r
-    return [f"static void forward_row(const float *restrict x, float *restrict y{s['row_args']}) {{",
-            *s['row_decl'], '    (void)s0; (void)s1;', *_indent(row), f'    memcpy(y, {src}, {act} * sizeof(float));',
-            '}', '', f"static void forward_rows(const float *restrict x, float *restrict y{s['rows_args']}) "
+    one = [f"static void {name}_row(const float *restrict x, float *restrict y{s['row_args']}) {{",
+           *s['row_decl'], '    (void)s0; (void)s1;', *_indent(row), f'    memcpy(y, {src}, {act} * sizeof(float));',
+           '}']
+    if not rows_too: return one
+    return [*one, '', f"static void {name}_rows(const float *restrict x, float *restrict y{s['rows_args']}) "
             f"{{  /* {ROWS} rows */", *s['rows_decl'], '    (void)t0; (void)t1;', *_indent(rows),
             f'    for (int r = 0; r < {ROWS}; r++) memcpy(y + r * {act}, {src_r("r")}, {act} * sizeof(float));', '}']
 
 # %% ../../nbs/34_c_kernel.ipynb #19110a83
-def _plain_kernels(plan, dims, s, const):
-    "C99 of forward_row, and of forward_rows as forward_row row after row."
+def _plain_kernels(plan, dims, s, const, name='forward', rows_too=True):
+    "C99 of `name`_row, and of `name`_rows as `name`_row row after row (unless not `rows_too`)."
     obs, act = dims
     row, src = [], 'x'
     for si, (dense, W, b, Wt, n_in, width, ews) in enumerate(plan):
         dst = f's{si % 2}'
-        if dense is None: row += _ew_lines(lambda j: f'{dst}[{j}]', lambda j: f'x[{j}]', ews, width, const)
+        if isinstance(dense, Norm):
+            row += _norm_c(src, dst, width, dense.eps)
+            if ews: row += _ew_lines(lambda j: f'{dst}[{j}]', lambda j: f'{dst}[{j}]', ews, width, const)
+        elif dense is None: row += _ew_lines(lambda j: f'{dst}[{j}]', lambda j: f'x[{j}]', ews, width, const)
         elif Wt is not None: row += _plain_dot_row(src, dst, Wt, b, n_in, width, ews, const)
         else: row += _plain_dense_row(src, dst, W, b, n_in, width, ews, const)
         src = dst
-    return [f"static void forward_row(const float *restrict x, float *restrict y{s['row_args']}) {{",
-            *s['row_decl'], '    (void)s0; (void)s1;', *_indent(row), f'    memcpy(y, {src}, {act} * sizeof(float));',
-            '}', '', f"static void forward_rows(const float *restrict x, float *restrict y{s['rows_args']}) "
+    one = [f"static void {name}_row(const float *restrict x, float *restrict y{s['row_args']}) {{",
+           *s['row_decl'], '    (void)s0; (void)s1;', *_indent(row), f'    memcpy(y, {src}, {act} * sizeof(float));',
+           '}']
+    if not rows_too: return one
+    return [*one, '', f"static void {name}_rows(const float *restrict x, float *restrict y{s['rows_args']}) "
             f"{{  /* {ROWS} rows */",
-            f'    for (int r = 0; r < {ROWS}; r++) forward_row(x + r * {obs}, y + r * {act}{s["rows_pass"]});', '}']
+            f'    for (int r = 0; r < {ROWS}; r++) {name}_row(x + r * {obs}, y + r * {act}{s["rows_pass"]});', '}']
+
+# %% ../../nbs/34_c_kernel.ipynb #7c1d0a02
+def _cell_dense(isa, src, dst, dense, const):
+    "C of `dst` = `src` @ W + b for a layer of the recurrent cell (`src` padded, zeros after its inputs)."
+    n_in, width = dense.W.shape
+    W, b = _packed(dense)
+    if width < DOT:
+        Wt, b = const(_transposed(dense), 'Wt'), const(b, 'b')
+        return (_simd_dot_row(isa, src, True, dst, Wt, b, n_in, width, [], const) if isa else
+                _plain_dot_row(src, dst, Wt, b, n_in, width, [], const))
+    W, b = const(W, 'W'), const(b, 'b')
+    return (_simd_dense_row(isa, src, dst, W, b, n_in, width, [], const) if isa else
+            _plain_dense_row(src, dst, W, b, n_in, width, [], const))
+
+# %% ../../nbs/34_c_kernel.ipynb #7c1d0a03
+SIGMOID = ['PPO_MAYBE_UNUSED static inline float ppo_sigmoid(float v) { return 1.0f / (1.0f + fast_expf(-v)); }']
+
+def _gate_c(cell, E):
+    "C99 of the GRU / LSTM rule (see `Cell`) on the gates g (gx, gh), the old state in xh after its E inputs (and cn)."
+    H = cell.hidden
+    g = lambda k: f'g[{k * H} + j]' if k else 'g[j]'
+    if cell.kind == 'lstm':
+        return [f'for (int j = 0; j < {H}; j++) {{',
+                f'    const float c = PPO_FMA(ppo_sigmoid({g(2)}), cn[j], ppo_sigmoid({g(0)}) * fast_tanh({g(3)}));',
+                f'    cn[j] = c; hn[j] = ppo_sigmoid({g(1)}) * fast_tanh(c); }}']
+    n = f'PPO_FMA(ppo_sigmoid({g(1)}), gh[j], gx[j])' if cell.linear_before_reset else 'gx[j] + gh[j]'
+    return [f'for (int j = 0; j < {H}; j++) {{ const float z = ppo_sigmoid({g(0)});',
+            f'    hn[j] = PPO_FMA(z, xh[{E} + j], (1.0f - z) * fast_tanh({n})); }}']
+
+# %% ../../nbs/34_c_kernel.ipynb #7c1d0a08
+def _gate_simd(isa, cell, E):
+    "`_gate_c` a register at a time over the padded buffers (their padding lanes hold finite values nobody reads)."
+    H, P, L = cell.hidden, isa.p, isa.lanes
+    ld = lambda buf, at: f'{P}_loadu_ps({buf} + {at})'
+    one = f'{P}_set1_ps(1.0f)'
+    sig = lambda v: f'{P}_div_ps({one}, {P}_add_ps({one}, vexp({P}_sub_ps({P}_setzero_ps(), {v}))))'
+    g = lambda k: ld('g', f'{k * H} + j')
+    if cell.kind == 'lstm':
+        body = [f'const {isa.vt} c = {isa.fma(sig(g(2)), ld("cn", "j"), f"{P}_mul_ps({sig(g(0))}, vtanh({g(3)}))")};',
+                f'{P}_storeu_ps(cn + j, c); {P}_storeu_ps(hn + j, {P}_mul_ps({sig(g(1))}, vtanh(c)));']
+    else:
+        n = (isa.fma(sig(g(1)), ld('gh', 'j'), ld('gx', 'j')) if cell.linear_before_reset else
+             f'{P}_add_ps({ld("gx", "j")}, {ld("gh", "j")})')
+        keep = f'{P}_mul_ps({P}_sub_ps({one}, z), vtanh({n}))'  # (1 - z) tanh(n), then + z h as one multiply-add
+        body = [f'const {isa.vt} z = {sig(g(0))};',
+                f'{P}_storeu_ps(hn + j, {isa.fma("z", ld("xh", f"{E} + j"), keep)});']
+    return [f'for (int j = 0; j < {_pad(H, L)}; j += {L}) {{', *_indent(body), '}']
+
+# %% ../../nbs/34_c_kernel.ipynb #7c1d0a04
+def _recurrent_row(isa, prog, dims, const):
+    "C of forward_row / forward_rows of a `Recurrent` (encoder, [x | h] -> gates, the rule, head) in `isa` (None: C99)."
+    cell, E, H = prog.cell, prog.x_dim, prog.cell.hidden
+    act = next((start, w) for part, start, w in prog.out if part == 'action')
+    buf = lambda name, n: f'float {name}[{_pad(n) + PAD}] __attribute__((aligned(64))) = {{0}};'  # zeros after
+    out = {'action': 'a', 'h': 'hn', 'c': 'cn'}
+    lines = ['static void forward_row(const float *restrict x, float *restrict y) {',
+             *_indent([buf('xh', E + H), buf('g', cell.dense.W.shape[1]), buf('gx', H), buf('gh', H), buf('hn', H),
+                       buf('cn', H), buf('a', act[1]), f'enc_row(x + {prog.obs[0]}, xh);',
+                       '(void)gx; (void)gh; (void)cn;',
+                       *([f'memcpy(xh + {E}, x + {prog.h_in}, {H} * sizeof(float));'] if prog.h_in >= 0 else []),
+                       *([f'memcpy(cn, x + {prog.c_in}, {H} * sizeof(float));'] if prog.c_in >= 0 else []),
+                       *_cell_dense(isa, 'xh', 'g', cell.dense, const)])]
+    if cell.kind == 'gru':  # the candidate's parts: W_n x, and R_n of h (or of r * h, made in hn first)
+        lines += _indent(_cell_dense(isa, 'xh', 'gx', cell.dense_x, const))
+        if not cell.linear_before_reset:
+            lines += _indent([f'for (int j = 0; j < {H}; j++) hn[j] = ppo_sigmoid(g[{H} + j]) * xh[{E} + j];'])
+        lines += _indent(_cell_dense(isa, f'(xh + {E})' if cell.linear_before_reset else 'hn', 'gh', cell.dense_h,
+                                     const))
+    lines += _indent([*(_gate_simd(isa, cell, E) if isa else _gate_c(cell, E)), 'head_row(hn, a);'] +
+                     [f'memcpy(y + {start}, {out[part]}, {w} * sizeof(float));' for part, start, w in prog.out])
+    return lines + ['}', '', 'static void forward_rows(const float *restrict x, float *restrict y) {  '
+                    f'/* {ROWS} rows, one at a time */',
+                    f'    for (int r = 0; r < {ROWS}; r++) forward_row(x + r * {dims[0]}, y + r * {dims[1]});', '}']
+
+# %% ../../nbs/34_c_kernel.ipynb #7c1d0a05
+def _chains(prog, dims, const):
+    "[(name, plan, dims, scratch)] of the chains a program runs: `forward`, or a recurrent one's `enc` and `head`."
+    if not isinstance(prog, Recurrent):
+        stages = _stages(prog)
+        return [('forward', _plan(stages, dims, const), dims, _scratch(_scratch_width(stages, dims), *dims))]
+    out = []
+    for name, steps, d in (('enc', prog.encoder, (prog.obs[1] - prog.obs[0], prog.x_dim)),
+                           ('head', prog.head, (prog.cell.hidden, next(w for p, _, w in prog.out if p == 'action')))):
+        stages = _stages(steps)
+        out.append((name, _plan(stages, d, const), d, _scratch(_scratch_width(stages, d), *d, stack=True)))
+    return out
+
+def kernel_arithmetic(prog):
+    "(multiply-adds, bytes of weights and biases) of one action of `prog`: what its dense layers compute and read."
+    dense = [s for s in ([*prog.encoder, *prog.cell.layers, *prog.head]
+                         if isinstance(prog, Recurrent) else prog) if isinstance(s, Dense)]
+    return sum(d.W.size for d in dense), 4 * sum(d.W.size + d.b.size for d in dense)
+
+def kernel_stack_bytes(prog, dims):
+    "Bytes of stack the kernels of `prog` use at most (scratch rows, tiles, a recurrent step's buffers)."
+    if not isinstance(prog, Recurrent): return 2 * ROWS * _scratch_width(_stages(prog), dims) * 4
+    H, E = prog.cell.hidden, prog.x_dim
+    enc = _scratch_width(_stages(prog.encoder), (prog.obs[1] - prog.obs[0], E))
+    head = _scratch_width(_stages(prog.head), (H, 0))
+    bufs = _pad(E + H) + _pad(prog.cell.dense.W.shape[1]) + 4 * _pad(H) + _pad(dims[1]) + 7 * PAD
+    return 4 * (2 * max(enc, head) + bufs)
 
 # %% ../../nbs/34_c_kernel.ipynb #9e98356f
 def _kernels(steps, dims):
-    "The generated part of the C source: weights, fast_tanh, one kernel pair per `Isa` or portable C, the drivers."
+    "The generated part of the C source: weights, fast_tanh, the kernels per `Isa` and in portable C, the drivers."
     consts, named = [], {}
     def const_of(arr, kind):  # every array once, whichever kernel asks
         key = (kind, arr.shape, np.asarray(arr, np.float32).tobytes())
@@ -500,15 +700,28 @@ def _kernels(steps, dims):
             consts.append(_carr(f'K{len(consts)}', arr))
             named[key] = f'K{len(consts) - 1}'
         return named[key]
-    stages = _stages(steps)
-    plan, s = _plan(stages, dims, const_of), _scratch(_scratch_width(stages, dims), *dims)
+    recurrent = isinstance(steps, Recurrent)
+    if recurrent and kernel_stack_bytes(steps, dims) > STACK_SCRATCH_MAX:
+        raise NativeUnsupportedError(f'the recurrent policy needs {kernel_stack_bytes(steps, dims) >> 10} KB of '
+                                     f'scratch per call, more than the {STACK_SCRATCH_MAX >> 10} KB the kernels keep '
+                                     'on the stack: run it with ort')
+    chains = _chains(steps, dims, const_of)
+    def code(isa):
+        out = []
+        for name, plan, d, s in chains:
+            gen = (lambda *a, **k: _simd_kernels(isa, *a, **k)) if isa else _plain_kernels
+            out += gen(plan, d, s, const_of, name=name, rows_too=not recurrent) + ['']
+        return out + (_recurrent_row(isa, steps, dims, const_of) if recurrent else [])
     simd = []
     for n, isa in enumerate(ISAS):
         simd += [f"#{'if' if n == 0 else 'elif'} !defined(PPO_POLICY_PORTABLE) && {isa.guard}",
-                 *(isa.prelude or X86_PRELUDE), f'#define PPO_KERNEL "{isa.name}"', *_vtanh(isa), '',
-                 *_simd_kernels(isa, plan, dims, s, const_of)]
-    return '\n'.join([*MAYBE_UNUSED, *consts, '', *_tanh_source(), '', *simd, '#else', '#define PPO_KERNEL "portable C"',
-                      *_plain_kernels(plan, dims, s, const_of), '#endif', '', *s['driver'], ''])
+                 *(isa.prelude or X86_PRELUDE), f'#define PPO_KERNEL "{isa.name}"', *_vtanh(isa), *_vexp(isa), '',
+                 *code(isa)]
+    driver = (_scratch(PAD, *dims, stack=True) if recurrent else chains[0][3])['driver']
+    return '\n'.join([*MAYBE_UNUSED, '#include <stdint.h>', *PPO_FMA, *consts, '', *_tanh_source(), *_exp_source(),
+                      *SIGMOID,
+                      '', *simd, '#else',
+                      '#define PPO_KERNEL "portable C"', *code(None), '#endif', '', *driver, ''])
 
 # %% ../../nbs/34_c_kernel.ipynb #654d6a23
 def generate_c(steps, dims, module_name):
@@ -530,7 +743,6 @@ class CPolicy:
     build_s: float
     cache: str   # 'loaded from the cache (hash verified)', 'built', 'rebuilt: <why>', or 'built ..., not cached: <why>'
     kernel: str = ''  # the instruction set its kernel was compiled for: avx512, avx2+fma, sse2 or portable C
-
 
 # %% ../../nbs/34_c_kernel.ipynb #bc6df10a
 _EXT = sysconfig.get_config_var('EXT_SUFFIX')  # an extension module's file suffix: .cpython-311-x86_64-linux-gnu.so

@@ -5,6 +5,7 @@
 # %% ../../nbs/36_c_library.ipynb #31dbc156
 from __future__ import annotations
 import hashlib, json, re, shutil, subprocess, sys, tempfile
+from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 from ..core.run_folder import RunDir
@@ -16,16 +17,21 @@ from .c_kernel import ROWS, STACK_SCRATCH_MAX, _cf, _kernels, _scratch_width
 
 # %% auto #0
 __all__ = ['STATUS', 'SEQ_EPISODE', 'SEQ_FALLBACK_EVERY', 'TEST_TOL', 'TEST_PROGRAM', 'MAKEFILE', 'BENCH_PROGRAM',
-           'LIBRARY_MARKER', 'MADE_BY', 'STRICT', 'BENCH_LINES', 'c_string', 'c_comment', 'check_c_metadata',
-           'library_kernel', 'library_header', 'library_source', 'history_sequence', 'test_vectors', 'library_code',
-           'library_files', 'write_c_library', 'compiler_missing', 'build_and_test', 'parse_bench', 'bench_c_library']
+           'LIBRARY_MARKER', 'MADE_BY', 'STRICT', 'BENCH_LINES', 'LIMIT_LINES', 'c_string', 'c_comment',
+           'check_c_metadata', 'library_program', 'library_kernel', 'contract_comment', 'StateLayout', 'state_layout',
+           'library_header', 'library_source', 'history_sequence', 'state_sequence', 'test_vectors', 'library_code',
+           'library_files', 'install_c_library', 'write_c_library', 'compiler_missing', 'build_and_test', 'parse_bench',
+           'bench_c_library']
 
 # %% ../../nbs/36_c_library.ipynb #fcfaf184
 from ..core.files import policy_sha256
 from .numba_kernel import NativeUnsupportedError
 from .onnx import load_observations
 from ..core.run_folder import check_env_id
-from .onnx import check_deploy_metadata
+from .onnx import check_deploy_metadata, contract_of
+from ..core.files import json_text
+from .numba_kernel import Recurrent
+from .c_kernel import kernel_stack_bytes, kernel_arithmetic
 
 _C_PLAIN = frozenset('abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _.:/-+=,;()[]{}<>@#%^&|~!')
 
@@ -40,13 +46,14 @@ def c_comment(text):
 def check_c_metadata(meta, dims, where):
     "`meta` if what the C library writes of it is sound: the env id's characters, the history and bounds' types."
     if 'env_id' in meta: check_env_id(meta['env_id'], f'{where}: its metadata env_id')
-    keys = ('history_actions', 'env_obs_dim', 'action_low', 'action_high')
+    keys = ('history_actions', 'env_obs_dim', 'env_act_dim', 'recurrent_state_dim', 'recurrent_state', 'action_low',
+            'action_high')
     check_deploy_metadata({'obs_dim': dims[0], 'act_dim': dims[1], **{k: meta[k] for k in keys if k in meta}}, where)
     return meta
 
 # %% ../../nbs/36_c_library.ipynb #35ad0b3d
-def library_kernel(onnx_path):
-    "(kernel C source, (obs_dim, act_dim), metadata) of `onnx_path`, or one line saying why it cannot be a C library."
+def library_program(onnx_path):
+    "(the kernels' program, (in, out) widths, metadata) of `onnx_path`, or one line saying why it cannot be C."
     proto = check_finite_policy(onnx_path)
     meta = onnx_metadata(proto)
     res = meta.get('residual') or {}
@@ -56,11 +63,19 @@ def library_kernel(onnx_path):
     try: steps, dims = parse_chain(proto)
     except NativeUnsupportedError as e: raise NativeUnsupportedError(f'{onnx_path}: {e}') from None  # name the file
     check_c_metadata(meta, dims, onnx_path)
-    scratch = 2 * ROWS * _scratch_width(_stages(steps), dims) * 4
+    if isinstance(steps, Recurrent) and meta.get('history_actions'):
+        raise BadInputError(f'{onnx_path} is recurrent and reads its last actions too: the C library keeps one or '
+                            'the other; deploy it with the native-c backend')
+    scratch = kernel_stack_bytes(steps, dims)
     if scratch > STACK_SCRATCH_MAX:
         raise BadInputError(f'{onnx_path} needs {scratch >> 10} KB of scratch per call, more than the '
                             f'{STACK_SCRATCH_MAX >> 10} KB the C library keeps on the stack (it never allocates); '
                             'deploy it with the native-c backend')
+    return steps, dims, meta
+
+def library_kernel(onnx_path):
+    "(kernel C source, (in, out) widths, metadata) of `onnx_path`, or one line saying why it cannot be a C library."
+    steps, dims, meta = library_program(onnx_path)
     return _kernels(steps, dims), dims, meta
 
 # %% ../../nbs/36_c_library.ipynb #1bb1f37f
@@ -89,18 +104,102 @@ int ppo_policy_step(ppo_policy_memory *memory, const float obs[PPO_POLICY_ENV_OB
 int ppo_policy_commit(ppo_policy_memory *memory, const float applied[PPO_POLICY_ACT_DIM]);
 """
 
+# %% ../../nbs/36_c_library.ipynb #aa49335c
+def contract_comment(contract):
+    "The contract as a comment block of ppo_policy.h (every value through `c_comment`); '' without one."
+    if not contract: return ''
+    o, a, r = contract['observation'], contract['action'], contract['recurrent']
+    period = f"{contract['control_period_s']:g} s" if contract.get('control_period_s') else 'unknown'
+    state = (', '.join(f"{s['input']}->{s['output']} {s['shape']}" for s in r['state']) + f" ({r['state_dim']} numbers)"
+             if r else 'none')
+    origin = contract['provenance']
+    lines = [f"observation {o['name']} [{o['dim']}]; normaliser: {o['normaliser']}",
+             f"action {a['name']} [{a['dim']}]; low {a['low']}, high {a['high']}; scale: {a['scale']}",
+             f"env {contract.get('env_id') or 'not named'}; control period {period}; "
+             f"history {contract['history_actions']} actions", f'recurrent state: {state}',
+             f"from: {origin.get('origin')} {origin.get('file', '')} "
+             f"{origin.get('sha256', origin.get('version', ''))}".strip()]
+    return ('/* The contract (policy_contract.json says the same, in JSON):\n'
+            + ''.join(f' *   {c_comment(line)}\n' for line in lines) + ' */\n')
+
+# %% ../../nbs/36_c_library.ipynb #8e2f5a01
+@dataclass(frozen=True)
+class StateLayout:
+    "Where a recurrent policy's observation, action and state sit in its packed input and output rows."
+    obs: tuple    # (start, width) in the input row
+    act: tuple    # (start, width) in the output row
+    pairs: tuple  # ((input start, output start, width), ...): h, then c
+    @property
+    def dim(self): return sum(w for _, _, w in self.pairs)
+
+def state_layout(program):
+    "The `StateLayout` of a `Recurrent` program that reads its state from its input; None for a chain."
+    if not isinstance(program, Recurrent): return None
+    out = {p: (s, w) for p, s, w in program.out}
+    pairs = tuple((at, out[k][0], program.cell.hidden) for k, at in (('h', program.h_in), ('c', program.c_in))
+                  if at >= 0)
+    return StateLayout((program.obs[0], program.obs[1] - program.obs[0]), out['action'], pairs) if pairs else None
+
+# %% ../../nbs/36_c_library.ipynb #8e2f5a02
+def _state_api(state):
+    "The part of ppo_policy.h a recurrent policy adds: its layout, the state it keeps, `ppo_policy_step_state`."
+    return f"""
+/* This policy is recurrent: its input row is [observation | state] and its output row [action | new state]
+ * (ppo_policy_act computes such packed rows). ppo_policy_step_state packs them for you: keep one ppo_policy_state
+ * per controlled robot (not shared between threads), ppo_policy_state_reset at every episode start. */
+#define PPO_POLICY_STATE_DIM {state.dim}
+#define PPO_POLICY_ENV_OBS_DIM {state.obs[1]}
+#define PPO_POLICY_ENV_OBS_AT {state.obs[0]}  /* where the observation starts in the input row */
+#define PPO_POLICY_ENV_ACT_DIM {state.act[1]}
+#define PPO_POLICY_ENV_ACT_AT {state.act[0]}  /* where the action starts in the output row */
+typedef struct {{ float state[PPO_POLICY_STATE_DIM]; }} ppo_policy_state;
+
+void ppo_policy_state_reset(ppo_policy_state *state);
+
+/* One action from the env's observation and the state (ppo_policy_act's statuses); on PPO_POLICY_OK the action is
+ * written and the state advanced, on any other status both are left untouched. */
+int ppo_policy_step_state(ppo_policy_state *state, const float obs[PPO_POLICY_ENV_OBS_DIM],
+                          float act[PPO_POLICY_ENV_ACT_DIM]);
+"""
+
+def _state_source(state):
+    "The calls of ppo_policy.c that keep a recurrent policy's state (see `_state_api`)."
+    ints = lambda k: ', '.join(str(p[k]) for p in state.pairs)
+    return f"""
+static const int state_in[] = {{{ints(0)}}}, state_out[] = {{{ints(1)}}}, state_width[] = {{{ints(2)}}};
+
+void ppo_policy_state_reset(ppo_policy_state *state) {{ if (state) memset(state, 0, sizeof *state); }}
+
+int ppo_policy_step_state(ppo_policy_state *state, const float obs[PPO_POLICY_ENV_OBS_DIM],
+                          float act[PPO_POLICY_ENV_ACT_DIM]) {{
+    float in[PPO_POLICY_OBS_DIM] = {{0}}, out[PPO_POLICY_ACT_DIM];
+    int k, at, status;
+    if (!state || !obs || !act) return PPO_POLICY_BAD_ARGUMENT;
+    memcpy(in + PPO_POLICY_ENV_OBS_AT, obs, PPO_POLICY_ENV_OBS_DIM * sizeof(float));
+    for (k = 0, at = 0; k < {len(state.pairs)}; at += state_width[k], k++)
+        memcpy(in + state_in[k], state->state + at, (size_t)state_width[k] * sizeof(float));
+    status = ppo_policy_act(in, out);
+    if (status != PPO_POLICY_OK) return status;
+    memcpy(act, out + PPO_POLICY_ENV_ACT_AT, PPO_POLICY_ENV_ACT_DIM * sizeof(float));
+    for (k = 0, at = 0; k < {len(state.pairs)}; at += state_width[k], k++)
+        memcpy(state->state + at, out + state_out[k], (size_t)state_width[k] * sizeof(float));
+    return PPO_POLICY_OK;
+}}
+"""
+
 # %% ../../nbs/36_c_library.ipynb #1971ef69
 STATUS = dict(PPO_POLICY_OK=0, PPO_POLICY_BAD_ARGUMENT=1, PPO_POLICY_NONFINITE_OBS=2, PPO_POLICY_NONFINITE_ACTION=3)
 
-def library_header(env_id, dims, onnx_sha256, kernel_sha256, history=0):
-    "The text of ppo_policy.h (`history`: the K last actions the policy reads, kept in a `ppo_policy_memory`)."
+def library_header(env_id, dims, onnx_sha256, kernel_sha256, history=0, state=None, contract=None):
+    "ppo_policy.h (`history`: the K last actions the policy reads; `state`: a recurrent `StateLayout`; the `contract`)."
     status = ', '.join(f'{k} = {v}' for k, v in STATUS.items())
-    return f"""/* ppo_policy.h: the PPO policy of {c_comment(env_id)} as a dependency-free C99 library.
+    who = c_comment(env_id) or 'an actor that names no env'
+    return f"""/* ppo_policy.h: the policy of {who} as a dependency-free C99 library.
  * Generated by ppo_trt {package_version('ppo_trt') or '?'} (`ppo-trt export-c`); do not edit.
  * From policy.onnx sha256 {onnx_sha256}
  * Kernel (ppo_trt.export.c_kernel, the native-c backend's) sha256 {kernel_sha256}
  * normalise -> MLP -> mean action -> clip, exactly the ONNX graph. Thread-safe; allocates nothing. */
-#ifndef PPO_POLICY_H
+{contract_comment(contract)}#ifndef PPO_POLICY_H
 #define PPO_POLICY_H
 #include <stddef.h>
 
@@ -126,7 +225,7 @@ int ppo_policy_act_batch(const float *obs, float *act, size_t n);
 const char *ppo_policy_kernel(void);
 
 #define PPO_POLICY_HISTORY_ACTIONS {history}
-{_memory_api(history) if history else ''}
+{_memory_api(history) if history else ''}{_state_api(state) if state else ''}
 #endif
 """
 
@@ -174,8 +273,8 @@ int ppo_policy_commit(ppo_policy_memory *memory, const float applied[PPO_POLICY_
 """
 
 # %% ../../nbs/36_c_library.ipynb #a8bcc6e8
-def library_source(kernel, history=0, low=None, high=None):
-    "The text of ppo_policy.c: the kernel, the checked calls around it (and the memory of a `history` policy)."
+def library_source(kernel, history=0, low=None, high=None, state=None):
+    "The text of ppo_policy.c: the kernel, the checked calls around it (the memory of a `history` policy, a `state`)."
     return f"""/* ppo_policy.c: generated by ppo_trt (`ppo-trt export-c`); do not edit. See ppo_policy.h. */
 #include "ppo_policy.h"
 #include <math.h>
@@ -211,7 +310,7 @@ int ppo_policy_act_batch(const float *obs, float *act, size_t n) {{
 }}
 
 const char *ppo_policy_kernel(void) {{ return PPO_KERNEL; }}
-{_memory_source(low, high) if history else ''}"""
+{_memory_source(low, high) if history else ''}{_state_source(state) if state else ''}"""
 
 # %% ../../nbs/36_c_library.ipynb #2fc417c1
 SEQ_EPISODE, SEQ_FALLBACK_EVERY = 50, 7  # the test sequence: an episode start every 50 rows, a fallback every 7th
@@ -232,6 +331,20 @@ def history_sequence(act_fn, env_obs, k, low, high):
             pending = np.clip(fallback[r], low, high)
     return dict(act=act, fallback=fallback)
 
+# %% ../../nbs/36_c_library.ipynb #8e2f5a03
+def state_sequence(act_fn, env_obs, state, width):
+    "(packed input rows, output rows) of a recurrent policy over `env_obs`, its state carried (zeros every episode)."
+    rows = np.zeros((len(env_obs), width), np.float32)
+    outs, carried = [], np.zeros(state.dim, np.float32)
+    for r in range(len(env_obs)):
+        if r % SEQ_EPISODE == 0: carried[:] = 0.0
+        rows[r, state.obs[0]:state.obs[0] + state.obs[1]] = env_obs[r]
+        at = np.cumsum([0] + [w for _, _, w in state.pairs])
+        for (i, _, w), a in zip(state.pairs, at): rows[r, i:i + w] = carried[a:a + w]
+        outs.append(act_fn(rows[r:r + 1])[0])
+        carried = np.concatenate([outs[-1][o:o + w] for _, o, w in state.pairs])
+    return rows, np.asarray(outs, np.float32)
+
 # %% ../../nbs/36_c_library.ipynb #ba053989
 TEST_TOL = 1e-6  # max abs error against ONNX Runtime, on every row
 
@@ -239,16 +352,23 @@ def _c_rows(name, a):
     rows = ',\n'.join('    {' + ', '.join(_cf(v) for v in row) + '}' for row in np.asarray(a, np.float32))
     return f'static const float {name}[{a.shape[0]}][{a.shape[1]}] = {{\n{rows}\n}};'
 
-def test_vectors(obs, act, sequence=None):
-    "The text of ppo_policy_vectors.h: observations and ONNX Runtime's actions, the tolerance (and a `sequence`)."
+def test_vectors(obs, act, sequence=None, state=None, arithmetic=None):
+    "The text of ppo_policy_vectors.h: observations and ORT's actions, the tolerance (a `sequence`, a `state` one)."
     parts = [f'/* {len(obs)} export observations and ONNX Runtime\'s actions for them (ppo-trt export-c) */',
-             f'#define PPO_TEST_ROWS {len(obs)}', f'#define PPO_TEST_TOL {TEST_TOL:g}',
+             f'#define PPO_TEST_ROWS {len(obs)}', f'#define PPO_TEST_TOL {TEST_TOL:g}']
+    if arithmetic:  # what the timing harness compares a call with: the machine's FMA limit, reading the weights
+        parts += [f'#define PPO_TEST_MULTIPLY_ADDS {arithmetic[0]}L  /* one action\'s multiply-adds */',
+                  f'#define PPO_TEST_WEIGHT_BYTES {arithmetic[1]}L  /* the constants one action reads */']
+    parts += [
              _c_rows('ppo_test_obs', obs), _c_rows('ppo_test_act', act)]
     if sequence is not None:  # a history policy driven through its memory: see `history_sequence`
         parts += [f'/* the same rows as one sequence: episodes of {SEQ_EPISODE} rows, a fallback every '
                   f'{SEQ_FALLBACK_EVERY} */', f'#define PPO_TEST_EPISODE {SEQ_EPISODE}',
                   f'#define PPO_TEST_FALLBACK_EVERY {SEQ_FALLBACK_EVERY}',
                   _c_rows('ppo_test_seq_act', sequence['act']), _c_rows('ppo_test_seq_fallback', sequence['fallback'])]
+    if state is not None:  # the rows are one sequence of a recurrent policy, each carrying the state the last gave
+        parts += [f'/* the rows are one sequence, each carrying the state of the row before (zeros every '
+                  f'{SEQ_EPISODE} rows) */', f'#define PPO_TEST_STATE_EPISODE {SEQ_EPISODE}']
     return '\n'.join(parts + [''])
 
 # %% ../../nbs/36_c_library.ipynb #20dd6729
@@ -294,6 +414,26 @@ static double sequence_error(int *failed_calls) {
 }
 #endif
 
+#ifdef PPO_POLICY_STATE_DIM
+static double state_error(int *failed_calls) {
+    /* the rows as the sequence they are: the env's observations through ppo_policy_step_state, which must carry the
+       state from row to row as ONNX Runtime did (a reset every PPO_TEST_STATE_EPISODE rows) */
+    static ppo_policy_state state;
+    float act[PPO_POLICY_ENV_ACT_DIM];
+    double worst = 0;
+    int r, j;
+    for (r = 0; r < PPO_TEST_ROWS; r++) {
+        if (r % PPO_TEST_STATE_EPISODE == 0) ppo_policy_state_reset(&state);
+        *failed_calls += ppo_policy_step_state(&state, ppo_test_obs[r] + PPO_POLICY_ENV_OBS_AT, act) != PPO_POLICY_OK;
+        for (j = 0; j < PPO_POLICY_ENV_ACT_DIM; j++) {
+            double e = fabs((double)act[j] - (double)ppo_test_act[r][PPO_POLICY_ENV_ACT_AT + j]);
+            if (!(e <= worst)) worst = e;
+        }
+    }
+    return worst;
+}
+#endif
+
 int main(void) {
     static float single[PPO_TEST_ROWS][PPO_POLICY_ACT_DIM];
     float obs[PPO_POLICY_OBS_DIM], act[PPO_POLICY_ACT_DIM];
@@ -309,6 +449,11 @@ int main(void) {
     nan_status = ppo_policy_act(obs, act);
     for (j = 0; j < PPO_POLICY_ACT_DIM; j++) untouched &= act[j] == 12345.0f;
     batch_nan_status = ppo_policy_act_batch(obs, &batch[0][0], 1);
+#ifdef PPO_POLICY_STATE_DIM
+    e_sequence = state_error(&failed_calls);
+    printf("recurrent state of %d floats: the rows as one sequence (a reset every %d), max abs err %.2e\n",
+           PPO_POLICY_STATE_DIM, PPO_TEST_STATE_EPISODE, e_sequence);
+#endif
 #if PPO_POLICY_HISTORY_ACTIONS > 0
     e_sequence = sequence_error(&failed_calls);
     printf("memory of %d actions: the rows as one sequence (a reset every %d, a fallback committed every %d), "
@@ -385,6 +530,48 @@ BENCH_PROGRAM = r"""/* bench_ppo_policy.c: the latency of one checked call, ppo_
 #include "ppo_policy.h"
 #include "ppo_policy_vectors.h"
 
+#if defined(__AVX512F__)  /* the FMA limit is measured with the widest vectors this build may use */
+#include <immintrin.h>
+#define PROBE "avx512 fused multiply-add"
+#define LANES 16
+typedef __m512 vec;
+#define SET1(x) _mm512_set1_ps(x)
+#define MADD(a, m, c) _mm512_fmadd_ps(a, m, c)
+#define ADD(a, b) _mm512_add_ps(a, b)
+#define LOAD(p) _mm512_loadu_ps(p)
+#define STORE(p, v) _mm512_storeu_ps(p, v)
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define PROBE "avx2 fused multiply-add"
+#define LANES 8
+typedef __m256 vec;
+#define SET1(x) _mm256_set1_ps(x)
+#define MADD(a, m, c) _mm256_fmadd_ps(a, m, c)
+#define ADD(a, b) _mm256_add_ps(a, b)
+#define LOAD(p) _mm256_loadu_ps(p)
+#define STORE(p, v) _mm256_storeu_ps(p, v)
+#elif defined(__SSE2__)
+#include <emmintrin.h>
+#define PROBE "sse2 multiply then add: no fused multiply-add in this build"
+#define LANES 4
+typedef __m128 vec;
+#define SET1(x) _mm_set1_ps(x)
+#define MADD(a, m, c) _mm_add_ps(_mm_mul_ps(a, m), c)
+#define ADD(a, b) _mm_add_ps(a, b)
+#define LOAD(p) _mm_loadu_ps(p)
+#define STORE(p, v) _mm_storeu_ps(p, v)
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#define PROBE "neon fused multiply-add"
+#define LANES 4
+typedef float32x4_t vec;
+#define SET1(x) vdupq_n_f32(x)
+#define MADD(a, m, c) vfmaq_f32(c, a, m)
+#define ADD(a, b) vaddq_f32(a, b)
+#define LOAD(p) vld1q_f32(p)
+#define STORE(p, v) vst1q_f32(p, v)
+#endif
+
 #define WARMUP 200000L
 #define BLOCK 1000L
 #define EMPTY 100000L  /* empty timed regions: the timer's own cost */
@@ -395,6 +582,57 @@ static uint64_t now_ns(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
+
+#if defined(LANES) && defined(PPO_TEST_MULTIPLY_ADDS)
+static double fma_per_ns(float *sum) {
+    /* the machine's limit: 12 independent chains of multiply-adds in registers (enough to cover the latency of two
+       pipes), the best of 3000 blocks of 12 000 vector operations */
+    volatile float m0 = 0.999999f, c0 = 1e-7f;
+    const vec m = SET1(m0), c = SET1(c0);
+    vec a[12];
+    double best = 1e30;
+    float out[LANES];
+    int i, k, b;
+    for (k = 0; k < 12; k++) a[k] = SET1(c0 * (float)(k + 1));  /* distinct, so no two chains can be merged */
+    for (b = 0; b < 3000; b++) {
+        const uint64_t t0 = now_ns();
+        for (i = 0; i < 1000; i++) {
+            a[0] = MADD(a[0], m, c); a[1] = MADD(a[1], m, c); a[2] = MADD(a[2], m, c); a[3] = MADD(a[3], m, c);
+            a[4] = MADD(a[4], m, c); a[5] = MADD(a[5], m, c); a[6] = MADD(a[6], m, c); a[7] = MADD(a[7], m, c);
+            a[8] = MADD(a[8], m, c); a[9] = MADD(a[9], m, c); a[10] = MADD(a[10], m, c); a[11] = MADD(a[11], m, c);
+        }
+        const double t = (double)(now_ns() - t0);
+        if (t < best) best = t;
+    }
+    for (k = 1; k < 12; k++) a[0] = ADD(a[0], a[k]);
+    STORE(out, a[0]); *sum += out[0];
+    return 12000.0 * LANES / best;
+}
+
+static double read_ns(float *sum) {
+    /* the best time to read PPO_TEST_WEIGHT_BYTES from cache, a vector at a time: what any call that reads each
+       weight once pays when they do not fit in L1 */
+    const long n = (PPO_TEST_WEIGHT_BYTES / 4 + LANES * 4 - 1) / (LANES * 4) * (LANES * 4);
+    float *w = calloc((size_t)n, sizeof(float)), out[LANES];
+    double best = 1e30;
+    long i, b;
+    vec s0 = SET1(0.0f), s1 = s0, s2 = s0, s3 = s0;
+    if (!w) return 0;
+    for (i = 0; i < n; i++) w[i] = (float)(i % 7);  /* written: untouched pages would all be the one zero page */
+    for (b = 0; b < 2000; b++) {
+        const uint64_t t0 = now_ns();
+        for (i = 0; i < n; i += 4 * LANES) {
+            s0 = ADD(s0, LOAD(w + i)); s1 = ADD(s1, LOAD(w + i + LANES));
+            s2 = ADD(s2, LOAD(w + i + 2 * LANES)); s3 = ADD(s3, LOAD(w + i + 3 * LANES));
+        }
+        const double t = (double)(now_ns() - t0);
+        if (t < best) best = t;
+    }
+    STORE(out, ADD(ADD(s0, s1), ADD(s2, s3))); *sum += out[0];
+    free(w);
+    return best;
+}
+#endif
 
 static int by_value(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -498,35 +736,74 @@ int main(int argc, char **argv) {
     if (target > 0)
         printf("target: p50 <= %.0f ns per call: %s (%.1f ns)\n", target, per_call_p50 <= target ? "met" : "NOT met",
                per_call_p50);
+#if defined(LANES) && defined(PPO_TEST_MULTIPLY_ADDS)
+    {   /* the arithmetic's own limits, measured now on this core: the FMA units, and reading the weights */
+        static float rows[64][PPO_POLICY_OBS_DIM], acts[64][PPO_POLICY_ACT_DIM];
+        float probe_sum = 0;
+        const double per_ns = fma_per_ns(&probe_sum), limit = (double)PPO_TEST_MULTIPLY_ADDS / per_ns;
+        const double weights = read_ns(&probe_sum);
+        double best_batch = 1e30;
+        for (i = 0; i < 64; i++) memcpy(rows[i], ppo_test_obs[i % PPO_TEST_ROWS], sizeof rows[i]);
+        for (j = 0; j < 2000; j++) {
+            a = now_ns();
+            failed += ppo_policy_act_batch(&rows[0][0], &acts[0][0], 64) != PPO_POLICY_OK;
+            b = now_ns();
+            if ((double)(b - a) < best_batch) best_batch = (double)(b - a);
+            sum += acts[j % 64][0];
+        }
+        printf("fma limit: %.1f multiply-adds per ns (%s, 12 chains, best of 3000 blocks); %ld multiply-adds a call "
+               "take %.1f ns at that rate (probe %g)\n", per_ns, PROBE, (long)PPO_TEST_MULTIPLY_ADDS, limit,
+               (double)probe_sum);
+        printf("against it: p50 %.2fx, best block %.2fx; a batch of 64 (ppo_policy_act_batch) %.1f ns per action, "
+               "%.2fx\n", per_call_p50 / limit, t[0] / limit, best_batch / 64, best_batch / 64 / limit);
+        printf("reading the %ld bytes of weights from cache: best %.1f ns (%.2fx the fma limit)\n",
+               (long)PPO_TEST_WEIGHT_BYTES, weights, weights / limit);
+    }
+#endif
     free(t); free(empty);
     return !(failed == 0 && nan_status == PPO_POLICY_NONFINITE_OBS && nan_untouched);
 }
 """
 
 # %% ../../nbs/36_c_library.ipynb #c22722d4
-def library_code(kernel, dims, meta, env_id, onnx_sha256):
-    "ppo_policy.h and ppo_policy.c of `kernel`, with the memory its policy's metadata asks for (`history_actions`)."
+def library_code(kernel, dims, meta, env_id, onnx_sha256, state=None):
+    "ppo_policy.h and ppo_policy.c of `kernel`, with the memory its policy keeps (`history_actions`, a `state`)."
     k = int(meta.get('history_actions') or 0)
-    return {'ppo_policy.h': library_header(env_id, dims, onnx_sha256, hashlib.sha256(kernel.encode()).hexdigest(), k),
-            'ppo_policy.c': library_source(kernel, k, meta.get('action_low'), meta.get('action_high'))}
+    contract = contract_of({'obs_dim': dims[0], 'act_dim': dims[1], **meta})
+    header = library_header(env_id, dims, onnx_sha256, hashlib.sha256(kernel.encode()).hexdigest(), k, state, contract)
+    return {'ppo_policy.h': header,
+            'ppo_policy.c': library_source(kernel, k, meta.get('action_low'), meta.get('action_high'), state)}
 
 # %% ../../nbs/36_c_library.ipynb #c4763cc3
 LIBRARY_MARKER, MADE_BY = '.ppo-trt-c-library.json', 'ppo-trt export-c'
 
 def library_files(onnx_path, obs, onnx_sha256):
     "{file name: text} of the C library for `onnx_path` (of hash `onnx_sha256`), test vectors from observations `obs`."
-    kernel, dims, meta = library_kernel(onnx_path)
-    if obs.ndim != 2 or obs.shape[1] != dims[0]:
-        raise BadInputError(f'test observations of shape {obs.shape} do not fit the policy\'s {dims[0]} inputs')
+    program, dims, meta = library_program(onnx_path)
+    kernel, state = _kernels(program, dims), state_layout(program)
     session = ort_cpu_session(onnx_path)
-    act_fn = lambda x: session.run(['action'], {'obs': x})[0]
-    act, k = act_fn(obs), int(meta.get('history_actions') or 0)
+    names = [session.get_inputs()[0].name], session.get_outputs()[0].name
+    act_fn = lambda x: session.run([names[1]], {names[0][0]: x})[0]
+    if state is not None and obs.ndim == 2 and obs.shape[1] in (state.obs[1], dims[0]):  # env observations, or rows
+        env_obs = obs if obs.shape[1] == state.obs[1] else obs[:, state.obs[0]:state.obs[0] + state.obs[1]]
+        obs, act = state_sequence(act_fn, env_obs, state, dims[0])
+    elif obs.ndim != 2 or obs.shape[1] != dims[0]:
+        raise BadInputError(f'test observations of shape {obs.shape} do not fit the policy\'s {dims[0]} inputs')
+    else: act = act_fn(obs)
+    k = int(meta.get('history_actions') or 0)
     low, high = meta.get('action_low'), meta.get('action_high')
     sequence = history_sequence(act_fn, obs[:, :dims[0] - k * dims[1]], k, low, high) if k else None
-    env_id = str(meta.get('env_id', '?'))  # checked by library_kernel; escaped where written (c_string, c_comment)
-    return {**library_code(kernel, dims, meta, env_id, onnx_sha256),
-            'ppo_policy_vectors.h': test_vectors(obs, act, sequence),
-            'test_ppo_policy.c': TEST_PROGRAM, 'bench_ppo_policy.c': BENCH_PROGRAM, 'Makefile': MAKEFILE}
+    env_id = str(meta.get('env_id', ''))  # checked by library_kernel; escaped where written (c_string, c_comment)
+    contract = dict(contract_of({'obs_dim': dims[0], 'act_dim': dims[1], **meta}, {'onnx_sha256': onnx_sha256}),
+                    c_library=dict(header='ppo_policy.h', call=_entry_point(k, state)))
+    return {**library_code(kernel, dims, meta, env_id, onnx_sha256, state),
+            'ppo_policy_vectors.h': test_vectors(obs, act, sequence, state, kernel_arithmetic(program)),
+            'test_ppo_policy.c': TEST_PROGRAM, 'bench_ppo_policy.c': BENCH_PROGRAM, 'Makefile': MAKEFILE,
+            'policy_contract.json': json_text(contract)}
+
+def _entry_point(history, state):
+    "The call a deployment makes: through the memory (a history of actions), the state (recurrent), or plain."
+    return 'ppo_policy_step' if history else 'ppo_policy_step_state' if state is not None else 'ppo_policy_act'
 
 # %% ../../nbs/36_c_library.ipynb #f5dd152c
 def _write_files(folder, files):
@@ -537,13 +814,11 @@ def _write_files(folder, files):
             if e.filename is None: e.filename = str(Path(folder)/name)
             raise
 
-def write_c_library(run_dir, out=None, cc=None):
-    "Write the C library of the run's policy.onnx into `out` (default RUN/c_policy), built and tested with `cc` first."
-    run = RunDir(run_dir)
-    onnx_path, obs_path = run.require('onnx'), run.require('export_obs')
-    dest = owned_destination(out or run.root/'c_policy', LIBRARY_MARKER, MADE_BY)
+def install_c_library(onnx_path, obs, dest, cc=None):
+    "Write the C library of `onnx_path` with test vectors from `obs` into folder `dest`, built and tested first."
+    dest = owned_destination(dest, LIBRARY_MARKER, MADE_BY)
     onnx_sha256 = policy_sha256(onnx_path)
-    files = library_files(onnx_path, load_observations(obs_path), onnx_sha256)  # data only: no pickle
+    files = library_files(onnx_path, obs, onnx_sha256)
     manifest = dict(made_by=MADE_BY, ppo_trt=package_version('ppo_trt'), onnx_sha256=onnx_sha256,
                     files={n: hashlib.sha256(t.encode()).hexdigest() for n, t in files.items()})
     with staging(dest) as stage:
@@ -556,6 +831,14 @@ def write_c_library(run_dir, out=None, cc=None):
         (stage/'lib'/'test_ppo_policy').unlink(missing_ok=True)  # the folder gets sources only: `make` builds there
         install_folder(stage/'lib', dest, LIBRARY_MARKER, MADE_BY, stage)
     return dict(manifest, path=str(dest), test=test)
+
+def write_c_library(run_dir, out=None, cc=None, obs=None):
+    "Write the C library of the run's policy.onnx into `out` (default RUN/c_policy); `obs`: test rows (export_obs.npy)."
+    run = RunDir(run_dir)
+    onnx_path = run.require('onnx')
+    obs = load_observations(run.require('export_obs')) if obs is None else obs  # data only: no pickle
+    return install_c_library(onnx_path, obs, out or run.root/'c_policy', cc)
+
 
 # %% ../../nbs/36_c_library.ipynb #acb943b9
 def compiler_missing(cc):
@@ -591,13 +874,24 @@ BENCH_LINES = {  # what bench_ppo_policy prints, and the numbers each line gives
     r'checks: (\d+) failed calls; NaN obs: status (\d+), action (\w+)': ('failed_calls', 'nan_status', 'nan_action'),
 }
 
+LIMIT_LINES = {  # printed by a harness whose vectors header states the arithmetic (older libraries lack them)
+    r'fma limit: (\S+) multiply-adds per ns \(([^,]+), .*?; (\d+) multiply-adds a call take (\S+) ns':
+        ('fma_per_ns', 'fma_probe', 'multiply_adds', 'fma_limit_ns'),
+    r'against it: p50 (\S+)x, best block (\S+)x; a batch of 64 \(ppo_policy_act_batch\) (\S+) ns per action, (\S+)x':
+        ('p50_over_limit', 'block_min_over_limit', 'batch64_ns', 'batch64_over_limit'),
+    r'reading the (\d+) bytes of weights from cache: best (\S+) ns': ('weight_bytes', 'weight_read_ns'),
+}
+
 def parse_bench(output):
-    "The numbers of a bench_ppo_policy run's output, or the first line it lacks."
+    "The numbers of a bench_ppo_policy run's output (the FMA-limit lines where printed), or the first line it lacks."
     out = {}
-    for pattern, keys in BENCH_LINES.items():
-        m = re.search(pattern, output)
-        if m is None: raise PpoTrtError(f'bench_ppo_policy printed no line matching {pattern!r}: {output[-400:]}')
-        out.update({k: v if k in ('kernel', 'nan_action') else float(v) for k, v in zip(keys, m.groups())})
+    for optional, lines in ((False, BENCH_LINES), (True, LIMIT_LINES)):
+        for pattern, keys in lines.items():
+            m = re.search(pattern, output)
+            if m is None and optional: continue
+            if m is None: raise PpoTrtError(f'bench_ppo_policy printed no line matching {pattern!r}: {output[-400:]}')
+            out.update({k: v if k in ('kernel', 'nan_action', 'fma_probe') else float(v)
+                        for k, v in zip(keys, m.groups())})
     return out
 
 # %% ../../nbs/36_c_library.ipynb #dc208b4f

@@ -9,11 +9,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from ..core.files import PpoTrtError, shown
 
-
 # %% auto #0
 __all__ = ['TANH_CLAMP', 'TANH_P', 'TANH_Q', 'SUPPORTED_OPS', 'FLT_MAX', 'KERNEL_MAX_STEPS', 'KERNEL_MAX_WEIGHTS', 'tanh_source',
-           'NativeUnsupportedError', 'Dense', 'Elementwise', 'check_graph', 'parse_chain', 'generate_source',
-           'NativePolicy', 'module_from_source', 'compile_policy']
+           'NativeUnsupportedError', 'Dense', 'Elementwise', 'Norm', 'Cell', 'Recurrent', 'check_graph', 'parse_chain',
+           'generate_source', 'NativePolicy', 'module_from_source', 'compile_policy']
 
 # %% ../../nbs/33_numba_kernel.ipynb #4c68b17b
 TANH_CLAMP = 7.90531110763549805
@@ -36,7 +35,9 @@ def tanh_source(name='fast_tanh'):
 
 # %% ../../nbs/33_numba_kernel.ipynb #d5c4c6d4
 SUPPORTED_OPS = ('Sub', 'Div', 'Mul', 'Add', 'Clip', 'Min', 'Max', 'Gemm', 'MatMul', 'Tanh', 'Relu', 'Elu', 'Sigmoid',
-                 'Identity')
+                 'Identity', 'LeakyRelu', 'Selu', 'Softplus', 'LayerNormalization', 'ReduceMean', 'Pow', 'Sqrt',
+                 'Reciprocal', 'Greater', 'Where', 'GRU', 'LSTM', 'Concat', 'Slice', 'Split', 'Squeeze', 'Unsqueeze',
+                 'Reshape', 'Flatten', 'Transpose')
 
 class NativeUnsupportedError(PpoTrtError):
     "The ONNX graph uses something the native compiler cannot fuse."
@@ -57,30 +58,67 @@ class Elementwise:
     c2: np.ndarray | None = None
     alpha: float = 1.0
 
+# %% ../../nbs/33_numba_kernel.ipynb #4e0b1a01
+@dataclass
+class Norm:
+    "Normalise the row over its width: (x - mean) / sqrt(var + eps), var the mean squared deviation (LayerNorm's)."
+    eps: float
+
+# %% ../../nbs/33_numba_kernel.ipynb #4e0b1a02
+@dataclass
+class Cell:
+    "One step of a GRU or LSTM: gates = dense([x | h]) (GRU z, r; LSTM i, o, f, c); a GRU's candidate from x and h."
+    kind: str                     # 'gru' or 'lstm'
+    hidden: int                   # H
+    dense: Dense                  # [x | h] -> GRU [z | r], LSTM [i | o | f | c] (ONNX's gate order), biases summed
+    dense_x: Dense | None = None  # GRU: x -> W_n x + Wb_n (+ Rb_n without linear_before_reset)
+    dense_h: Dense | None = None  # GRU: h -> R_n h + Rb_n (linear_before_reset), else r * h -> R_n (r * h)
+    linear_before_reset: bool = True
+    @property
+    def layers(self): return [d for d in (self.dense, self.dense_x, self.dense_h) if d is not None]
+
+# %% ../../nbs/33_numba_kernel.ipynb #4e0b1a03
+@dataclass
+class Recurrent:
+    "A packed recurrent policy: [obs | state] -> [action | state'] as `encoder` -> `cell` -> `head` on the new h."
+    encoder: list        # steps on input columns obs[0]:obs[1], giving the cell's input x
+    cell: Cell
+    head: list           # steps on the new h, giving the action
+    obs: tuple           # (start, stop): the observation's columns of the input row
+    h_in: int            # where the state h starts in the input row (-1: the graph starts from zeros)
+    c_in: int            # where an LSTM's c starts in the input row (-1: none, or zeros)
+    out: list            # [(part, start, width)] of the output row; part 'action', 'h' or 'c'
+    @property
+    def x_dim(self): return self.cell.dense.W.shape[0] - self.cell.hidden
+
 # %% ../../nbs/33_numba_kernel.ipynb #653d8c8b
 FLT_MAX = float(np.finfo(np.float32).max)  # Clip's bound when none is given: numeric_limits<float>::max(), in ORT
+_INTS = (6, 7)  # TensorProto.INT32, INT64: axes, shapes and slice bounds
 
 def _constant_value(n):
-    "The float32 value of Constant node `n` (its `value` tensor, `value_float` or `value_floats`), else one line."
+    "The value of Constant node `n`: float32 (`value`, `value_float(s)`) or integers (`value`, `value_int(s)`)."
     from onnx import numpy_helper, TensorProto
     a = {x.name: x for x in n.attribute}
-    if 'value' in a and a['value'].t.data_type == TensorProto.FLOAT: return numpy_helper.to_array(a['value'].t)
-    if 'value_float' in a: return np.float32(a['value_float'].f)
+    if 'value' in a and a['value'].t.data_type in (TensorProto.FLOAT, *_INTS):
+        return numpy_helper.to_array(a['value'].t)
+    if 'value_float' in a: return np.asarray(a['value_float'].f, np.float32)  # 0-d: an array, as every constant
     if 'value_floats' in a: return np.asarray(a['value_floats'].floats, np.float32)
+    if 'value_int' in a: return np.asarray(a['value_int'].i, np.int64)
+    if 'value_ints' in a: return np.asarray(a['value_ints'].ints, np.int64)
     raise NativeUnsupportedError(f'Constant node {shown(n.name or n.output[0], 120)} holds '
                                  f'{", ".join(a) or "nothing"}, '
                                  'not float32 values: the generated kernels compute in float32 only; export the '
                                  'policy with float32 constants')
 
 def _consts(proto):
-    "{name: float32 array} of the graph's initializers and Constant nodes; any other dtype is refused in one line."
+    "{name: array} of the graph's initializers and Constant nodes: float32, or integers (axes, shapes); else one line."
     from onnx import numpy_helper, TensorProto
     if len(proto.graph.sparse_initializer):
         raise NativeUnsupportedError('the graph holds sparse initializers, which the generated kernels do not read; '
                                      'export it with dense ones')
     c = {}
     for t in proto.graph.initializer:
-        if t.data_type != TensorProto.FLOAT:
+        if t.data_type not in (TensorProto.FLOAT, *_INTS):
             raise NativeUnsupportedError(f'initializer {shown(t.name, 120)} holds '
                                          f'{TensorProto.DataType.Name(t.data_type)} '
                                          'values, not float32: the generated kernels compute in float32 only; export '
@@ -97,6 +135,11 @@ KERNEL_MAX_WEIGHTS = 1 << 22  # float32 constants (16 MiB) a generated kernel co
 def _opset(proto):
     "The default-domain opset the model imports (None if it imports none)."
     return next((o.version for o in proto.opset_import if o.domain in ('', 'ai.onnx')), None)
+
+def _graph_input(proto):
+    "The graph's one real input (not an initializer that an old IR version also lists as an input)."
+    inits = {t.name for t in proto.graph.initializer}
+    return next(i for i in proto.graph.input if i.name not in inits)
 
 def check_graph(proto):
     "`proto` if ORT reads it as the kernels would (opset, domains, node names, float32 input and output); or one line."
@@ -117,7 +160,13 @@ def check_graph(proto):
     if dup is not None:
         raise NativeUnsupportedError(f'two nodes are named {shown(dup, 120)}: ONNX Runtime refuses such a graph; '
                                      'give each node its own name')
-    for what, vi in (('input', proto.graph.input[0]), ('output', proto.graph.output[0])):
+    inits = {t.name for t in proto.graph.initializer}
+    inputs = [i.name for i in proto.graph.input if i.name not in inits]
+    if len(inputs) != 1:
+        raise NativeUnsupportedError(f'the graph has {len(inputs)} inputs ({", ".join(shown(i, 40) for i in inputs)}): '
+                                     'the generated kernels run one [batch, width] input (a recurrent actor\'s state '
+                                     'inputs are packed beside the observation first)')
+    for what, vi in (('input', _graph_input(proto)), ('output', proto.graph.output[0])):
         t = vi.type.tensor_type
         if t.elem_type != TensorProto.FLOAT:
             raise NativeUnsupportedError(f'the graph {what} {shown(vi.name, 40)} is '
@@ -134,7 +183,7 @@ def check_graph(proto):
 def _check_size(steps):
     "Refuse a chain whose kernel would take minutes and gigabytes to compile (`KERNEL_MAX_STEPS`, `..._WEIGHTS`)."
     consts = sum(int(np.asarray(a).size) for s in steps for a in (
-        (s.W, s.b) if isinstance(s, Dense) else (s.c, s.c2)) if a is not None)
+        (s.W, s.b) if isinstance(s, Dense) else (getattr(s, 'c', None), getattr(s, 'c2', None))) if a is not None)
     if len(steps) > KERNEL_MAX_STEPS or consts > KERNEL_MAX_WEIGHTS:
         raise NativeUnsupportedError(f'the graph is {len(steps):,} fused steps and {consts:,} constants; the generated '
                                      f'kernels compile at most {KERNEL_MAX_STEPS} steps and {KERNEL_MAX_WEIGHTS:,} '
@@ -165,63 +214,530 @@ def _clip_bounds(n, ins, consts, attrs, opset, width):
         return a.reshape(())
     return bound(1, -FLT_MAX), bound(2, FLT_MAX)
 
+# %% ../../nbs/33_numba_kernel.ipynb #5a11c0d1
+@dataclass(eq=False)
+class _Row:
+    "A value of one batch row: `step` applied to `prev` (a `_Row`), or the source `src`; `shape` has None for batch."
+    src: tuple           # ('in', start, stop): columns of the input row; ('cell', 'h' | 'c'): the cell's new state
+    shape: tuple
+    prev: object = None
+    step: object = None
+    depth: int = 0
+    @property
+    def width(self): return int(np.prod([d for d in self.shape if d is not None]))
+    def then(self, step, width=None):
+        "This row with `step` applied (its last axis becomes `width`)."
+        shape = self.shape if width is None else self.shape[:-1] + (width,)
+        return _Row(self.src, shape, self, step, self.depth + 1)
+    def steps(self):
+        "The steps from the source to this value, in order."
+        out, r = [], self
+        while r.step is not None: out.append(r.step); r = r.prev
+        return out[::-1]
+    def reshaped(self, shape): return _Row(self.src, tuple(shape), self.prev, self.step, self.depth)
+
+# %% ../../nbs/33_numba_kernel.ipynb #5a11c0d2
+@dataclass(eq=False)
+class _Part:
+    "A part of a decomposed LayerNormalization of `row` ('mean', 'centred', 'square', 'var', 'var+eps', 'std', 'rstd')."
+    kind: str
+    row: _Row
+    shape: tuple
+    eps: float = 0.0
+
+@dataclass(eq=False)
+class _Joined:
+    "A Concat of rows along their last axis (the graph's output only)."
+    parts: tuple
+    shape: tuple
+
+@dataclass(eq=False)
+class _Above:
+    "Greater(row, t): only as a Where's condition (torch's thresholded Softplus)."
+    row: _Row
+    t: np.ndarray
+
+# %% ../../nbs/33_numba_kernel.ipynb #5a11c0d3
+def _shape_text(shape): return '[' + ', '.join('B' if d is None else str(d) for d in shape) + ']'
+
+def _layout(shape, where):
+    "`shape` if each batch row stays one vector in order (dims before the batch axis 1, at most one after it > 1)."
+    shape = tuple(shape)
+    b = shape.index(None) if shape.count(None) == 1 else -1
+    if b < 0 or any(d != 1 for d in shape[:b]) or sum(d != 1 for d in shape[b + 1:]) > 1:
+        raise NativeUnsupportedError(f'{where} gives shape {_shape_text(shape)}: the generated kernels run each batch '
+                                     'row as one vector (one batch axis, one feature axis); run it with ort')
+    return shape
+
+def _wide_axis(shape):
+    "The axis that holds a row's values (the last if every feature axis is 1)."
+    b = shape.index(None)
+    return next((i for i in range(b + 1, len(shape)) if shape[i] != 1), len(shape) - 1)
+
+# %% ../../nbs/33_numba_kernel.ipynb #5a11c0d4
+class _Parse:
+    "The state of one parse: values by name (constants as arrays, computed values as `_Row`s), the opset, the cell."
+    def __init__(self, proto):
+        self.consts, self.opset, self.cell = _consts(proto), _opset(proto), None
+        inp = _graph_input(proto)
+        self.width = inp.type.tensor_type.shape.dim[1].dim_value
+        self.vals = {**self.consts, inp.name: _Row(('in', 0, self.width), (None, self.width))}
+    def val(self, name, n):
+        "The value called `name` that node `n` reads."
+        if name not in self.vals:
+            raise NativeUnsupportedError(f'node {_node(n)} reads {shown(name, 80)}, which is neither the observation, '
+                                         'a constant nor computed before it: the kernels run one-input graphs')
+        return self.vals[name]
+    def row(self, name, n):
+        "The computed value `name` (a `_Row`) that node `n` reads, or one line."
+        v = self.val(name, n)
+        if not isinstance(v, _Row):
+            raise NativeUnsupportedError(f'node {_node(n)} reads {shown(name, 80)} where the kernels need a value '
+                                         'computed from the observation')
+        return v
+    def f32(self, name, n, what):
+        "The float32 constant `name` node `n` reads as `what`, or one line."
+        v = self.val(name, n)
+        if not isinstance(v, np.ndarray) or v.dtype != np.float32:
+            raise NativeUnsupportedError(f'node {_node(n)}: its {what} ({shown(name, 80)}) must be a float32 '
+                                         'constant for the generated kernels')
+        return v
+    def ints(self, name, n, what):
+        "The integer constant `name` node `n` reads as `what`, as a list, or one line."
+        v = self.val(name, n)
+        if not isinstance(v, np.ndarray) or v.dtype.kind not in 'iu':
+            raise NativeUnsupportedError(f'node {_node(n)}: its {what} ({shown(name, 80)}) must be an integer '
+                                         'constant for the generated kernels (a shape computed at run time is not '
+                                         'supported)')
+        return [int(x) for x in v.reshape(-1)]
+
+def _node(n): return f'{shown(n.name or n.output[0], 120)} ({shown(n.op_type, 40)})'
+
+def _given(ins, i): return len(ins) > i and bool(ins[i])
+
+# %% ../../nbs/33_numba_kernel.ipynb #5a11c0d5
+def _bcast(row, c, n):
+    "(shape of `row` op constant `c`, `c` as the row's vector or a scalar), as ORT broadcasts, or one line."
+    s, cs = list(row.shape), list(np.shape(c))
+    rank = max(len(s), len(cs))
+    s, cs = [1] * (rank - len(s)) + s, [1] * (rank - len(cs)) + cs
+    out = []
+    for d, e in zip(s, cs):
+        if e == 1 or e == d: out.append(d)
+        else:
+            raise NativeUnsupportedError(f'node {_node(n)}: a constant of shape {tuple(np.shape(c))} does not '
+                                         f'broadcast as a row of {_shape_text(row.shape)} (ONNX Runtime would give '
+                                         'another shape); the generated kernels refuse it')
+    c = np.asarray(c, np.float32)
+    return _layout(out, f'node {_node(n)}'), (c.reshape(()) if c.size == 1 else c.reshape(-1))
+
+# %% ../../nbs/33_numba_kernel.ipynb #5a11c0d6
+_UNARY = {'Tanh': 'tanh', 'Relu': 'relu', 'Sigmoid': 'sigmoid', 'Elu': 'elu', 'LeakyRelu': 'leakyrelu', 'Selu': 'selu',
+          'Softplus': 'softplus'}
+
+def _unary(p, n, ins, attrs):
+    "Tanh, Relu, Sigmoid, Elu, LeakyRelu, Selu, Softplus: one elementwise step (with ONNX's default constants)."
+    v, op = p.row(ins[0], n), n.op_type
+    if op == 'Elu': e = Elementwise('elu', alpha=float(attrs.get('alpha', 1.0)))
+    elif op == 'LeakyRelu': e = Elementwise('leakyrelu', alpha=float(attrs.get('alpha', 0.01)))
+    elif op == 'Selu':
+        e = Elementwise('selu', c=np.float32(attrs.get('gamma', 1.05070102214813232421875)),
+                        alpha=float(attrs.get('alpha', 1.67326319217681884765625)))
+    else: e = Elementwise(_UNARY[op])
+    return [v.then(e)]
+
+# %% ../../nbs/33_numba_kernel.ipynb #5a11c0d7
+def _with_const(n, v, c, kind):
+    "Row `v` op constant `c` (kind sub, div, mul, add, min, max): one step; an Add right after a layer joins its bias."
+    shape, c = _bcast(v, c, n)
+    if kind == 'add' and isinstance(v.step, Dense) and c.ndim == 1:
+        return v.prev.then(Dense(v.step.W, v.step.b + c), v.width).reshaped(shape)  # MatMul + Add: one layer
+    return v.then(Elementwise(kind, c)).reshaped(shape)
+
+def _square_of(a, b):
+    "Whether Mul(a, b) squares a LayerNormalization's centred value."
+    return isinstance(a, _Part) and a is b and a.kind == 'centred'
+
+def _binary(p, n, ins, attrs):
+    "Add, Sub, Mul, Div: with a constant, a step; SiLU (x * sigmoid(x)) and a decomposed LayerNormalization's parts."
+    op, (a, b) = n.op_type, (p.val(i, n) for i in ins[:2])
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        raise NativeUnsupportedError(f'node {_node(n)} computes on constants only: export the policy with constant '
+                                     'folding on (torch.onnx.export does it by default)')
+    if op == 'Mul' and isinstance(b, _Row) and isinstance(a, _Row) and b.prev is a and \
+            getattr(b.step, 'kind', '') == 'sigmoid':
+        return [a.then(Elementwise('silu'))]                 # x * sigmoid(x), as torch exports SiLU
+    if op == 'Mul' and isinstance(a, _Row) and isinstance(b, _Row) and a.prev is b and \
+            getattr(a.step, 'kind', '') == 'sigmoid':
+        return [b.then(Elementwise('silu'))]
+    if isinstance(a, _Part) or isinstance(b, _Part): return [_norm_part(p, n, op, a, b)]
+    if isinstance(a, _Row) and isinstance(b, np.ndarray):
+        return [_with_const(n, a, p.f32(ins[1], n, 'constant operand'), op.lower())]
+    if isinstance(b, _Row) and isinstance(a, np.ndarray) and op in ('Add', 'Mul'):
+        return [_with_const(n, b, p.f32(ins[0], n, 'constant operand'), op.lower())]
+    if isinstance(b, _Row) and isinstance(a, np.ndarray):
+        raise NativeUnsupportedError(f'node {_node(n)}: {op} with the running value as its second operand is not '
+                                     'supported')
+    raise NativeUnsupportedError(f'node {_node(n)} combines two computed values; the generated kernels fuse chains '
+                                 '(plus SiLU, LayerNormalization and one GRU/LSTM cell) only: run it with ort')
+
+# %% ../../nbs/33_numba_kernel.ipynb #5a11c0d8
+def _minmax(p, n, ins, attrs):
+    "Min / Max of the row and constants (variadic): one step per constant."
+    live = [i for i in ins if not isinstance(p.val(i, n), np.ndarray)]
+    if len(live) != 1:
+        raise NativeUnsupportedError(f'node {_node(n)} combines two computed values; the generated kernels fuse '
+                                     'chains only: run it with ort')
+    v = p.row(live[0], n)
+    for i in ins:
+        if i != live[0]: v = _with_const(n, v, p.f32(i, n, 'constant operand'), n.op_type.lower())
+    return [v]
+
+def _clip(p, n, ins, attrs):
+    "Clip: bounds as attributes before opset 11, optional inputs after ('' or absent: not given)."
+    v = p.row(ins[0], n)
+    for i in ins[1:]:
+        if i: p.f32(i, n, 'bound')
+    return [v.then(Elementwise('clip', *_clip_bounds(n, ins, p.consts, attrs, p.opset, v.width)))]
+
+# %% ../../nbs/33_numba_kernel.ipynb #5a11c0d9
+def _dense(p, n, ins, attrs):
+    "Gemm / MatMul of the row by a constant matrix: one dense layer."
+    op = n.op_type
+    if not isinstance(p.val(ins[0], n), _Row):
+        raise NativeUnsupportedError(f'node {_node(n)}: {op} with the running value as its second operand is not '
+                                     'supported')
+    v, B = p.row(ins[0], n), p.f32(ins[1], n, 'weight')
+    if B.ndim != 2: raise NativeUnsupportedError(f'{op} with a weight of shape {B.shape} is not supported')
+    if op == 'Gemm':
+        if attrs.get('transA', 0): raise NativeUnsupportedError('Gemm with transA=1 is not supported')
+        if len(v.shape) != 2: raise NativeUnsupportedError(f'node {_node(n)}: Gemm of a {len(v.shape)}-d value')
+        W = (B.T if attrs.get('transB', 0) else B) * np.float32(attrs.get('alpha', 1.0))
+        b = (_vec(p.f32(ins[2], n, 'bias'), W.shape[1], 'Gemm C') * np.float32(attrs.get('beta', 1.0))
+             if _given(ins, 2) else np.zeros(W.shape[1], np.float32))
+        b = np.broadcast_to(b, W.shape[1])
+    else: W, b = B, np.zeros(B.shape[1], np.float32)
+    if W.shape[0] != v.width or v.shape[-1] != v.width:
+        raise NativeUnsupportedError(f'{op} expects width {W.shape[0]}, chain has {v.width}')
+    return [v.then(Dense(np.ascontiguousarray(W, np.float32), np.ascontiguousarray(b, np.float32)), W.shape[1])]
+
+# %% ../../nbs/33_numba_kernel.ipynb #5a11c0da
+def _last_axis(p, n, ins, attrs, v, attr='axes', input_from=None):
+    "Whether node `n` acts on `v`'s feature axis only (axes: an attribute, or an input from opset `input_from`)."
+    if input_from is not None and p.opset >= input_from: axes = p.ints(ins[1], n, 'axes') if _given(ins, 1) else None
+    else: axes = attrs.get(attr)
+    axes = [axes] if isinstance(axes, int) else axes
+    if axes is None: return v.width == 1 or all(d == 1 for d in v.shape if d is not None and d != v.width)
+    return [a % len(v.shape) for a in axes] == [_wide_axis(v.shape)]
+
+def _layer_norm(p, n, ins, attrs):
+    "LayerNormalization (opset 17) over the feature axis: normalise, then scale and bias as elementwise steps."
+    v = p.row(ins[0], n)
+    axis = attrs.get('axis', -1) % len(v.shape)
+    if axis != _wide_axis(v.shape) or any(d != 1 for d in v.shape[axis + 1:]):
+        raise NativeUnsupportedError(f'node {_node(n)} normalises over axes {axis}..: the generated kernels '
+                                     'normalise over the feature axis only')
+    if len(n.output) > 1 and any(n.output[1:]):
+        raise NativeUnsupportedError(f'node {_node(n)}: its mean / inverse-deviation outputs are not supported')
+    out = v.then(Norm(float(attrs.get('epsilon', 1e-5))))
+    out = _with_const(n, out, p.f32(ins[1], n, 'scale'), 'mul')
+    return [_with_const(n, out, p.f32(ins[2], n, 'bias'), 'add') if _given(ins, 2) else out]
+
+def _reduce_mean(p, n, ins, attrs):
+    "ReduceMean over the feature axis: a decomposed LayerNormalization's mean or variance."
+    v = p.val(ins[0], n)
+    row = v if isinstance(v, _Row) else getattr(v, 'row', None)
+    if not (isinstance(v, _Row) or (isinstance(v, _Part) and v.kind == 'square')) or \
+            not _last_axis(p, n, ins, attrs, row, input_from=18) or not attrs.get('keepdims', 1):
+        raise NativeUnsupportedError(f'node {_node(n)}: the generated kernels take a ReduceMean only as '
+                                     'LayerNormalization does (the mean over the feature axis, kept)')
+    shape = row.shape[:-1] + (1,)
+    return [_Part('mean', v, shape) if isinstance(v, _Row) else _Part('var', row, shape)]
+
+_NORM_RULES = {  # (op, first operand, second operand) -> the part it gives; 'c': a constant
+    ('Sub', 'row', 'mean'): 'centred', ('Pow', 'centred', 2.0): 'square', ('Mul', 'centred', 'centred'): 'square',
+    ('Add', 'var', 'c'): 'var+eps', ('Add', 'c', 'var'): 'var+eps', ('Sqrt', 'var+eps', None): 'std',
+    ('Reciprocal', 'std', None): 'rstd', ('Div', 1.0, 'std'): 'rstd', ('Div', 'centred', 'std'): 'norm',
+    ('Mul', 'centred', 'rstd'): 'norm', ('Mul', 'rstd', 'centred'): 'norm'}
+
+def _what(x, op):
+    "How `_NORM_RULES` names operand `x` of `op`: a part's kind, 'row', a constant 1 or 2 where it matters, or 'c'."
+    if isinstance(x, _Part): return x.kind
+    if isinstance(x, _Row): return 'row'
+    if x is None: return None
+    x = np.asarray(x)
+    return float(x.reshape(())) if op in ('Pow', 'Div') and x.size == 1 and float(x.reshape(())) in (1.0, 2.0) else 'c'
+
+def _norm_part(p, n, op, a, b=None):
+    "The next part of a decomposed LayerNormalization (mean, centred, square, var, eps, std, normalised), or one line."
+    key = (op, _what(a, op), _what(b, op))
+    parts = [x for x in (a, b) if isinstance(x, _Part)]
+    rows = {id(x.row) for x in parts} | ({id(a)} if isinstance(a, _Row) else set())
+    kind = _NORM_RULES.get(key) if len(rows) == 1 else None
+    if kind is None:
+        raise NativeUnsupportedError(f'node {_node(n)} uses part of a decomposed LayerNormalization (mean, '
+                                     'deviation) other than LayerNormalization does; the generated kernels refuse it')
+    row, eps = parts[0].row, max(x.eps for x in parts)
+    if kind == 'norm': return row.then(Norm(eps))
+    if kind == 'centred': return _Part('centred', a, a.shape)
+    if kind == 'var+eps':
+        c = np.asarray(b if isinstance(a, _Part) else a, np.float32)
+        if c.size != 1: raise NativeUnsupportedError(f'node {_node(n)}: LayerNormalization epsilon must be a scalar')
+        return _Part(kind, row, parts[0].shape, float(c.reshape(())))
+    return _Part(kind, row, parts[0].shape, eps)
+
+def _norm_op(p, n, ins, attrs):
+    "Pow, Sqrt, Reciprocal: only as parts of a decomposed LayerNormalization."
+    return [_norm_part(p, n, n.op_type, p.val(ins[0], n), p.val(ins[1], n) if _given(ins, 1) else None)]
+
+# %% ../../nbs/33_numba_kernel.ipynb #5a11c0db
+def _greater(p, n, ins, attrs):
+    "Greater(row, scalar t): only as the condition of torch's thresholded Softplus (see `_where`)."
+    return [_Above(p.row(ins[0], n), p.f32(ins[1], n, 'threshold'))]
+
+def _where(p, n, ins, attrs):
+    "Where(row > t, row, softplus(row)): torch's Softplus with its threshold, one step."
+    cond, x, y = (p.val(i, n) for i in ins[:3])
+    if not (isinstance(cond, _Above) and x is cond.row and isinstance(y, _Row) and y.prev is x
+            and getattr(y.step, 'kind', '') == 'softplus' and y.step.c is None and cond.t.size == 1):
+        raise NativeUnsupportedError(f'node {_node(n)}: the generated kernels take Where / Greater only as torch '
+                                     'exports Softplus with its threshold (Where(x > t, x, Softplus(x)))')
+    return [x.then(Elementwise('softplus', c=np.float32(cond.t.reshape(()))))]
+
+# %% ../../nbs/33_numba_kernel.ipynb #5a11c0dc
+def _axes(p, n, ins, attrs, from_opset=13):
+    "The `axes` of Squeeze / Unsqueeze: an attribute before `from_opset`, an input from it (None: not given)."
+    if p.opset >= from_opset: return p.ints(ins[1], n, 'axes') if _given(ins, 1) else None
+    return attrs.get('axes')
+
+def _target(p, n, ins, attrs, v):
+    "Reshape's target shape with the batch axis found (0 copies a dim, -1 takes the rest), or one line."
+    t = p.ints(ins[1], n, 'shape')
+    t = [v.shape[i] if d == 0 and not attrs.get('allowzero', 0) and i < len(v.shape) else d for i, d in enumerate(t)]
+    known = int(np.prod([d for d in t if d not in (None, -1)]))
+    if None in t and -1 in t: t[t.index(-1)] = v.width // max(known, 1)
+    elif -1 in t and known == v.width: t[t.index(-1)] = None
+    elif None not in t:  # a graph exported for one batch size: the batch axis is a 1 with the row after it
+        at = [i for i, d in enumerate(t) if d == 1 and all(e == 1 for e in t[:i]) and np.prod(t[i + 1:]) == v.width]
+        if not at: raise NativeUnsupportedError(f'node {_node(n)} reshapes {_shape_text(v.shape)} to {t}, mixing '
+                                                'batch rows: the generated kernels refuse it')
+        t[v.shape.index(None) if v.shape.index(None) in at else at[-1]] = None  # where it was, if it can be
+    if None not in t or int(np.prod([d for d in t if d is not None])) != v.width or any((d or 0) < 0 for d in t):
+        raise NativeUnsupportedError(f'node {_node(n)} reshapes {_shape_text(v.shape)} to a shape of another size')
+    return t
+
+def _reshape(p, n, ins, attrs):
+    "Squeeze, Unsqueeze, Reshape, Flatten, Transpose, Identity: the row's values unchanged, in a new shape."
+    v, op = p.val(ins[0], n), n.op_type
+    if op == 'Identity': return [v]
+    if not isinstance(v, _Row):
+        raise NativeUnsupportedError(f'node {_node(n)} reshapes something other than a row the kernels compute')
+    s = list(v.shape)
+    if op == 'Squeeze':
+        axes = _axes(p, n, ins, attrs)
+        axes = [a % len(s) for a in axes] if axes is not None else [i for i, d in enumerate(s) if d == 1]
+        if any(s[a] != 1 for a in axes): raise NativeUnsupportedError(f'node {_node(n)} squeezes an axis that is not 1')
+        s = [d for i, d in enumerate(s) if i not in axes]
+    elif op == 'Unsqueeze':
+        axes = sorted(a % (len(s) + len(_axes(p, n, ins, attrs))) for a in _axes(p, n, ins, attrs))
+        for a in axes: s.insert(a, 1)
+    elif op == 'Reshape': s = _target(p, n, ins, attrs, v)
+    elif op == 'Flatten':
+        axis = attrs.get('axis', 1) % (len(s) + 1)
+        if None not in s[:axis] or any(d != 1 for d in s[:axis] if d is not None):
+            raise NativeUnsupportedError(f'node {_node(n)} flattens the batch into the row')
+        s = [None, v.width]
+    else: s = [s[i] for i in attrs.get('perm', range(len(s) - 1, -1, -1))]
+    return [v.reshaped(_layout(s, f'node {_node(n)}'))]
+
+# %% ../../nbs/33_numba_kernel.ipynb #5a11c0dd
+def _cut(n, v, axis, start, stop):
+    "Columns start:stop of row `v` along `axis`: a no-op on the batch axis or a whole axis, else the input's columns."
+    dim = v.shape[axis]
+    if dim is None:
+        if start == 0 and stop >= 2**31 - 1: return v
+        raise NativeUnsupportedError(f'node {_node(n)} slices the batch: the generated kernels refuse it')
+    start, stop = (min(max(i + dim if i < 0 else i, 0), dim) for i in (start, stop))
+    if (start, stop) == (0, dim): return v
+    if stop <= start: raise NativeUnsupportedError(f'node {_node(n)} takes an empty slice')
+    if v.step is not None or v.src[0] != 'in' or axis != _wide_axis(v.shape):
+        raise NativeUnsupportedError(f'node {_node(n)} slices a computed value: the generated kernels slice the '
+                                     'input row only (the observation and a recurrent state packed beside it)')
+    s = list(v.shape); s[axis] = stop - start
+    return _Row(('in', v.src[1] + start, v.src[1] + stop), tuple(s))
+
+def _slice(p, n, ins, attrs):
+    "Slice with step 1 (attributes before opset 10, inputs after)."
+    v = p.row(ins[0], n)
+    if p.opset < 10: starts, ends, axes, steps = attrs['starts'], attrs['ends'], attrs.get('axes'), None
+    else:
+        starts, ends = p.ints(ins[1], n, 'starts'), p.ints(ins[2], n, 'ends')
+        axes = p.ints(ins[3], n, 'axes') if _given(ins, 3) else None
+        steps = p.ints(ins[4], n, 'steps') if _given(ins, 4) else None
+    if steps and any(s != 1 for s in steps): raise NativeUnsupportedError(f'node {_node(n)}: a Slice step other than 1')
+    for a, s, e in zip(axes if axes is not None else range(len(starts)), starts, ends):
+        v = _cut(n, v, a % len(v.shape), s, e)
+    return [v]
+
+def _split(p, n, ins, attrs):
+    "Split of the input row along its feature axis (sizes as an attribute before opset 13, an input after)."
+    v = p.row(ins[0], n)
+    axis = attrs.get('axis', 0) % len(v.shape)
+    dim = v.shape[axis]
+    if p.opset >= 13 and _given(ins, 1): sizes = p.ints(ins[1], n, 'split')
+    elif 'split' in attrs: sizes = list(attrs['split'])
+    else:
+        k = -(-dim // len(n.output)) if dim else 0
+        sizes = [k] * (len(n.output) - 1) + [dim - k * (len(n.output) - 1)] if dim else [0]
+    if dim is None or sum(sizes) != dim or len(sizes) != len(n.output):
+        raise NativeUnsupportedError(f'node {_node(n)}: the generated kernels split a row along its features only')
+    at = np.cumsum([0] + sizes)
+    return [_cut(n, v, axis, int(a), int(b)) for a, b in zip(at[:-1], at[1:])]
+
+def _concat(p, n, ins, attrs):
+    "Concat of rows along their feature axis: the packed graph's output [action | state']."
+    parts = [p.val(i, n) for i in ins]
+    rows = [r for x in parts for r in (x.parts if isinstance(x, _Joined) else [x])]
+    if not all(isinstance(r, _Row) for r in rows):
+        raise NativeUnsupportedError(f'node {_node(n)} joins constants or partial values; the generated kernels '
+                                     'join computed rows only')
+    rank, batch = len(rows[0].shape), rows[0].shape.index(None)
+    axis = attrs.get('axis', 0) % rank
+    if any(len(r.shape) != rank or r.shape.index(None) != batch or r.shape[axis] != r.width for r in rows):
+        raise NativeUnsupportedError(f'node {_node(n)} joins values along an axis other than their features')
+    s = list(rows[0].shape); s[axis] = sum(r.width for r in rows)
+    return [_Joined(tuple(rows), _layout(s, f'node {_node(n)}'))]
+
+# %% ../../nbs/33_numba_kernel.ipynb #5a11c0de
+_CELL_ACTS = {'gru': [b'Sigmoid', b'Tanh'], 'lstm': [b'Sigmoid', b'Tanh', b'Tanh']}
+
+def _cell_attrs(n, attrs, kind):
+    "Refuse what the kernels' GRU / LSTM step does not compute: another direction, layout, clip or activation."
+    acts = [a if isinstance(a, bytes) else str(a).encode() for a in attrs.get('activations', _CELL_ACTS[kind])]
+    bad = [k for k in ('clip', 'activation_alpha', 'activation_beta', 'input_forget') if attrs.get(k)]
+    if attrs.get('direction', b'forward') != b'forward': bad.append(f"direction {attrs['direction']!r}")
+    if attrs.get('layout', 0): bad.append(f"layout {attrs['layout']}")
+    if [a.lower() for a in acts] != [a.lower() for a in _CELL_ACTS[kind]]: bad.append(f'activations {acts}')
+    if bad:
+        raise NativeUnsupportedError(f'node {_node(n)} has {", ".join(shown(b, 60) for b in bad)}: the generated '
+                                     'kernels run one forward layer of default activations (as torch exports '
+                                     'nn.GRU / nn.LSTM): run it with ort')
+
+def _state(p, n, ins, i, H):
+    "Input start of the initial state `ins[i]` (a slice of the input row, [1, B, H]); -1 when not given (zeros)."
+    if not _given(ins, i): return -1
+    v = p.row(ins[i], n)
+    if v.step is not None or v.src[0] != 'in' or v.width != H or v.shape.index(None) != 1 or len(v.shape) != 3:
+        raise NativeUnsupportedError(f'node {_node(n)}: its initial state must be the state columns of the input '
+                                     f'row, shape [1, B, {H}] (one layer, one direction); pack the recurrent graph '
+                                     'first (ppo_trt packs h_in / c_in beside the observation)')
+    return v.src[1]
+
+def _gates(W, R, B, H, kind, lbr):
+    "The `Cell` of ONNX weights W [G*H, E], R [G*H, H], B [2*G*H]: dense layers without a zero block, biases summed."
+    G = W.shape[0] // H
+    Wb, Rb = B[:G * H], B[G * H:]
+    blk = lambda M, g: M[g * H:(g + 1) * H]
+    mixed = range(4) if kind == 'lstm' else range(2)  # the gates that see x and h: LSTM i, o, f, c; GRU z, r
+    dense = Dense(np.ascontiguousarray(np.concatenate([np.concatenate([blk(W, g).T, blk(R, g).T]) for g in mixed], 1)),
+                  np.concatenate([blk(Wb, g) + blk(Rb, g) for g in mixed]))
+    if kind == 'lstm': return Cell(kind, H, dense)
+    dense_x = Dense(np.ascontiguousarray(blk(W, 2).T), blk(Wb, 2) + (0 if lbr else blk(Rb, 2)))
+    dense_h = Dense(np.ascontiguousarray(blk(R, 2).T), blk(Rb, 2) if lbr else np.zeros(H, np.float32))
+    return Cell(kind, H, dense, dense_x, dense_h, bool(lbr))
+
+def _cell(p, n, ins, attrs):
+    "GRU / LSTM, one step of one layer: the packed graph's recurrent cell."
+    kind = n.op_type.lower()
+    if p.cell is not None:
+        raise NativeUnsupportedError(f'node {_node(n)} is a second recurrent cell: the generated kernels run one '
+                                     'GRU / LSTM layer')
+    _cell_attrs(n, attrs, kind)
+    x, G = p.row(ins[0], n), 3 if kind == 'gru' else 4
+    W, R = p.f32(ins[1], n, 'W'), p.f32(ins[2], n, 'R')
+    H = int(attrs.get('hidden_size', R.shape[-1]))
+    if len(x.shape) != 3 or x.shape[:2] != (1, None) or W.shape != (1, G * H, x.width) or R.shape != (1, G * H, H):
+        raise NativeUnsupportedError(f'node {_node(n)}: input {_shape_text(x.shape)}, W {W.shape}, R {R.shape}: the '
+                                     'generated kernels run one time step ([1, B, inputs]) of one forward layer')
+    B = p.f32(ins[3], n, 'B').reshape(-1) if _given(ins, 3) else np.zeros(2 * G * H, np.float32)
+    if B.size != 2 * G * H: raise NativeUnsupportedError(f'node {_node(n)}: bias of {B.size} values, not {2 * G * H}')
+    if _given(ins, 4):
+        lens = p.val(ins[4], n)
+        if not (isinstance(lens, np.ndarray) and (lens == 1).all()):
+            raise NativeUnsupportedError(f'node {_node(n)}: sequence_lens other than 1 is not supported')
+    if kind == 'lstm' and _given(ins, 7): raise NativeUnsupportedError(f'node {_node(n)}: peepholes are not supported')
+    cell = _gates(W[0], R[0], B, H, kind, attrs.get('linear_before_reset', 0))
+    p.cell = (cell, x, _state(p, n, ins, 5, H), _state(p, n, ins, 6, H) if kind == 'lstm' else -1)
+    out = [_Row(('cell', 'h'), (1, 1, None, H)), _Row(('cell', 'h'), (1, None, H))]
+    return out + ([_Row(('cell', 'c'), (1, None, H))] if kind == 'lstm' else [])
+
+# %% ../../nbs/33_numba_kernel.ipynb #5a11c0df
+_HANDLERS = {**{op: _unary for op in _UNARY}, **{op: _binary for op in ('Add', 'Sub', 'Mul', 'Div')},
+             'Min': _minmax, 'Max': _minmax, 'Clip': _clip, 'Gemm': _dense, 'MatMul': _dense,
+             'LayerNormalization': _layer_norm, 'ReduceMean': _reduce_mean, 'Pow': _norm_op, 'Sqrt': _norm_op,
+             'Reciprocal': _norm_op, 'Greater': _greater, 'Where': _where, 'GRU': _cell, 'LSTM': _cell,
+             'Slice': _slice, 'Split': _split, 'Concat': _concat,
+             **{op: _reshape for op in ('Identity', 'Squeeze', 'Unsqueeze', 'Reshape', 'Flatten', 'Transpose')}}
+
+def _nonempty(steps):
+    "`steps`, or one exact step (x * 1: NaN, -0 and inf unchanged) so that every chain writes its output."
+    return steps or [Elementwise('mul', np.float32(1.0))]
+
+# %% ../../nbs/33_numba_kernel.ipynb #5a11c0e0
+def _recurrent(p, out):
+    "The `Recurrent` program of a packed graph whose output `out` joins [action | h' (| c')], or one line."
+    cell, x, h_in, c_in = p.cell
+    if x.src[0] != 'in' or h_in < 0 and c_in < 0:
+        raise NativeUnsupportedError('the recurrent cell must read the observation (through fused steps) and the '
+                                     'state packed in the input row')
+    parts, at = [], 0
+    for r in out.parts:
+        part = 'action' if r.step is not None else r.src[1]
+        if r.src[0] != 'cell' or r.src[1] == 'c' and part == 'action':
+            raise NativeUnsupportedError('the packed output must join the action (computed from the new h) and the '
+                                         'new state; this one joins something else')
+        parts.append((part, at, r.width)); at += r.width
+    want = ['action', 'h'] + (['c'] if cell.kind == 'lstm' else [])
+    if sorted(p for p, _, _ in parts) != sorted(want):
+        raise NativeUnsupportedError(f'the packed output joins {[p for p, _, _ in parts]}; the generated kernels need '
+                                     f'each of {want} once')
+    head = next(r for r in out.parts if r.step is not None)
+    return Recurrent(_nonempty(x.steps()), cell, _nonempty(head.steps()), x.src[1:], h_in, c_in, parts)
+
+def _size_of(program):
+    "The steps of `program` that `_check_size` counts (a recurrent cell's layers as dense steps)."
+    if not isinstance(program, Recurrent): return program
+    return [*program.encoder, *program.cell.layers,
+            *program.head]
+
 def parse_chain(proto):
-    "The policy graph as a list of `Dense` / `Elementwise` steps, plus (obs_dim, act_dim); `check_graph` first."
+    "The policy graph as a list of steps (`Dense`, `Norm`, `Elementwise`) or a `Recurrent`, with (in, out) widths."
     from onnx import helper
     check_graph(proto)
     bad = sorted({n.op_type for n in proto.graph.node} - set(SUPPORTED_OPS) - {'Constant'})
     if bad:
         raise NativeUnsupportedError(f"native backend cannot compile ops {[shown(b, 40) for b in bad]}; supported: "
                                      f"{', '.join(SUPPORTED_OPS)}")
-    consts, steps, opset = _consts(proto), [], _opset(proto)
-    cur = proto.graph.input[0].name
-    width = proto.graph.input[0].type.tensor_type.shape.dim[1].dim_value
-    obs_dim = width
+    p = _Parse(proto)
     for n in proto.graph.node:
         if n.op_type == 'Constant': continue
-        ins = list(n.input)
-        live = [i for i in ins if i and i not in consts]
-        if live != [cur] or (n.op_type != 'Clip' and '' in ins):
-            raise NativeUnsupportedError(f'node {shown(n.name or n.op_type, 120)} does not continue a single chain '
-                                         f'from {shown(cur, 120)}; the native backend compiles linear MLP policies '
-                                         'only')
-        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
-        other = [consts[i] for i in ins if i and i != cur]
-        op = n.op_type
-        if op in ('Sub', 'Div', 'Gemm', 'MatMul') and ins[0] != cur:
-            raise NativeUnsupportedError(f'{op} with the running value as its second operand is not supported')
-        if op in ('Gemm', 'MatMul'):
-            B = np.asarray(other[0], np.float32)
-            if B.ndim != 2: raise NativeUnsupportedError(f'{op} with a weight of shape {B.shape} is not supported')
-            if op == 'Gemm':
-                if attrs.get('transA', 0): raise NativeUnsupportedError('Gemm with transA=1 is not supported')
-                W = (B.T if attrs.get('transB', 0) else B) * np.float32(attrs.get('alpha', 1.0))
-                b = (_vec(other[1], W.shape[1], 'Gemm C') * np.float32(attrs.get('beta', 1.0))
-                     if len(other) > 1 else np.zeros(W.shape[1], np.float32))
-                b = np.broadcast_to(b, W.shape[1])
-            else: W, b = B, np.zeros(B.shape[1], np.float32)
-            if W.shape[0] != width: raise NativeUnsupportedError(f'{op} expects width {W.shape[0]}, chain has {width}')
-            steps.append(Dense(np.ascontiguousarray(W, np.float32), np.ascontiguousarray(b, np.float32)))
-            width = W.shape[1]
-        elif op == 'Add' and steps and isinstance(steps[-1], Dense) and len(other) == 1 and \
-                np.asarray(other[0]).ndim > 0 and np.asarray(other[0]).size == width:
-            steps[-1].b = steps[-1].b + _vec(other[0], width, 'Add')  # MatMul + Add -> one dense layer
-        elif op in ('Min', 'Max'):
-            steps += [Elementwise(op.lower(), _vec(c, width, op)) for c in other]  # variadic: one step per operand
-        elif op in ('Sub', 'Div', 'Mul', 'Add'):
-            steps.append(Elementwise(op.lower(), _vec(other[0], width, op)))
-        elif op == 'Clip': steps.append(Elementwise('clip', *_clip_bounds(n, ins, consts, attrs, opset, width)))
-        elif op == 'Elu': steps.append(Elementwise('elu', alpha=float(attrs.get('alpha', 1.0))))
-        elif op != 'Identity': steps.append(Elementwise(op.lower()))
-        cur = n.output[0]
-    if cur != proto.graph.output[0].name: raise NativeUnsupportedError('the chain does not end at the graph output')
-    return _check_size(steps), (obs_dim, width)
+        outs = _HANDLERS[n.op_type](p, n, list(n.input), {a.name: helper.get_attribute_value(a) for a in n.attribute})
+        p.vals.update((name, v) for name, v in zip(n.output, outs) if name)
+    out = p.vals.get(proto.graph.output[0].name)
+    if isinstance(out, _Row) and out.src == ('in', 0, p.width) and out.shape == (None, out.width) and p.cell is None:
+        program = _nonempty(out.steps())
+    elif isinstance(out, _Joined) and p.cell is not None and out.shape == (None, out.shape[1]):
+        program = _recurrent(p, out)
+    else: raise NativeUnsupportedError('the chain does not end at the graph output')
+    _check_size(_size_of(program))
+    return program, (p.width, out.shape[1])
 
 # %% ../../nbs/33_numba_kernel.ipynb #2b1d4dcf
 def _stages(steps):
+    "[head, [elementwise ops after it]]: the head a `Dense` or `Norm` (or None for ops on the input)."
     stages = [[None, []]]
     for s in steps:
-        if isinstance(s, Dense): stages.append([s, []])
+        if isinstance(s, (Dense, Norm)): stages.append([s, []])
         else: stages[-1][1].append(s)
     return [st for st in stages if st[0] is not None or st[1]]
 
@@ -248,21 +764,48 @@ def _ew_expr(e, idx, names):
     if k == 'relu': return 'v = np.float32(0.0) if v < np.float32(0.0) else v'
     if k == 'sigmoid': return 'v = np.float32(1.0) / (np.float32(1.0) + np.exp(-v))'
     if k == 'elu': return f'v = v if v > np.float32(0.0) else {_f32(e.alpha)} * (np.exp(v) - np.float32(1.0))'
+    if k == 'leakyrelu': return f'v = v if v >= np.float32(0.0) else {_f32(e.alpha)} * v'
+    if k == 'selu': return (f'v = {_f32(e.c)} * v if v > np.float32(0.0) else '
+                            f'{_f32(e.c)} * ({_f32(e.alpha)} * np.exp(v) - {_f32(e.alpha)})')
+    if k == 'silu': return 'v = v * (np.float32(1.0) / (np.float32(1.0) + np.exp(-v)))'
+    if k == 'softplus':  # ORT's stable form; torch's threshold t (`c`): v itself above it
+        sp = 'v + np.log1p(np.exp(-v)) if v > np.float32(0.0) else np.log1p(np.exp(v))'
+        return f'v = {sp}' if e.c is None else f'v = v if v > {_f32(e.c)} else ({sp})'
     raise NativeUnsupportedError(f'elementwise op {k!r}')
 
+# %% ../../nbs/33_numba_kernel.ipynb #6c0e11a1
+def _widest(steps, width):
+    "The widest row a chain of `steps` on `width` inputs holds."
+    return max([width] + [s.W.shape[1] for s in steps if isinstance(s, Dense)])
+
+def _dense_lines(dense, src, dst, names):
+    "Loops computing `dst` = `src` @ W + b for one `Dense` (outputs inside, so every output is its own sum)."
+    n_in, width = dense.W.shape
+    W, b = names(dense.W, 'W'), names(dense.b, 'b')
+    return [f'for o in range({width}): {dst.format("o")} = {b}[o]', f'for i in range({n_in}):',
+            f'    xi = {src.format("i")}', f'    for o in range({width}): {dst.format("o")} += {W}[i, o] * xi']
+
 # %% ../../nbs/33_numba_kernel.ipynb #3e53138f
-def _body(stages, dims, names):
-    "Loop nests computing row `r` of OUT from row `r` of X, through scratch rows S[0] and S[1]."
-    body, src, width = [], 'X[r, {}]', dims[0]
+def _norm_lines(src, dst, width, eps):
+    "Loops writing row `src` normalised (`Norm`) into `dst`: the mean, then the mean squared deviation, in float32."
+    n = _f32(width)
+    return [f'# normalise {width}', 'm = np.float32(0.0)', f'for i in range({width}): m += {src.format("i")}',
+            f'm = m / {n}', 'q = np.float32(0.0)', f'for i in range({width}):', f'    d = {src.format("i")} - m',
+            '    q += d * d', f'q = np.float32(1.0) / np.sqrt(q / {n} + {_f32(eps)})',
+            f'for j in range({width}): {dst.format("j")} = ({src.format("j")} - m) * q']
+
+def _body(stages, dims, names, src='X[r, {}]', out='OUT[r, {}]'):
+    "Loop nests computing row `r` of `out` from row `r` of `src` (X, OUT by default), through scratch rows S[0], S[1]."
+    body, width = [], dims[0]
     for si, (dense, ews) in enumerate(stages):
-        dst = 'OUT[r, {}]' if si == len(stages) - 1 else f'S[{si % 2}, {{}}]'
-        if dense is not None:
-            W, b = names(dense.W, 'W'), names(dense.b, 'b')
+        dst = out if si == len(stages) - 1 else f'S[{si % 2}, {{}}]'
+        if isinstance(dense, Norm):
+            body += _norm_lines(src, dst, width, dense.eps)
+            src = dst
+        elif dense is not None:
             n_in, width = dense.W.shape
             body += [f'# dense {n_in} -> {width}' + (f" + {', '.join(e.kind for e in ews)}" if ews else ''),
-                     f'for o in range({width}): {dst.format("o")} = {b}[o]',
-                     f'for i in range({n_in}):', f'    xi = {src.format("i")}',
-                     f'    for o in range({width}): {dst.format("o")} += {W}[i, o] * xi']
+                     *_dense_lines(dense, src, dst, names)]
             src = dst
         if ews:
             body += [f"# {', '.join(e.kind for e in ews)}", f'for j in range({width}):',
@@ -271,15 +814,58 @@ def _body(stages, dims, names):
         src = dst
     return body
 
+# %% ../../nbs/33_numba_kernel.ipynb #6c0e11a2
+_SIG = 'np.float32(1.0) / (np.float32(1.0) + np.exp(-{}))'
+
+def _gate_lines(cell, b, E):
+    "The loop applying the GRU / LSTM rule (see `Cell`) to the gates in buffers `b`, the old state in `xh` after E."
+    H, sig = cell.hidden, _SIG.format
+    h, gi = (lambda j: b['xh'].format(f'{E} + {j}')), (lambda k: b['g'].format(f'{k * H} + j'))
+    if cell.kind == 'lstm':
+        return [f'for j in range({H}):',
+                f'    c = {sig(gi(2))} * {b["cn"].format("j")} + {sig(gi(0))} * fast_tanh({gi(3)})',
+                f'    {b["cn"].format("j")} = c', f'    {b["hn"].format("j")} = {sig(gi(1))} * fast_tanh(c)']
+    gh = b['gh'].format('j')
+    n = f'{b["gx"].format("j")} + ' + (f'{sig(gi(1))} * {gh}' if cell.linear_before_reset else gh)
+    return [f'for j in range({H}):', f'    z = {sig(gi(0))}',
+            f'    {b["hn"].format("j")} = (np.float32(1.0) - z) * fast_tanh({n}) + z * {h("j")}']
+
+def _recurrent_body(prog, dims, names):
+    "Loop nests for one row of a `Recurrent`: encoder into [x | h], the gates, the rule, the head; buffers in S[0]."
+    cell, E, H = prog.cell, prog.x_dim, prog.cell.hidden
+    base = max(_widest(prog.encoder, prog.obs[1] - prog.obs[0]), _widest(prog.head, H))
+    buf, at = {}, base
+    for name, w in (('xh', E + H), ('g', cell.dense.W.shape[1]), ('gx', H), ('gh', H), ('hn', H), ('cn', H)):
+        buf[name], at = f'S[0, {at} + {{}}]', at + w
+    xh, g, hn, cn = (buf[k] for k in ('xh', 'g', 'hn', 'cn'))
+    state = lambda at: (lambda j: f'X[r, {at} + {j}]' if at >= 0 else 'np.float32(0.0)')
+    body = ['# encoder'] + _body(_stages(prog.encoder), (prog.obs[1] - prog.obs[0],), names,
+                                 src=f'X[r, {prog.obs[0]} + {{}}]', out=xh)
+    body += [f'for j in range({H}): {xh.format(f"{E} + j")} = {state(prog.h_in)("j")}']
+    if cell.kind == 'lstm': body += [f'for j in range({H}): {cn.format("j")} = {state(prog.c_in)("j")}']
+    body += [f'# {cell.kind} gates'] + _dense_lines(cell.dense, xh, g, names)
+    if cell.kind == 'gru':  # the candidate's two parts: W_n x, and R_n of h (or of r * h, made in hn first)
+        h_part = xh.replace('{}', f'{E} + {{}}')
+        body += _dense_lines(cell.dense_x, xh, buf['gx'], names)
+        if not cell.linear_before_reset:
+            body += [f'for j in range({H}): {hn.format("j")} = {_SIG.format(g.format(f"{H} + j"))} * '
+                     f'{xh.format(f"{E} + j")}']
+        body += _dense_lines(cell.dense_h, h_part if cell.linear_before_reset else hn, buf['gh'], names)
+    body += _gate_lines(cell, buf, E)
+    act = next(start for part, start, _ in prog.out if part == 'action')
+    body += ['# head'] + _body(_stages(prog.head), (H,), names, src=hn, out=f'OUT[r, {act} + {{}}]')
+    for part, start, w in prog.out:
+        if part != 'action': body += [f'for j in range({w}): OUT[r, {start} + j] = {buf[part + "n"].format("j")}']
+    return body, at
+
 # %% ../../nbs/33_numba_kernel.ipynb #aa32f117
 def generate_source(steps, dims):
-    "Python source of the fused module, and the constant arrays its namespace must hold."
+    "Python source of the fused module (a chain of `steps`, or a `Recurrent`), and the constant arrays it holds."
     arrays = {}
     def names(arr, key):
         n = f'C{len(arrays)}_{key}'; arrays[n] = np.ascontiguousarray(arr, np.float32); return n
-    stages = _stages(steps)
-    body = _body(stages, dims, names)
-    wmax = max([dims[0]] + [d.W.shape[1] for d, _ in stages if d is not None])
+    if isinstance(steps, Recurrent): body, wmax = _recurrent_body(steps, dims, names)
+    else: body, wmax = _body(_stages(steps), dims, names), _widest(steps, dims[0])
     ind = lambda n: [' ' * n + l for l in body]
     shapes = ['    if X.shape[1] != OBS_DIM or OUT.shape[0] != X.shape[0] or OUT.shape[1] != ACT_DIM:',
               "        raise ValueError('X must be [B, OBS_DIM] and OUT [B, ACT_DIM] float32 arrays with the same B')"]

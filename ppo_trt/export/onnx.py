@@ -12,18 +12,20 @@ from pathlib import Path
 import numpy as np
 from ..core.run_folder import RunDir, check_env_id
 from ..core.files import (PpoTrtError, BadArtifactError, BadInputError, atomic_path, atomic_paths, json_text,
-                                save_json, sha256_file, shown, error_line)
+                                save_json, sha256_file, shown, error_line, inside,
+                                policy_sha256)
 from ..core.machine import package_version, check_memory
 from ..core.records import ExportRecord, Parity, load_artifact, locked, record, require_fresh
 from ..envs.gym import make_env, rollout_observations
 from ..core.checkpoint import ObsNorm, load_policy, read_vecnormalize
 
 # %% auto #0
-__all__ = ['PARITY_TOL', 'OPSET', 'CURRICULUM_META', 'DEPLOY_KEYS', 'build_deployable', 'load_deployable', 'collect_observations',
-           'sb3_actions', 'to_onnx_proto', 'set_metadata', 'load_onnx', 'onnx_metadata', 'check_policy_env',
+__all__ = ['PARITY_TOL', 'OPSET', 'CURRICULUM_META', 'DEPLOY_KEYS', 'ADOPTED_KEYS', 'CONTRACT_VERSION', 'build_deployable',
+           'load_deployable', 'collect_observations', 'sb3_actions', 'to_onnx_proto', 'set_metadata',
+           'check_external_data', 'read_onnx', 'load_onnx', 'onnx_metadata', 'policy_dims', 'check_policy_env',
            'check_finite_policy', 'ort_cpu_session', 'parity', 'ParityError', 'Deployment', 'reference_normalizer',
-           'plain_deployment', 'load_observations', 'parity_bytes_per_obs', 'export', 'check_deploy_metadata',
-           'policy_metadata']
+           'plain_deployment', 'load_observations', 'parity_bytes_per_obs', 'control_period', 'export',
+           'check_deploy_metadata', 'policy_metadata', 'contract_of', 'policy_contract']
 
 # %% ../../nbs/30_onnx.ipynb #2719ac5e
 PARITY_TOL = 1e-5
@@ -115,25 +117,93 @@ def set_metadata(proto, **meta):
         e = proto.metadata_props.add(); e.key = k; e.value = v if isinstance(v, str) else json.dumps(v)
     return proto
 
+# %% ../../nbs/30_onnx.ipynb #563ec763
+def _declared_bytes(t):
+    "Bytes tensor `t` says it holds: its dims times its element size (None for strings; -1 for a negative dim)."
+    from onnx import helper
+    if any(d < 0 for d in t.dims): return -1
+    try: item = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+    except (KeyError, TypeError, ValueError): return None
+    n = 1
+    for d in t.dims: n *= int(d)
+    return n * item
+
+def _held_bytes(t, folder):
+    "Bytes tensor `t` has: the external file's (from its offset, up to its length), else its inline data's."
+    info = {e.key: e.value for e in t.external_data}
+    if t.data_location == t.EXTERNAL:
+        size = (folder/info['location']).stat().st_size - int(info.get('offset', 0) or 0)
+        return min(size, int(info['length'])) if info.get('length') else size
+    if t.HasField('raw_data'): return len(t.raw_data)
+    fields = (t.float_data, t.int32_data, t.int64_data, t.double_data, t.uint64_data)
+    count = max(len(f) for f in fields)
+    return count * (_declared_bytes(t) // max(int(np.prod([int(d) for d in t.dims])), 1)) if count else 0
+
+# %% ../../nbs/30_onnx.ipynb #2955bcf5
+def _bad_location(loc):
+    "Why an external data location is refused ('' when it is a plain file name or path under the model's folder)."
+    from pathlib import PurePosixPath, PureWindowsPath
+    if not loc: return 'names no file'
+    if PurePosixPath(loc).is_absolute() or PureWindowsPath(loc).is_absolute() or PureWindowsPath(loc).drive:
+        return 'is an absolute path'
+    if '..' in PurePosixPath(loc.replace('\\', '/')).parts: return 'climbs out of the folder with ..'
+    return ''
+
+def check_external_data(path):
+    "`path` if each tensor's external data stays in its folder and holds its declared size; else one line."
+    import onnx
+    from onnx.external_data_helper import _get_all_tensors
+    path = Path(path)
+    try: model = onnx.load(str(path), load_external_data=False)
+    except Exception: return path  # not ONNX at all: `read_onnx` says so
+    folder = path.parent
+    for t in _get_all_tensors(model):
+        where = f'{path}: tensor {shown(t.name, 60)}'
+        if t.data_location == t.EXTERNAL:
+            loc = {e.key: e.value for e in t.external_data}.get('location', '')
+            if why := _bad_location(loc):
+                raise BadArtifactError(f'{where} reads external data {shown(repr(loc), 80)}, which {why}: ppo_trt '
+                                       "reads a policy's data from its own folder only; save it with its data beside "
+                                       "it (onnx.save(model, path, save_as_external_data=True, "
+                                       "location='policy.onnx.data'))")
+            inside(folder/loc, folder)  # a link out of the folder: refused with its target named
+            if not (folder/loc).is_file():
+                raise BadArtifactError(f'{where} reads external data {shown(loc, 80)}, which is not in {folder}: copy '
+                                       f'{shown(loc, 80)} there beside {path.name}')
+        want = _declared_bytes(t)
+        if want is not None and (want < 0 or want > _held_bytes(t, folder)):
+            raise BadArtifactError(f'{where} declares {"a negative dimension" if want < 0 else f"{want:,} bytes"} but '
+                                   f'holds {_held_bytes(t, folder):,}: the file or its data is truncated or altered; '
+                                   'export the policy again')
+    return path
+
 # %% ../../nbs/30_onnx.ipynb #1a0ebf8b
-def load_onnx(path):
-    "The ModelProto at `path`, checked; a clear error if the file is not a valid ONNX model."
+def read_onnx(path, redo=None):
+    "Any ONNX model at `path`, checked (external data inside its folder, sizes, `onnx.checker`), or one line."
     import onnx
     path = Path(path)
     if not path.exists(): raise BadArtifactError(f'{path} does not exist; run `ppo-trt export`')
+    check_external_data(path)
     try:
         proto = onnx.load(str(path))
         onnx.checker.check_model(proto)
     except Exception as e:
-        redo = (f're-run `ppo-trt export --run-dir {path.parent}`' if (path.parent/'policy.zip').exists() else
-                'export it again where it was made (this folder has no policy.zip to export from)')
+        redo = redo or (f're-run `ppo-trt export --run-dir {path.parent}`' if (path.parent/'policy.zip').exists() else
+                        'export it again where it was made (this folder has no policy.zip to export from)')
         raise BadArtifactError(f'{path} is not a valid ONNX model ({type(e).__name__}: '
                                f'{shown(str(e).splitlines()[0] if str(e) else "", 120)}); it may be truncated or not '
                                f'ONNX at all: {redo}') from None
+    return proto
+
+def load_onnx(path):
+    "The ppo_trt policy at `path` (input `obs`, output `action`), checked; a clear error if it is not one."
+    proto = read_onnx(path)
     if [i.name for i in proto.graph.input] != ['obs'] or [o.name for o in proto.graph.output] != ['action']:
         raise BadArtifactError(f'{path} is not a ppo_trt policy (needs input "obs" and output "action"); '
-                               're-run `ppo-trt export`')
+                               f'adopt it first: `ppo-trt bench {path}` or `ppo_trt.load(backend, {str(path)!r})` '
+                               'read any actor ONNX')
     return proto
+
 
 # %% ../../nbs/30_onnx.ipynb #f9105848
 def onnx_metadata(path_or_proto):
@@ -146,23 +216,29 @@ def onnx_metadata(path_or_proto):
     return out
 
 # %% ../../nbs/30_onnx.ipynb #0730c08d
+def policy_dims(meta):
+    "(observations, actions) a policy has in its env: its graph's widths less the history and recurrent state it keeps."
+    return meta.get('env_obs_dim', meta.get('obs_dim')), meta.get('env_act_dim', meta.get('act_dim'))
+
 def check_policy_env(meta, env_id):
     "Raise if a policy exported for one env is used with another (by id or by spaces)."
     env = make_env(env_id)
     obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
     env.close()
-    policy_obs = meta.get('env_obs_dim', meta.get('obs_dim'))  # a history policy's input is wider than the env's obs
-    if meta.get('env_id') == env_id and (policy_obs, meta.get('act_dim')) != (obs_dim, act_dim):
-        raise BadInputError(f"policy.onnx says it is for {env_id} but reads {shown(policy_obs, 20)} observations and "
-                               f"gives {shown(meta.get('act_dim'), 20)} actions, where {env_id} has {obs_dim} and "
-                               f'{act_dim}: the file was altered or made for another version of the env; export it '
-                               'again from a policy trained on this one')
-    if meta.get('env_id') != env_id or policy_obs != obs_dim or meta.get('act_dim') != act_dim:
-        raise BadInputError(f"policy was exported for {shown(meta.get('env_id'), 60)} "
-                            f"(obs {policy_obs}, act {meta.get('act_dim')}) "
+    policy_obs, policy_act = policy_dims(meta)  # a history or recurrent policy's graph is wider than the env
+    mine = meta.get('env_id')  # None: an adopted actor that names no env
+    if mine in (None, env_id) and (policy_obs, policy_act) != (obs_dim, act_dim):
+        why = ('the file was altered or made for another version of the env; export it again from a policy trained '
+               'on this one') if mine else 'it was made for another env: pass the --env-id it was trained on'
+        raise BadInputError(f"policy.onnx {'says it is for ' + env_id + ' but ' if mine else ''}reads "
+                            f"{shown(policy_obs, 20)} observations and gives {shown(policy_act, 20)} actions, where "
+                            f'{env_id} has {obs_dim} and {act_dim}: {why}')
+    if mine is not None and mine != env_id:
+        raise BadInputError(f"policy was exported for {shown(mine, 60)} (obs {policy_obs}, act {policy_act}) "
                             f"but the environment is {env_id} (obs {obs_dim}, act {act_dim}); "
-                            f"use --env-id {meta.get('env_id')} or train and export a policy for {env_id}")
+                            f"use --env-id {mine} or train and export a policy for {env_id}")
     return True
+
 
 # %% ../../nbs/30_onnx.ipynb #165c54b7
 def _no_bound(graph):
@@ -293,6 +369,13 @@ def parity_bytes_per_obs(rec_train):
     width = rec_train.obs_dim + rec_train.history_actions * rec_train.act_dim + rec_train.act_dim
     return 4 * (4 * width + 4 * rec_train.act_dim) + 256  # + Python's per-step objects while rolling out
 
+# %% ../../nbs/30_onnx.ipynb #84b8f8aa
+def control_period(env_id):
+    "Seconds between two actions in `env_id` (its `dt`), or None when the env does not say."
+    env = make_env(env_id)
+    try: return float(env.unwrapped.dt) if hasattr(env.unwrapped, 'dt') else None
+    finally: env.close()
+
 # %% ../../nbs/30_onnx.ipynb #46f6378b
 CURRICULUM_META = ('rule', 'threshold', 'final_level', 'final_ranges', 'high', 'low', 'final_levels')  # in the metadata
 
@@ -328,7 +411,7 @@ def export(run_dir, n_obs=1000, seed=123, tol=PARITY_TOL, opset=OPSET, deploymen
                 action_low=rec_train.action_low, action_high=rec_train.action_high,
                 clip_obs=norm.clip_obs, producer='ppo_trt', ppo_trt_version=package_version('ppo_trt') or '?',
                 policy_sha256=sha256_file(run.path('policy')), obs_norm_sha256=sha256_file(run.path('obs_norm')),
-                randomize=rec_train.randomize, **dep.meta)
+                randomize=rec_train.randomize, control_period_s=control_period(env_id), **dep.meta)
     if rec_train.history_actions:  # the input ends with the last K actions; a deployment keeps them (HistoryRunner)
         meta.update(history_actions=rec_train.history_actions, env_obs_dim=rec_train.obs_dim)
     if rec_train.privileged_critic:  # how it was trained; the critic itself is not in the file
@@ -367,6 +450,7 @@ def export(run_dir, n_obs=1000, seed=123, tol=PARITY_TOL, opset=OPSET, deploymen
 
 # %% ../../nbs/30_onnx.ipynb #603bfedd
 DEPLOY_KEYS = ('env_id', 'obs_dim', 'act_dim')
+ADOPTED_KEYS = ('obs_dim', 'act_dim')  # an adopted foreign actor (`adopted_from`) may name no env
 
 def _graph_width(value_info):
     dims = value_info.type.tensor_type.shape.dim
@@ -378,37 +462,52 @@ def _number_list(v, n):
     return (isinstance(v, list) and len(v) == n and all(isinstance(x, (int, float)) and not isinstance(x, bool)
                                                          and not np.isnan(x) for x in v))
 
+def _state_list(v, total):
+    "Whether `v` lists recurrent states (input, output, shape, batch axis) whose sizes add up to `total`."
+    ok = lambda s: (isinstance(s, dict) and isinstance(s.get('input'), str) and isinstance(s.get('output'), str)
+                    and isinstance(s.get('shape'), list) and 1 <= len(s['shape']) <= 4
+                    and all(type(d) is int and 0 < d <= 1 << 20 for d in s['shape'])
+                    and type(s.get('batch_axis')) is int and 0 <= s['batch_axis'] < len(s['shape']))
+    return isinstance(v, list) and 0 < len(v) <= 8 and all(map(ok, v)) and sum(
+        int(np.prod(s['shape'])) for s in v) == total
+
 def check_deploy_metadata(meta, where='the ONNX model'):
     "`meta` if each value deploying reads has its type and range, else one line naming the key and what it holds."
     act = meta['act_dim']
     def bad(key, want):
-        raise BadArtifactError(f'{where}: its metadata {key} is {shown(repr(meta[key]), 60)}, not {want}; the file was '
-                               'altered or not written by ppo_trt: re-export it with `ppo-trt export`')
-    for key in ('obs_dim', 'act_dim', 'env_obs_dim'):
+        raise BadArtifactError(f'{where}: its metadata {key} is {shown(repr(meta.get(key)), 60)}, not {want}; the file '
+                               'was altered or not written by ppo_trt: re-export it with `ppo-trt export`')
+    for key in ('obs_dim', 'act_dim', 'env_obs_dim', 'env_act_dim', 'recurrent_state_dim'):
         if key in meta and not (type(meta[key]) is int and 0 < meta[key] <= 1 << 24): bad(key, 'a positive integer')
     if 'history_actions' in meta and not (type(meta['history_actions']) is int and 0 <= meta['history_actions'] <= 16):
         bad('history_actions', 'an integer from 0 to 16')
-    k = meta.get('history_actions') or 0
+    k, s = meta.get('history_actions') or 0, meta.get('recurrent_state_dim') or 0
     if k and meta.get('env_obs_dim') != meta['obs_dim'] - k * act:
         bad('env_obs_dim', 'obs_dim - history_actions * act_dim')
+    if s and (meta.get('env_obs_dim'), meta.get('env_act_dim')) != (meta['obs_dim'] - s, act - s):
+        bad('env_obs_dim', 'obs_dim - recurrent_state_dim (and env_act_dim act_dim - recurrent_state_dim)')
+    if s and not _state_list(meta.get('recurrent_state'), s):
+        bad('recurrent_state', f'a list of states (input, output, shape, batch_axis) of {s} numbers in all')
     for key in ('action_low', 'action_high'):
-        if key in meta and not _number_list(meta[key], act): bad(key, f'a list of {act} numbers')
+        if key in meta and not _number_list(meta[key], policy_dims(meta)[1]):
+            bad(key, f'a list of {policy_dims(meta)[1]} numbers')
     if k and not all(k2 in meta for k2 in ('action_low', 'action_high')):
         raise BadArtifactError(f'{where}: a policy reading its last actions needs action_low and action_high in its '
                                'metadata; re-export it with `ppo-trt export`')
     return meta
+
 
 # %% ../../nbs/30_onnx.ipynb #69410e35
 def policy_metadata(path_or_proto):
     "`onnx_metadata`, checked to hold what deploying needs (env id, widths matching the graph's), or one clear error."
     proto = load_onnx(path_or_proto) if isinstance(path_or_proto, (str, Path)) else path_or_proto
     meta, where = onnx_metadata(proto), path_or_proto if isinstance(path_or_proto, (str, Path)) else 'the ONNX model'
-    missing = [k for k in DEPLOY_KEYS if k not in meta]
+    missing = [k for k in (ADOPTED_KEYS if 'adopted_from' in meta else DEPLOY_KEYS) if k not in meta]
     if missing:
         raise BadArtifactError(f'{where} lacks the ppo_trt metadata {missing}: it was not written by `ppo-trt export`; '
-                               'export the policy with ppo-trt '
-                               '(or add env_id, obs_dim and act_dim to its metadata_props)')
-    check_env_id(meta['env_id'], f'{where}: its metadata env_id')
+                               'export the policy with ppo-trt, or give the file itself to `ppo-trt bench FILE` or '
+                               '`ppo_trt.load(backend, FILE)`, which adopt any actor ONNX')
+    if 'env_id' in meta: check_env_id(meta['env_id'], f'{where}: its metadata env_id')
     batch = proto.graph.input[0].type.tensor_type.shape.dim[:1]
     if batch and batch[0].dim_value > 0:
         raise BadArtifactError(f'{where}: its input takes a batch of {batch[0].dim_value} rows only; ppo_trt runs a '
@@ -420,3 +519,44 @@ def policy_metadata(path_or_proto):
                                f'but the graph takes {widths[0]} and gives {widths[1]}: the file was altered; '
                                're-run `ppo-trt export`')
     return check_deploy_metadata(meta, where)
+
+
+# %% ../../nbs/30_onnx.ipynb #31779ecc
+CONTRACT_VERSION = 1
+
+def _normaliser(meta):
+    "What normalises the policy's observations, in words, as its metadata says."
+    if 'normaliser' in meta: return str(meta['normaliser'])
+    if 'obs_norm_sha256' in meta:
+        return (f"VecNormalize statistics baked into the graph (obs_norm.json sha256 "
+                f"{str(meta['obs_norm_sha256'])[:12]}, clip ±{meta.get('clip_obs')})")
+    return 'unknown'
+
+def _bounds(v):
+    "Action bounds for JSON: an infinite bound (none) as None."
+    return None if v is None else [float(x) if np.isfinite(x) else None for x in v]
+
+# %% ../../nbs/30_onnx.ipynb #4dc376ef
+def contract_of(meta, hashes=None):
+    "The contract (mjlab / Isaac Lab style) a policy's checked metadata states, with `hashes` of its files added."
+    obs, act = policy_dims(meta)
+    state = meta.get('recurrent_state')
+    return dict(
+        contract_version=CONTRACT_VERSION, env_id=meta.get('env_id'), control_period_s=meta.get('control_period_s'),
+        observation=dict(name=meta.get('obs_name', 'obs'), dim=obs, normaliser=_normaliser(meta)),
+        action=dict(name=meta.get('action_name', 'action'), dim=act, low=_bounds(meta.get('action_low')),
+                    high=_bounds(meta.get('action_high')),
+                    scale=meta.get('action_scale', 'the mean action, clipped to [low, high]')),
+        graph=dict(input='obs', input_width=meta['obs_dim'], output='action', output_width=meta['act_dim']),
+        history_actions=int(meta.get('history_actions') or 0),
+        recurrent=state and dict(state=state, state_dim=meta['recurrent_state_dim'],
+                                 layout='input [observation, state...], output [action, state...]; zeros at a reset'),
+        provenance=meta.get('adopted_from') or meta.get('imported_from') or dict(
+            origin='trained and exported by ppo_trt', version=meta.get('ppo_trt_version')),
+        hashes={**{k: meta[k] for k in ('policy_sha256', 'obs_norm_sha256') if k in meta}, **(hashes or {})})
+
+def policy_contract(path_or_proto):
+    "The contract of the policy at `path_or_proto` (its metadata checked), with the file's own hash for a path."
+    proto = load_onnx(path_or_proto) if isinstance(path_or_proto, (str, Path)) else path_or_proto
+    own = {'onnx_sha256': policy_sha256(path_or_proto)} if isinstance(path_or_proto, (str, Path)) else {}
+    return contract_of(policy_metadata(proto), own)

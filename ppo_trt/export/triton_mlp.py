@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from ..core.files import BadInputError
 from .numba_kernel import (Dense, Elementwise, NativeUnsupportedError, parse_chain, _stages,
-                                         module_from_source)
+                                         module_from_source, Norm, Recurrent)
 
 # %% auto #0
 __all__ = ['TRITON_FIX', 'PRECISIONS', 'import_triton', 'triton_interpreted', 'padded', 'PackedParams', 'generate_triton',
@@ -83,39 +83,106 @@ def _ew_tile(e, width, params):
     # builtins only: library @jit functions fail in the interpreter once triton was imported without it
     if k == 'sigmoid': return ['v = 1.0 / (1.0 + tl.exp(-v))']
     if k == 'elu': return [f'v = tl.where(v > 0.0, v, {_lit(e.alpha)} * (tl.exp(v) - 1.0))']
+    if k == 'leakyrelu': return [f'v = tl.where(v >= 0.0, v, {_lit(e.alpha)} * v)']
+    if k == 'selu': return [f'v = tl.where(v > 0.0, {_lit(e.c)} * v, {_lit(e.c)} * ({_lit(e.alpha)} * tl.exp(v) - '
+                            f'{_lit(e.alpha)}))']
+    if k == 'silu': return ['v = v * (1.0 / (1.0 + tl.exp(-v)))']
+    if k == 'softplus':  # max(v, 0) + log(1 + e^-|v|): ORT's stable form; torch's threshold t: v itself above it
+        sp = 'tl.maximum(v, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(v)))'
+        return [f'v = {sp}' if e.c is None else f'v = tl.where(v > {_lit(e.c)}, v, {sp})']
     raise NativeUnsupportedError(f'elementwise op {k!r} has no Triton form')
+
+# %% ../../nbs/35_triton_mlp.ipynb #7d2e0b02
+def _dot(v, dense, params, bias=True):
+    "Triton expression of tile `v` @ W (+ b) for one `Dense`, its weights packed padded into `params`."
+    n_in, width = dense.W.shape
+    ip, op = padded(n_in), padded(width)
+    w = params.add(dense.W, (ip, op))
+    out = f'tl.dot({v}, tl.load(P + {w} + c{ip}[:, None] * {op} + c{op}[None, :]), input_precision=PREC)'
+    return out + (f' + tl.load(P + {params.add(dense.b, (op,))} + c{op})[None, :]' if bias else '')
+
+# %% ../../nbs/35_triton_mlp.ipynb #7d2e0b03
+def _chain_tile(steps, width, params):
+    "(Triton statements taking tile `v` through the chain `steps` from `width` columns, the width it ends at)."
+    body = []
+    for head, ews in _stages(steps):
+        if isinstance(head, Norm):  # over the real columns only: the padding columns are masked out, then zero
+            wp, mask = padded(width), f'(c{padded(width)}[None, :] < {width})'
+            body += [f'# normalise {width}', f'm = tl.reduce(tl.where({mask}, v, 0.0), 1, _add) / {float(width)!r}',
+                     f'd = tl.where({mask}, v - m[:, None], 0.0)',
+                     f'v = d * (1.0 / tl.sqrt(tl.reduce(d * d, 1, _add) / {float(width)!r} + {_lit(head.eps)}))[:, None]']
+        elif head is not None:
+            body += [f'# dense {head.W.shape[0]} -> {head.W.shape[1]}', f'v = {_dot("v", head, params)}']
+            width = head.W.shape[1]
+        for e in ews: body += _ew_tile(e, width, params)
+    return body, width
+
+# %% ../../nbs/35_triton_mlp.ipynb #7d2e0b04
+def _split_dense(dense, rows, cols):
+    "The block rows x cols of a `Dense` as its own layer (a tile cannot be sliced in Triton, its weights can)."
+    return Dense(np.ascontiguousarray(dense.W[rows, cols]), np.ascontiguousarray(dense.b[cols]))
+
+def _cell_tile(prog, params):
+    "Triton statements of one GRU / LSTM step: the encoder's tile `v` and the state loaded from X give hn (and cn)."
+    cell, E, H = prog.cell, prog.x_dim, prog.cell.hidden
+    hp = padded(H)
+    load = lambda at: (f'tl.load(X + rows[:, None] * IN + {at} + c{hp}[None, :], mask=live & (c{hp}[None, :] < {H}), '
+                       'other=0.0)' if at >= 0 else f'tl.full((BM, {hp}), 0.0, tl.float32)')
+    sig = lambda x: f'(1.0 / (1.0 + tl.exp(-({x}))))'
+    block = lambda rows, k: _split_dense(cell.dense, rows, slice(k * H, (k + 1) * H))
+    gate = lambda k: (f'{_dot("e", block(slice(0, E), k), params)} + '
+                      f'{_dot("h", block(slice(E, E + H), k), params, False)}')
+    body = ['e = v', f'h = {load(prog.h_in)}']
+    if cell.kind == 'lstm':
+        body += [f'c = {load(prog.c_in)}', f'c = {sig(gate(2))} * c + {sig(gate(0))} * _tanh({gate(3)})',
+                 f'hn = {sig(gate(1))} * _tanh(c)']
+    else:
+        body += [f'z = {sig(gate(0))}', f'r = {sig(gate(1))}', f'gx = {_dot("e", cell.dense_x, params)}',
+                 f'gh = {_dot("h" if cell.linear_before_reset else "r * h", cell.dense_h, params)}',
+                 f'hn = (1.0 - z) * _tanh(gx + {"r * gh" if cell.linear_before_reset else "gh"}) + z * h']
+    return body
+
+# %% ../../nbs/35_triton_mlp.ipynb #7d2e0b05
+def _store(at, width, value):
+    "Triton statement storing tile `value` into OUT's columns at..at+width."
+    wp = padded(width)
+    return (f'tl.store(OUT + rows[:, None] * OUT_W + {at} + c{wp}[None, :], {value}, '
+            f'mask=live & (c{wp}[None, :] < {width}))')
 
 # %% ../../nbs/35_triton_mlp.ipynb #6ef54714
 def generate_triton(steps, dims):
-    "(source of a module with `forward_kernel(X, OUT, P, n, BM, PREC)`, packed parameter vector) for the chain `steps`."
+    "(source of a module with `forward_kernel(X, OUT, P, n, BM, PREC)`, packed parameters) for a chain or `Recurrent`."
     obs, act = dims
-    params, body, width, stages = PackedParams(), [], obs, _stages(steps)
-    for dense, ews in stages:
-        if dense is not None:
-            n_in, width = dense.W.shape
-            ip, op = padded(n_in), padded(width)
-            w, b = params.add(dense.W, (ip, op)), params.add(dense.b, (op,))
-            body += [f'# dense {n_in} -> {width}',
-                     f'v = tl.dot(v, tl.load(P + {w} + c{ip}[:, None] * {op} + c{op}[None, :]), '
-                     f'input_precision=PREC) + tl.load(P + {b} + c{op})[None, :]']
-        for e in ews: body += _ew_tile(e, width, params)
-    if width != act: raise NativeUnsupportedError(f'the chain ends at width {width}, the action has {act}')
-    pads = sorted({padded(obs)} | {padded(w) for d, _ in stages if d is not None for w in d.W.shape})
+    params = PackedParams()
+    if isinstance(steps, Recurrent):
+        enc, E = _chain_tile(steps.encoder, steps.obs[1] - steps.obs[0], params)
+        head, a = _chain_tile(steps.head, steps.cell.hidden, params)
+        body = enc + _cell_tile(steps, params) + ['v = hn'] + head
+        outs = {'action': 'v', 'h': 'hn', 'c': 'c'}
+        store = [_store(at, w, outs[part]) for part, at, w in steps.out]
+        first = (steps.obs[0], steps.obs[1] - steps.obs[0])
+        widths = {first[1], E, a, steps.cell.hidden} | {w for d in [*steps.encoder, *steps.head] if isinstance(d, Dense)
+                                                     for w in d.W.shape}
+    else:
+        body, width = _chain_tile(steps, obs, params)
+        if width != act: raise NativeUnsupportedError(f'the chain ends at width {width}, the action has {act}')
+        store, first = [_store(0, act, 'v')], (0, obs)
+        widths = {obs, act} | {w for d in steps if isinstance(d, Dense) for w in d.W.shape}
+    pads = sorted({padded(w) for w in widths})
     ind = lambda lines: ['    ' + l for l in lines]
     src = ['"Generated by ppo_trt.export.triton_mlp from policy.onnx; do not edit."', 'import triton',
            'import triton.language as tl', '',
            '@triton.jit', 'def _tanh(x):', '    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)', '',
+           '@triton.jit', 'def _add(a, b):', '    return a + b', '',  # tl.sum's combine: ours, made after the switch
            f'OBS_DIM, ACT_DIM = {obs}, {act}', '',
            '@triton.jit', 'def forward_kernel(X, OUT, P, n, BM: tl.constexpr, PREC: tl.constexpr):',
            f'    "Rows [pid*BM, pid*BM+BM) of X [n, {obs}] -> OUT [n, {act}] through the whole policy."',
            '    rows = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM)', '    live = rows[:, None] < n',
            *ind([f'c{p} = tl.arange(0, {p})' for p in pads]),
-           *ind([f'v = tl.load(X + rows[:, None] * {obs} + c{padded(obs)}[None, :], '
-                 f'mask=live & (c{padded(obs)}[None, :] < {obs}), other=0.0)']),
-           *ind(body),
-           *ind([f'tl.store(OUT + rows[:, None] * {act} + c{padded(act)}[None, :], v, '
-                 f'mask=live & (c{padded(act)}[None, :] < {act}))']), '']
-    return '\n'.join(src), params.vector()
+           *ind([f'v = tl.load(X + rows[:, None] * IN + {first[0]} + c{padded(first[1])}[None, :], '
+                 f'mask=live & (c{padded(first[1])}[None, :] < {first[1]}), other=0.0)']),
+           *ind(body), *ind(store), '']
+    return '\n'.join(src).replace('* IN +', f'* {obs} +').replace('* OUT_W +', f'* {act} +'), params.vector()
 
 # %% ../../nbs/35_triton_mlp.ipynb #b645acf0
 def launch_shape(n):
@@ -196,13 +263,29 @@ def compile_triton_policy(onnx_path, precision='fp32'):
     steps, dims = parse_chain(load_onnx(onnx_path))
     return build_triton_policy(steps, dims, precision)
 
+# %% ../../nbs/35_triton_mlp.ipynb #7d2e0b01
+def _module_step(m, nn):
+    "The steps of one activation or LayerNorm module (None if it is not one the kernels run)."
+    acts = {nn.Tanh: 'tanh', nn.ReLU: 'relu', nn.Sigmoid: 'sigmoid', nn.SiLU: 'silu'}
+    if type(m) in acts: return [Elementwise(acts[type(m)])]
+    if isinstance(m, nn.ELU): return [Elementwise('elu', alpha=float(m.alpha))]
+    if isinstance(m, nn.LeakyReLU): return [Elementwise('leakyrelu', alpha=float(m.negative_slope))]
+    if isinstance(m, nn.SELU): return [Elementwise('selu', c=np.float32(1.05070102214813232421875),
+                                                   alpha=1.67326319217681884765625)]
+    if isinstance(m, nn.Softplus) and m.beta == 1: return [Elementwise('softplus', c=np.float32(m.threshold))]
+    if isinstance(m, nn.LayerNorm) and len(m.normalized_shape) == 1:
+        affine = [] if not m.elementwise_affine else [
+            Elementwise('mul', m.weight.detach().cpu().numpy().astype(np.float32))] + (
+            [Elementwise('add', m.bias.detach().cpu().numpy().astype(np.float32))] if m.bias is not None else [])
+        return [Norm(float(m.eps)), *affine]
+    return None
+
 # %% ../../nbs/35_triton_mlp.ipynb #2eb4d1cc
 def steps_from_module(module):
-    "(chain, (in, out)) of a torch `nn.Sequential` of Linear and Tanh/ReLU/Sigmoid/ELU layers, for `generate_triton`."
+    "(chain, (in, out)) of a torch `nn.Sequential` of Linear, activation and LayerNorm layers, for `generate_triton`."
     import torch.nn as nn
     if not isinstance(module, nn.Sequential):
         raise NativeUnsupportedError(f'expected an nn.Sequential MLP, got {type(module).__name__}')
-    acts = {nn.Tanh: 'tanh', nn.ReLU: 'relu', nn.Sigmoid: 'sigmoid'}
     steps, lin = [], [m for m in module if isinstance(m, nn.Linear)]
     if not lin: raise NativeUnsupportedError('the Sequential has no Linear layer')
     for m in module:
@@ -210,11 +293,10 @@ def steps_from_module(module):
             b = m.bias.detach().cpu().numpy() if m.bias is not None else np.zeros(m.out_features, np.float32)
             steps.append(Dense(np.ascontiguousarray(m.weight.detach().cpu().numpy().T, np.float32),
                                np.asarray(b, np.float32)))
-        elif type(m) in acts: steps.append(Elementwise(acts[type(m)]))
-        elif isinstance(m, nn.ELU): steps.append(Elementwise('elu', alpha=float(m.alpha)))
+        elif _module_step(m, nn) is not None: steps += _module_step(m, nn)
         elif not isinstance(m, nn.Identity):
-            raise NativeUnsupportedError(f'{type(m).__name__} has no Triton form; '
-                                         'supported: Linear, Tanh, ReLU, Sigmoid, ELU, Identity')
+            raise NativeUnsupportedError(f'{type(m).__name__} has no Triton form; supported: Linear, Tanh, ReLU, '
+                                         'Sigmoid, ELU, LeakyReLU, SELU, SiLU, Softplus (beta 1), LayerNorm, Identity')
     return steps, (lin[0].in_features, lin[-1].out_features)
 
 # %% ../../nbs/35_triton_mlp.ipynb #06f93a6e

@@ -20,8 +20,9 @@ from ..export.onnx import check_policy_env, onnx_metadata
 
 # %% auto #0
 __all__ = ['CDF_POINTS', 'TAIL_POINTS', 'DEFAULT_BATCHES', 'CHECKED_CALL', 'HOT_PATH', 'HOT_PATH_NOTE', 'ROLLOUT_OBS',
-           'MODE_ORDER', 'TIE_RATIO', 'timer_overhead_ns', 'time_calls', 'time_pair', 'latency_stats', 'BenchSettings',
-           'bench_latency', 'bench_sweep', 'bench_closed_loop', 'bench_soak', 'backend_parity', 'rollout_observations',
+           'DEFAULT_OBS_RANGE', 'MODE_ORDER', 'NO_ENV_NOTE', 'TIE_RATIO', 'timer_overhead_ns', 'time_calls',
+           'time_pair', 'latency_stats', 'BenchSettings', 'bench_latency', 'bench_sweep', 'bench_closed_loop',
+           'bench_soak', 'backend_parity', 'rollout_observations', 'declared_observations', 'network_rows',
            'bench_observations', 'pin_process', 'skipped', 'trained_model_missing', 'failed', 'measure_backend',
            'merge_bench', 'env_check', 'backend_line', 'sweep_bytes', 'bench', 'records_by', 'best_kernel_sweep',
            'Advice', 'advise', 'measured_on', 'print_advice', 'fmt_us', 'console', 'print_bench']
@@ -29,7 +30,8 @@ __all__ = ['CDF_POINTS', 'TAIL_POINTS', 'DEFAULT_BATCHES', 'CHECKED_CALL', 'HOT_
 # %% ../../nbs/50_bench.ipynb #49277fb9
 from ..core.machine import check_memory
 from ..core.files import BadArtifactError, policy_sha256, shown
-from ..export.onnx import policy_metadata, load_observations
+from ..export.onnx import policy_metadata, load_observations, policy_dims
+from ..backends.runner import HistoryRunner, RecurrentRunner
 
 # %% ../../nbs/50_bench.ipynb #f7704e3e
 def timer_overhead_ns(n=20_000):
@@ -94,6 +96,8 @@ class BenchSettings:
     pin_cpu: int | None = None   # pin the process to this CPU while benchmarking
     soak_calls: int = 0          # > 0: also run a soak of this many batch-1 calls per backend
     soak_window: int = 100_000
+    obs_file: str | None = None  # observations to time and check on: a [n, obs_dim] float .npy (`--obs`)
+    obs_range: tuple | None = None  # or a box (low, high) to draw them from uniformly (`--obs-range`)
     def __post_init__(self):
         for k in ('warmup', 'closed_loop_steps'):
             if getattr(self, k) < 0: raise BadInputError(f'{k} must be >= 0, got {getattr(self, k)}')
@@ -105,6 +109,13 @@ class BenchSettings:
         if self.sla_us <= 0: raise BadInputError(f'sla must be positive, got {self.sla_us} µs')
         if self.soak_calls and self.soak_calls < self.soak_window:
             raise BadInputError(f'soak_calls ({self.soak_calls}) must be at least one window ({self.soak_window})')
+        if self.obs_range is not None:
+            lo, hi = (float(x) for x in self.obs_range)
+            if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+                raise BadInputError(f'the observation box must be two finite numbers, low < high, got {self.obs_range}')
+            self.obs_range = (lo, hi)
+        if self.obs_file is not None and self.obs_range is not None:
+            raise BadInputError('give --obs FILE.npy or --obs-range LOW:HIGH, not both')
         if self.pin_cpu is not None:
             from ppo_trt.core.machine import cpu_affinity
             if self.pin_cpu not in cpu_affinity():
@@ -218,9 +229,55 @@ def rollout_observations(source, env_id, n=ROLLOUT_OBS, seed=0):
     try: return gym_rollout(act, env_id, n, seed, getattr(policy, 'reset', None))  # a residual's expert: per episode
     finally: policy.close()
 
+# %% ../../nbs/50_bench.ipynb #725c502c
+DEFAULT_OBS_RANGE = (-1.0, 1.0)
+
+def _recorded(path, width):
+    "The observations in `path` ([n, width] floats, .npy without pickle) as float32; one line if they are not."
+    try: obs = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise BadInputError(f'--obs {path}: not a readable .npy array ({error_line(e, 100)}); save observations with '
+                            'np.save(path, obs) (a [n, obs_dim] float array)') from None
+    if obs.dtype.kind != 'f' or obs.ndim != 2 or len(obs) < 1 or obs.shape[1] != width:
+        raise BadInputError(f'--obs {path}: holds {obs.dtype} of shape {obs.shape}, not [n, {width}] float '
+                            'observations')
+    if not np.isfinite(obs).all():
+        rows = np.flatnonzero(~np.isfinite(obs).all(1))[:5].tolist()
+        raise BadInputError(f'--obs {path}: holds NaN or inf (rows {rows})')
+    return np.ascontiguousarray(obs, np.float32)
+
+def declared_observations(width, s):
+    "(observations [n, width], where they came from) for a policy benched without an env or export_obs.npy."
+    from pathlib import Path
+    if s.obs_file:
+        obs = _recorded(s.obs_file, width)
+        return obs, f'recorded: {Path(s.obs_file).name} ({len(obs)} obs, --obs)'
+    lo, hi = s.obs_range or DEFAULT_OBS_RANGE
+    obs = np.random.default_rng(s.seed).uniform(lo, hi, (ROLLOUT_OBS, width)).astype(np.float32)
+    why = '--obs-range' if s.obs_range else 'the default: no env, no --obs FILE.npy'
+    return obs, f'uniform box [{lo:g}, {hi:g}] (seed {s.seed}, {len(obs)} obs; {why})'
+
+# %% ../../nbs/50_bench.ipynb #374d57bd
+def network_rows(source, obs):
+    "`obs` as the bare network of `source` (a run folder, an ONNX file) reads them along one sequence, memory included."
+    policy = B.load('ort', source.root if isinstance(source, RunDir) else source)
+    wide = getattr(policy, 'inner', policy).obs_dim
+    if wide == obs.shape[1] or not isinstance(policy, (HistoryRunner, RecurrentRunner)): return obs
+    rows = np.empty((len(obs), wide), np.float32)
+    for i, x in enumerate(obs):
+        state = None if policy.wide is None else policy.wide[0, policy.obs_dim:].copy()
+        policy(x[None])
+        rows[i] = policy.wide[0]  # a history: the row it read
+        if isinstance(policy, RecurrentRunner): rows[i, policy.obs_dim:] = 0.0 if state is None else state
+    return rows
+
 # %% ../../nbs/50_bench.ipynb #de35c876
-def bench_observations(run, env_id, seed=0):
-    "(observations, where they came from): export_obs.npy, or in a policy-only folder without it an env rollout."
+def bench_observations(run, env_id, seed=0, settings=None):
+    "(observations, where they came from): --obs, --obs-range, export_obs.npy, an env rollout, or the default box."
+    s = settings or BenchSettings(seed=seed)
+    if s.obs_file or s.obs_range or (policy_only(run) and not run.has('export_obs') and not env_id):
+        obs, where = declared_observations(policy_dims(policy_metadata(run.require('onnx')))[0], s)
+        return network_rows(run, obs), where
     if run.has('export_obs') or not policy_only(run):
         width = policy_metadata(run.path('onnx'))['obs_dim']
         return load_observations(run.require('export_obs'), width), 'export_obs.npy'
@@ -228,8 +285,10 @@ def bench_observations(run, env_id, seed=0):
     except PpoTrtError: raise
     except Exception as e:
         raise PpoTrtError(f'{run.root} has no export_obs.npy and {env_id} cannot be stepped here to draw observations '
-                          f'({error_line(e)}); bench it on a machine that can make the env') from None
-    return obs, f'env rollout (seed {seed}, {len(obs)} obs)'
+                          f'({error_line(e)}); bench it on a machine that can make the env, or give --obs FILE.npy '
+                          'or --obs-range LOW:HIGH') from None
+    return network_rows(run, obs), f'env rollout (seed {seed}, {len(obs)} obs)'
+
 
 # %% ../../nbs/50_bench.ipynb #38affd0c
 def pin_process(cpu):
@@ -249,7 +308,8 @@ def trained_model_missing(name, run):
     "Why backend `name` cannot measure `run`: it runs the trained model, and a policy-only folder has no policy.zip."
     if not (B.backends()[name].runner.needs_run and policy_only(run)): return None
     return (f'backend {name} runs the trained model (policy.zip), which {run.root} does not hold (policy.onnx only): '
-            f'put the policy.zip that policy.onnx was exported from beside it to measure {name}')
+            f'import the SB3 model it came from into a run folder of its own (ppo-trt import MODEL.zip '
+            f'[--vecnormalize FILE.pkl] --env-id ID --run-dir DIR) and bench DIR to measure {name}')
 
 # %% ../../nbs/50_bench.ipynb #31196e77
 def failed(name, what, e, mode='all'):
@@ -273,7 +333,8 @@ def measure_backend(name, run, obs, reference, env_id, s: BenchSettings):
             recs = [lat, *bench_sweep(runner, obs, s)]
         except Exception as e: return [failed(name, 'failed while measured', e)]  # a finding, not the end of bench
         deployed = B.with_memory(runner, name, run.root)  # the closed loop runs the policy as deployed
-        for mode, todo in (('closed-loop', s.closed_loop_steps and (lambda: bench_closed_loop(deployed, env_id, s))),
+        loop = s.closed_loop_steps and env_id and (lambda: bench_closed_loop(deployed, env_id, s))
+        for mode, todo in (('closed-loop', loop),
                            ('soak', s.soak_calls and (lambda: bench_soak(runner, obs, s)))):
             if not todo: continue
             try: recs.append(todo())
@@ -353,6 +414,8 @@ def _ort_reference(run, obs):
                                'policy: export it again') from None
 
 # %% ../../nbs/50_bench.ipynb #ef3c980b
+NO_ENV_NOTE = 'closed loop skipped: the policy names no env; pass --env-id ID to step one'
+
 @locked('bench')
 def bench(run_dir, backend_names=None, settings: BenchSettings | None = None, env_id=None, progress=True,
           print_table=True, replace=False, say=None):
@@ -365,22 +428,24 @@ def bench(run_dir, backend_names=None, settings: BenchSettings | None = None, en
     top = max(s.batches)
     check_memory(sweep_bytes(top, meta['obs_dim'], meta['act_dim']), '--batches', top,
                  sweep_bytes(top, meta['obs_dim'], meta['act_dim']) / top)
-    env_id = env_id or meta['env_id']
-    env_check(meta, env_id)  # None, or why the closed loops will fail (each says so in its record)
+    env_id = env_id or meta.get('env_id')  # None: a foreign actor benched without an env, no closed loop
+    if env_id: env_check(meta, env_id)  # None, or why the closed loops will fail (each says so in its record)
+    notes = [] if env_id or not s.closed_loop_steps else [NO_ENV_NOTE]
     names = [B.check_name(n) for n in (backend_names or B.names())]
     result = None if replace or not run.has('bench_record') else load_artifact(run, 'bench_record')
-    obs, obs_source = bench_observations(run, meta['env_id'], s.seed)
+    obs, obs_source = bench_observations(run, env_id, s.seed, s)
     reference = _ort_reference(run, obs)
     sess, t_start = session(policy_sha256(onnx_path)), time.perf_counter()
     sid = session_id(sess)
     header = dict(run_dir=str(run.root), env_id=env_id, machine=probe(packages=B.packages()),
                   machine_summary=sess.machine, settings=asdict(s), timer_overhead=timer_overhead_ns(),
                   gc_disabled_in_timed_loops=True, pinned_cpu=s.pin_cpu, created=sess.created, session=sid,
-                  obs_source=obs_source)
+                  obs_source=obs_source, notes=notes)
     affinity = pin_process(s.pin_cpu)
     say = say or (lambda msg: None)
+    for n in notes: say(n)
     say(f"benchmarking {len(names)} backend(s) on {sess.machine}: batch-1 latency, batches "
-        f"{','.join(map(str, s.batches))}" + (f', {s.closed_loop_steps:,}-step closed loop' if s.closed_loop_steps
+        f"{','.join(map(str, s.batches))}" + (f', {s.closed_loop_steps:,}-step closed loop' if s.closed_loop_steps and env_id
                                               else '') + (f', {s.soak_calls:,}-call soak' if s.soak_calls else ''))
     from rich.progress import Progress
     try:
@@ -482,7 +547,7 @@ def print_bench(result, session=None, con=None):
     from rich.markup import escape
     earlier = [r for r in result.records if session and r.session != session]
     result = msgspec.structs.replace(result, records=[r for r in result.records if not session or r.session == session])
-    t = Table(title=f"ppo-trt bench: {result.env_id} on {escape(shown(result.machine_summary, 160))}")
+    t = Table(title=f"ppo-trt bench: {result.env_id or 'no env'} on {escape(shown(result.machine_summary, 160))}")
     for c in ('backend', 'device: provider', 'p50 µs', 'p95 µs', 'p99 µs', 'p99.9 µs', 'max µs', 'run() p50 µs', 'SLA',
               'max|Δa|', 'best actions/s (batch)', 'loop Hz'):
         t.add_column(c, justify='left' if c in ('backend', 'device: provider') else 'right')
@@ -528,3 +593,4 @@ def print_bench(result, session=None, con=None):
               f"SLA: p99 < {result.settings.sla_us:g} µs · "
               "GC off in timed loops · loop Hz = runner(obs) + env.step")
     con.print(f'max|Δa|: each backend against ONNX Runtime FP32 on {result.obs_source}')
+    for n in result.notes: con.print(n)

@@ -15,14 +15,15 @@ from ..core.records import (EvaluateFile, PhaseRecord, Gate, DelayCurve, Event, 
 from ..envs.specs import env_spec, env_ids
 from ..envs.gym import (make_env, SensorNoise, ActuationDelay, Push, ModelScale, ActuatorFailure, Trip, PHASES,
                               make_phase_env, check_phases, env_phases)
-from ..export.onnx import onnx_metadata
+from ..export.onnx import onnx_metadata, check_policy_env
 from ..backends import registry as B
 from .bench import records_by, trained_model_missing
-from ..envs.controllers import pid_baseline, run_episode
+from ..envs.controllers import pid_baseline, run_episode, fallback_policy, fallback_kind
+from ..envs.gym import skipped_phases
 
 # %% auto #0
-__all__ = ['BACKEND_FAULTS', 'DELAY_STEPS', 'MAX_EPISODES', 'ControlLoop', 'delay_curve', 'merge_evaluation', 'evaluate_phase',
-           'evaluate', 'sla_words', 'print_evaluation']
+__all__ = ['BACKEND_FAULTS', 'DELAY_STEPS', 'MAX_EPISODES', 'ControlLoop', 'delay_curve', 'merge_evaluation', 'fallback_label',
+           'evaluate_phase', 'evaluated_env', 'evaluate', 'sla_words', 'print_evaluation']
 
 # %% ../../nbs/51_evaluate.ipynb #9a6b607a
 BACKEND_FAULTS = ('deadline', 'nonfinite', 'bad-input')  # event kinds that count against a backend
@@ -74,6 +75,7 @@ class ControlLoop:
         if action is None or not np.isfinite(action).all():
             self._event('unsafe-fallback'); action = np.zeros(self.runner.act_dim, np.float32)  # actuators off
         if hasattr(self.runner, 'commit'): self.runner.commit(action)  # a policy with a memory keeps what was applied
+        if hasattr(self.fallback, 'commit'): self.fallback.commit(action)  # a hold fallback holds it
         if self.realtime and self.period_s: time.sleep(max(0.0, self.period_s - (time.perf_counter() - t_start)))
         self.t += 1
         return action
@@ -98,10 +100,10 @@ def _gates(rep, bench, policy_sha256=None):
 # %% ../../nbs/51_evaluate.ipynb #113ec9ed
 DELAY_STEPS = (0, 1, 2, 3, 4, 6, 8)
 
-def delay_curve(run_dir, runner, env_id, delay_steps=DELAY_STEPS, episodes=5, seed=0, bench=None):
-    "Mean return vs injected actuation delay (control steps) for PPO (`runner`) and PID; backends' p99 on that axis."
+def delay_curve(run_dir, runner, env_id, delay_steps=DELAY_STEPS, episodes=5, seed=0, bench=None, fallback=None):
+    "Mean return vs injected actuation delay (control steps) for PPO (`runner`) and the fallback (PID); backends' p99."
     dt = make_env(env_id).unwrapped.dt
-    ppo, pid, p = [], [], pid_baseline(env_id)
+    ppo, pid, p = [], [], fallback or pid_baseline(env_id)
     for k in delay_steps:
         env = ActuationDelay(make_env(env_id), steps=k)
         ppo.append(float(np.mean([run_episode(env, runner, seed + i)[0] for i in range(episodes)])))
@@ -113,7 +115,7 @@ def delay_curve(run_dir, runner, env_id, delay_steps=DELAY_STEPS, episodes=5, se
 # %% ../../nbs/51_evaluate.ipynb #813cf64f
 def _check_comparable(old, new):
     "Refuse to merge an evaluation that would not be comparable with the one already in evaluate.json."
-    for k in ('env_id', 'episodes', 'seed', 'deadline_us', 'reference'):
+    for k in ('env_id', 'episodes', 'seed', 'deadline_us', 'reference', 'fallback'):
         if getattr(old, k) != getattr(new, k):
             why = ' (the reference is torch where policy.zip is, else ort)' if k == 'reference' else ''
             raise BadInputError(f'evaluate.json holds results with {k}={getattr(old, k)!r}, '
@@ -170,13 +172,18 @@ def _residual_policy(residual_run, env_id):
     return B.load('torch', residual_run)
 
 # %% ../../nbs/51_evaluate.ipynb #bda989b5
+def fallback_label(kind):
+    "How tables name a fallback: PID, or `zero fallback`."
+    return 'PID' if kind == 'pid' else f'{kind} fallback'
+
 def evaluate_phase(env_id, phase, params, seeds, pid, extra, runners, deadline_us, sid,
                    advance=lambda policy, returns: None):
     "One phase: PID, any extra policies, every runner in the safe control loop, same `seeds`; `advance` after each."
     env = make_phase_env(env_id, phase, **params)
-    returns, viol, events = {'pid': [run_episode(env, pid, s)[0] for s in seeds]}, {}, {}
+    base = fallback_kind(pid)
+    returns, viol, events = {base: [run_episode(env, pid, s)[0] for s in seeds]}, {}, {}
     for k, pol in extra.items(): returns[k] = [run_episode(env, pol, s)[0] for s in seeds]
-    advance(' and '.join(['PID', *extra]), returns['pid'])
+    advance(' and '.join([fallback_label(base), *extra]), returns[base])
     for n, r in runners.items():
         loop = ControlLoop(r, pid, deadline_us, env.unwrapped.dt)
         rets, evs = [], []
@@ -194,22 +201,32 @@ from ..export.onnx import policy_metadata
 MAX_EPISODES = 10_000  # per phase and policy: more is days of stepping, not a setting
 
 # %% ../../nbs/51_evaluate.ipynb #4df9ba60
+def evaluated_env(run, meta, env_id=None):
+    "The env to evaluate in: the policy's (an --env-id must agree), else --env-id for one that names none; or one line."
+    mine = meta.get('env_id')
+    if mine is not None and env_id is not None and env_id != mine:
+        raise BadInputError(f"{run.root} holds a policy for {mine}, not {env_id}; drop --env-id or use that run's "
+                            'folder')
+    if mine is None and env_id is None:
+        raise BadInputError(f'{run.root}: its policy names no env, and evaluating needs one: pass --env-id ID (the '
+                            'env it was trained in), or import it for one (ppo-trt import POLICY.onnx --env-id ID '
+                            '--run-dir DIR)')
+    if mine is None: check_policy_env(meta, env_id)  # its widths are the env's, or one line
+    return mine or env_id
+
 @locked('evaluate')
 def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, deadline_us=None, overrides=None,
-             progress=True, delay_steps=DELAY_STEPS, residual_run=None, env_id=None, replace=False, say=None):
-    "Evaluate per phase and backend vs PID (and a residual run); merge into (`replace`) evaluate.json; `say` progress."
+             progress=True, delay_steps=DELAY_STEPS, residual_run=None, env_id=None, replace=False, say=None,
+             fallback='auto'):
+    "Evaluate per phase and backend vs the fallback (and a residual run); merge into evaluate.json; `say` progress."
     run = RunDir(run_dir)
-    meta = policy_metadata(run.require('onnx'))  # types and ranges checked
-    if env_id is not None and env_id != meta['env_id']:
-        raise BadInputError(f"{run.root} holds a policy for {meta['env_id']}, not {env_id}; "
-                            "drop --env-id or use that run's folder")
-    env_id = meta['env_id']
+    env_id = evaluated_env(run, policy_metadata(run.require('onnx')), env_id)  # types and ranges checked
     require_fresh(run, 'evaluate')
+    say = say or (lambda msg: None)
+    left_out = {} if phases else skipped_phases(env_id)
     phases = check_phases(phases or env_phases(env_id), env_id)
     if not 1 <= episodes <= MAX_EPISODES:
         raise BadInputError(f'episodes must be from 1 to {MAX_EPISODES:,}, got {episodes:,}: use a smaller --episodes')
-    if env_spec(env_id).pid is None:
-        raise BadInputError(f'no PID fallback preset for {env_id}: evaluate supports {", ".join(env_ids("pid"))}')
     old = None if replace or not run.has('evaluate_record') else load_artifact(run, 'evaluate_record')
     bench = load_artifact(run, 'bench_record') if run.has('bench_record') else None
     deadline_us = deadline_us or (bench.settings.sla_us if bench else 1000.0)
@@ -220,9 +237,11 @@ def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, dead
     extra = {'residual': _residual_policy(residual_run, env_id)} if residual_run is not None else {}
     onnx_sha = policy_sha256(run.path('onnx'))
     sess = session(onnx_sha); sid = session_id(sess)
-    results, pid = [], pid_baseline(env_id)  # one object: run_episode / ControlLoop reset it every episode
-    say = say or (lambda msg: None)
-    say(f"evaluating {', '.join(runners)} against PID: {len(phases)} phase(s) x {episodes} episode(s)")
+    results, pid = [], fallback_policy(fallback, env_id)  # one object: run_episode / ControlLoop reset it every episode
+    for line in [env_spec(env_id).note, *(f'phase {p} skipped: {why}' for p, why in left_out.items())]:
+        if line: say(line)
+    say(f"evaluating {', '.join(runners)} against {fallback_label(fallback_kind(pid))}: {len(phases)} phase(s) x "
+        f"{episodes} episode(s)")
     from rich.progress import Progress
     with Progress(transient=True, disable=not progress) as bar:
         total, done = len(phases) * (len(runners) + 1), []
@@ -235,12 +254,14 @@ def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, dead
             params = {**PHASES[ph][1], **((overrides or {}).get(ph, {}))}
             results.append(evaluate_phase(env_id, ph, params, [seed + i for i in range(episodes)], pid, extra, runners,
                                           deadline_us, sid, lambda policy, rets, ph=ph: tick(ph, policy, rets)))
-    if delay_steps: say(f'delay curve: PPO on {ref} and PID at {len(delay_steps)} actuation delays ...')
-    curve = (delay_curve(run.root, runners[ref], env_id, delay_steps, min(episodes, 5), seed, bench)
+    if delay_steps:
+        say(f'delay curve: PPO on {ref} and {fallback_label(fallback_kind(pid))} at {len(delay_steps)} actuation '
+            'delays ...')
+    curve = (delay_curve(run.root, runners[ref], env_id, delay_steps, min(episodes, 5), seed, bench, pid)
              if delay_steps else DelayCurve())
     new = record(EvaluateFile, env_id=env_id, episodes=episodes, seed=seed, deadline_us=deadline_us, reference=ref,
                  backends=list(runners), phases=results, skipped=skipped, delay_curve=curve, created=sess.created,
-                 sessions={sid: sess})
+                 sessions={sid: sess}, fallback=fallback_kind(pid), skipped_phases=left_out)
     rep = merge_evaluation(old, new)
     rep.gates = _gates(rep, bench, onnx_sha)
     save_json(run.path('evaluate_record'), rep)
@@ -259,23 +280,25 @@ def print_evaluation(rep, con=None):
     from ppo_trt.measure.bench import console
     t = Table(title=f'ppo-trt evaluate: {rep.env_id}, {rep.episodes} episodes per phase, '
                     f'deadline {rep.deadline_us:g} µs')
-    t.add_column('phase'); t.add_column('PID', justify='right'); t.add_column(f'PPO ({rep.reference})', justify='right')
+    t.add_column('phase'); t.add_column(fallback_label(rep.fallback), justify='right')
+    t.add_column(f'PPO ({rep.reference})', justify='right')
     others = [b for b in rep.backends if b != rep.reference]
     for b in others: t.add_column(f'{b} Δ', justify='right')
     t.add_column('violations', justify='right')
     for p in rep.phases:
         ms = lambda k: f"{np.mean(p.returns[k]):.1f} ± {np.std(p.returns[k]):.1f}"
         ref = p.means[f'ppo:{rep.reference}']
-        t.add_row(p.phase, ms('pid'), ms(f'ppo:{rep.reference}'),
+        t.add_row(p.phase, ms(rep.fallback), ms(f'ppo:{rep.reference}'),
                   *(f"{p.means[f'ppo:{b}'] - ref:+.1f}" if f'ppo:{b}' in p.returns else '-' for b in others),
                   ', '.join(f'{b}: {v}' for b, v in p.violations.items() if v) or '0')
     con = con or console()
     con.print(t)
     c = rep.delay_curve
     if c.delay_steps: con.print('return vs actuation delay (ms): ' + ', '.join(
-        f'{ms:g}: PPO {a:.0f} / PID {b:.0f}' for ms, a, b in zip(c.delay_ms, c.ppo, c.pid)))
+        f'{ms:g}: PPO {a:.0f} / {fallback_label(rep.fallback)} {b:.0f}' for ms, a, b in zip(c.delay_ms, c.ppo, c.pid)))
     for b, g in rep.gates.items():
         con.print(f"gate {b}: {'[green]PASS[/]' if g.passed else '[red]FAIL[/]'}: {sla_words(g.sla_pass)}, "
                   f"{g.violations} violations, worst return gap {g.worst_return_gap:.2%}")
+    for p, why in rep.skipped_phases.items(): con.print(f'phase {p} skipped: {escape(shown(why, 200))}')
     for b, why in rep.skipped.items():
         con.print(f'[yellow]skipped {escape(shown(b, 40))}[/]: {escape(shown(why, 300))}')

@@ -14,6 +14,7 @@ from ..core.records import (BenchFile, CLoopRecord, ConfigRecord, EngineRecord, 
                              ExportRecord, ResidualStudyRecord, TrainRecord, load_artifact, read_record, locked,
                              require_fresh, REPORT_INPUTS, CTargetRecord, HilRecord)
 from ..train.sb3 import read_train_log
+from ..measure.evaluate import fallback_label
 from ..measure.bench import records_by, best_kernel_sweep, advise, TIE_RATIO, fmt_us as _us
 from ..studies.residual import first_reaching
 from ..studies.sweep import (load_sweep, sweep_rows, plot_sweep, plot_sweep_delay, plot_sweep_curves,
@@ -210,9 +211,9 @@ def evaluation_table(ev, policy_sha256=None):
     res = any('residual' in p.returns for p in ev.phases)
     cell = lambda p, key, fmt: _eval_cell(ev, p, key, policy_sha256, fmt)
     gap = lambda p: (lambda v: f"{np.mean(v) - np.mean(p.returns[f'ppo:{ref}']):+.1f}")
-    rows = [[p.phase, cell(p, 'pid', ms), cell(p, f'ppo:{ref}', ms), *([cell(p, 'residual', ms)] if res else []),
+    rows = [[p.phase, cell(p, ev.fallback, ms), cell(p, f'ppo:{ref}', ms), *([cell(p, 'residual', ms)] if res else []),
              *(cell(p, f'ppo:{b}', gap(p)) for b in others), sum(p.violations.values())] for p in ev.phases]
-    t = _md_table(['phase', 'PID', f'PPO ({ref})', *(['expert + residual'] if res else []),
+    t = _md_table(['phase', fallback_label(ev.fallback), f'PPO ({ref})', *(['expert + residual'] if res else []),
                    *(f'{b} Δ return' for b in others), 'violations'], rows)
     if '†' in t: t += '\n\n† evaluated on another policy.onnx: kept in evaluate.json, not comparable with this policy'
     g = _md_table(['backend', 'SLA', 'violations', 'worst return gap', 'gate'],
@@ -324,12 +325,12 @@ def plot_cost_per_action(bench):
     return fig
 
 # %% ../../nbs/80_report.ipynb #a3c91604
-def plot_delay_curve(curve):
+def plot_delay_curve(curve, fallback='pid'):
     "Mean return vs injected actuation delay for PPO and PID, with each backend's p99 inference latency marked."
     fig, ax = _fig(7, 5)
     # markers only: delays were injected in whole control periods, nothing was measured in between
     ax.plot(curve.delay_ms, curve.ppo, 'o', ms=7, label='PPO (torch)')
-    ax.plot(curve.delay_ms, curve.pid, 's', ms=6, label='PID baseline')
+    ax.plot(curve.delay_ms, curve.pid, 's', ms=6, label=f'{fallback_label(fallback)} baseline')
     for i, (b, ms) in enumerate(sorted(curve.latency_p99_ms.items(), key=lambda x: x[1])):
         ax.axvline(ms, color=f'C{i + 2}', lw=1, ls=':', label=f'{b} p99 latency ({ms * 1e3:.3g} µs)')
     ax.set_xscale('symlog', linthresh=1e-3); ax.set_xlim(0, max(curve.delay_ms) * 1.1)
@@ -572,8 +573,9 @@ def claim_control(recs, bench):
     ev = recs.evaluate
     if not ev: return []
     ref = f"ppo:{ev.reference}"
-    wins = [p.phase for p in ev.phases if np.mean(p.returns[ref]) > np.mean(p.returns['pid'])]
-    out = [f"Under {len(ev.phases)} scenario phases ({ev.episodes} episodes each), PPO beats the PID baseline in "
+    wins = [p.phase for p in ev.phases if np.mean(p.returns[ref]) > np.mean(p.returns[ev.fallback])]
+    out = [f"Under {len(ev.phases)} scenario phases ({ev.episodes} episodes each), PPO beats the "
+           f"{fallback_label(ev.fallback)} baseline in "
            f"{len(wins)}" + (f" ({esc(', '.join(wins))})" if 0 < len(wins) < len(ev.phases) else '') + '.']
     c = ev.delay_curve
     if len(c.ppo) > 1:
@@ -624,6 +626,12 @@ def claim_training(recs, bench):
     "How training went and which policy was kept."
     tr, log = recs.train, recs.train_log
     if not tr: return []
+    if tr.imported_from:
+        o = tr.imported_from
+        return [f"The policy was trained elsewhere and imported from {code(o.get('file', '?'))} "
+                f"({esc(o.get('origin', '?'))}, {tr.kept_timesteps:,} timesteps as it says); here its deterministic "
+                f"return is {tr.final_eval_mean:.1f} ± {tr.final_eval_std:.1f} over {tr.final_eval_episodes} "
+                'episodes.']
     s = (f"Training ran {tr.timesteps:,} timesteps (preset {code(tr.preset)}) at {tr.steps_per_s:,.0f} steps/s "
          f"and reached a final deterministic return of {tr.final_eval_mean:.1f} ± {tr.final_eval_std:.1f} "
          f"over {tr.final_eval_episodes} episodes"
@@ -1025,12 +1033,15 @@ def section_control(recs):
     "Control quality per scenario phase, and the latency → return curve (when evaluate ran)."
     ev = recs.evaluate
     if not ev: return []
+    fb = fallback_label(ev.fallback)
     out = [_md('## Control quality per scenario phase\n\nPPO through each backend in the safe control loop '
-               '(PID fallback), beside the PID baseline, on identical seeds (`ppo-trt evaluate`).\n\n'
+               f'({fb} as its fallback), beside the {fb} alone, on identical seeds (`ppo-trt evaluate`).'
+               + ''.join(f'\n\nPhase {esc(p)} not evaluated: {esc(why)}.' for p, why in ev.skipped_phases.items())
+               + '\n\n'
                + evaluation_table(ev, recs.policy_sha256) + more_claims(recs, claim_control))]
     if ev.delay_curve.delay_steps:
-        out.append(figure_html(plot_delay_curve(ev.delay_curve),
-                               'Mean return against injected actuation delay, PPO and PID'))
+        out.append(figure_html(plot_delay_curve(ev.delay_curve, ev.fallback),
+                               f'Mean return against injected actuation delay, PPO and {fb}'))
     return out
 
 # %% ../../nbs/80_report.ipynb #68c887ef
