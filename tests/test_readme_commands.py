@@ -9,7 +9,7 @@ from ppo_trt.core.run_folder import default_run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT/'README.md').read_text(encoding='utf-8')
-MAKES_A_POLICY = {'run', 'train'}  # commands that refuse a folder holding a trained policy (without --force/--resume)
+MAKES_A_POLICY = {'run', 'train', 'import'}  # they refuse a folder holding a policy (without --force/--resume)
 
 def _argv(text):
     "The words of one quoted command after `ppo-trt`: comments, optional `[...]` parts and `&& ...` tails dropped."
@@ -64,7 +64,8 @@ def order_problems(seq):
         d = _folder(a)
         if d is None: continue
         if a.command in MAKES_A_POLICY:
-            if d in trained and not (a.force or a.resume): problems.append(f'{argv}: {d} already holds a policy')
+            again = getattr(a, 'force', False) or getattr(a, 'resume', False)
+            if d in trained and not again: problems.append(f'{argv}: {d} already holds a policy')
             trained.add(d)
         elif d not in trained: problems.append(f'{argv}: nothing has made {d} yet')
     return problems
