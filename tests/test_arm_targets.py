@@ -90,6 +90,7 @@ def a64_run(run_dir, tmp_path_factory):
     assert 'PASS' in r.stdout
     return d
 
+@pytest.mark.slow  # over 7 s: with the long checks (pytest -m slow tests)
 @needs_a64
 def test_export_c_target_aarch64(a64_run):
     rec = read_record(a64_run/'c_target_aarch64.json')
@@ -109,6 +110,7 @@ def test_export_c_target_aarch64(a64_run):
     assert {k: v for k, v in _hashes(lib).items() if k in manifest['files']} == manifest['files']
     assert {'ppo_policy.h', 'aarch64/Makefile', 'aarch64/test_ppo_policy'} <= set(manifest['files'])
 
+@pytest.mark.slow  # over 7 s: with the long checks (pytest -m slow tests)
 @needs_a64
 def test_a_target_that_fails_its_test_leaves_the_library_as_it_was(a64_run, monkeypatch):
     lib, record = a64_run/'c_policy_aarch64', a64_run/'c_target_aarch64.json'

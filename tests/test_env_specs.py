@@ -55,6 +55,7 @@ def test_commands_needing_a_pid_baseline_say_so(tmp_path, command, needle):
     assert not (tmp_path/'r').exists()
 
 
+@pytest.mark.slow  # over 7 s: with the long checks (pytest -m slow tests)
 def test_evaluate_inverted_pendulum_default_phases(tmp_path):
     "InvertedPendulum has no body to push: evaluate's default phases leave the push out instead of failing on it."
     d = tmp_path/'ip'

@@ -1,7 +1,9 @@
 """`ppo-trt evaluate`: per-phase returns, gates, evaluate.json round trip, report section, bad input."""
+import pytest
 from conftest import ppo_trt
 from ppo_trt.core.records import load_artifact
 
+@pytest.mark.slow  # over 7 s: with the long checks (pytest -m slow tests)
 def test_evaluate_cli(run_copy):
     r = ppo_trt('evaluate', '--run-dir', run_copy, '--phases', 'nominal,delay,trip', '--episodes', 2,
                 '--backends', 'ort,native', '--deadline-us', 1e6)  # parity, not timing: a loaded CI box can miss 1 ms

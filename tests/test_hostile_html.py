@@ -131,6 +131,7 @@ def test_native_refusal_quoting_a_hostile_node_name(tmp_path):
     assert not [r for r in RAW if r in html] and SHOWN in html, html
 
 
+@pytest.mark.slow  # over 7 s: with the long checks (pytest -m slow tests)
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason='the reference run is in a clone (nbs/_reference)')
 def test_report_of_a_hostile_run(tmp_path, request):
     d = hostile_run(tmp_path)

@@ -78,6 +78,7 @@ def _ppo_trt_limited(nbytes, *args):
                           env={**os.environ, 'PYTHONWARNINGS': 'ignore', 'PYTHONDONTWRITEBYTECODE': '1'})
 
 
+@pytest.mark.slow  # over 7 s: with the long checks (pytest -m slow tests)
 def test_full_disk_during_export_keeps_the_previous_set(run_copy):
     sizes = {f: (run_copy/f).stat().st_size for f in ('policy.onnx', 'export_obs.npy', 'export.json')}
     assert sizes['policy.onnx'] < sizes['export_obs.npy']  # so the limit lets policy.onnx through, then fails

@@ -74,6 +74,7 @@ def test_gpu_backends_skipped_with_reason(run_dir):
         with pytest.raises(B.BackendUnavailable): B.load(name, run_dir)
     assert recs['torch-compile']['ran'] and recs['torch-compile']['info']['provider'].startswith('torch.compile')
 
+@pytest.mark.slow  # over 7 s: with the long checks (pytest -m slow tests)
 def test_each_stage_reruns_alone(run_copy):
     before = load_json(run_copy/'export.json')['onnx_sha256']
     assert ppo_trt('export', '--run-dir', run_copy).returncode == 0

@@ -89,6 +89,7 @@ def test_doctor_lists_the_plugin_and_the_one_that_failed(plugin_site):
     assert len(broken) == 1 and "ModuleNotFoundError: No module named 'ppo_trt_toy_plugin.missing'" in broken[0]
 
 
+@pytest.mark.slow  # over 7 s: with the long checks (pytest -m slow tests)
 def test_bench_and_evaluate_the_plugin(plugin_site, run_copy):
     r = cli('bench', '--run-dir', run_copy, '--backends', 'toy-ort', *QUICK_BENCH, path=[plugin_site])
     assert r.returncode == 0, r.stderr[-2000:]

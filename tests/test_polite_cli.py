@@ -109,6 +109,7 @@ def test_fast_train_piped_prints_progress_and_its_rounding(tmp_path):
 
 # words, not Python values -------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # over 7 s: with the long checks (pytest -m slow tests)
 def test_evaluate_says_sla_in_words(run_copy):
     (run_copy/'bench.json').unlink()
     r = ppo_trt('evaluate', '--run-dir', run_copy, '--phases', 'nominal', '--episodes', 1, '--backends', 'native',

@@ -221,6 +221,7 @@ def test_imported_sb3_model_acts_as_predict(tmp_path, algo):
     assert train['imported_from']['algorithm'] == algo and train['env_id'] == 'Walker2d-v4'
 
 
+@pytest.mark.slow  # over 7 s: with the long checks (pytest -m slow tests)
 def test_import_then_every_stage(tmp_path):
     "An imported SB3 model: bench, evaluate (no PID preset: the zero fallback), report and export-c run on it."
     _sb3_walker(tmp_path)
