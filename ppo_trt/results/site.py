@@ -29,9 +29,11 @@ def split_directives(src):
     return found, '\n'.join(lines[i:])
 
 # %% ../../nbs/82_docs.ipynb #e57ccdaa
+_PRIVATE_LINK = re.compile(r'\[(`_[\w.]+`)\]\([^)\s]*#_[\w.-]*\)')  # no page shows a private name's docs
+
 def relink(text, doc_url, up=''):
     "Links into nbdev's Quarto site (`{doc_host}{doc_baseurl}/page.html#sym`) made relative; pandoc link attrs dropped."
-    text = _PANDOC_ATTRS.sub(r'\1', text)
+    text = _PRIVATE_LINK.sub(r'\1', _PANDOC_ATTRS.sub(r'\1', text))
     if not doc_url: return text
     return re.sub(re.escape(doc_url) + r'([^\s)"\'<>#]*)(#[^\s)"\'<>]*)?',
                   lambda m: up + (m.group(1) or 'index.html') + (m.group(2) or ''), text)
