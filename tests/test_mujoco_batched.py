@@ -75,6 +75,7 @@ def test_batched_mujoco_picks_the_batch_for_hopper():
     assert type(env) is GymnasiumBatched and 'mujoco.batch runs Hopper-v4, Hopper-v5 only' in how, how
 
 
+@pytest.mark.slow  # over 4.5 s: with the long checks (pytest -m slow tests)
 def test_fast_train_randomize_all_steps_the_batch(tmp_path):
     "The trainer gets the batch for `--randomize all` on Hopper and records it, with the ranges, in train.json."
     from conftest import ppo_trt

@@ -85,6 +85,7 @@ def test_each_stage_reruns_alone(run_copy):
     assert [x['backend'] for x in load_json(run_copy/'bench.json')['records']] == ['ort', 'ort']
     assert ppo_trt('report', '--run-dir', run_copy).returncode == 0
 
+@pytest.mark.slow  # over 4.5 s: with the long checks (pytest -m slow tests)
 def test_resume_continues(run_copy):
     r = ppo_trt('train', '--run-dir', run_copy, '--timesteps', 6144, '--resume', '--eval-freq', 2048,
                 '--eval-episodes', 1)

@@ -34,6 +34,7 @@ def test_bench_json_is_one_document_on_stdout(run_copy):
     assert {x['backend'] for x in rec['records'] if x['session'] == rec['session']} == {'ort', 'native'}
     assert '[ppo-trt]' in r.stderr and 'ppo-trt bench' in r.stderr  # progress and the table went to stderr
 
+@pytest.mark.slow  # over 4.5 s: with the long checks (pytest -m slow tests)
 def test_evaluate_json(run_copy):
     r = ppo_trt('evaluate', '--run-dir', run_copy, '--phases', 'nominal', '--episodes', 1, '--backends', 'native',
                 '--deadline-us', 1e6, '--json')
@@ -61,6 +62,7 @@ def test_version():
 
 # progress when piped ------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # over 4.5 s: with the long checks (pytest -m slow tests)
 def test_bench_progress_arrives_as_it_goes(run_copy):
     lines, wall, rc = timed_lines('bench', '--run-dir', run_copy, '--backends', 'ort,native', *QUICK_BENCH)
     assert rc == 0

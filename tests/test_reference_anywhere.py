@@ -47,6 +47,7 @@ def test_evaluate_on_a_policy_only_folder(ref_copy):
     assert abs(nominal['ppo:native-c'][0] - nominal['ppo:ort'][0]) <= 0.01 * abs(nominal['ppo:ort'][0])
     assert rep.gates['native-c'].worst_return_gap <= 0.01
 
+@pytest.mark.slow  # over 4.5 s: with the long checks (pytest -m slow tests)
 def test_bench_a_bare_onnx_file(ref_copy, tmp_path):
     before = _hashes(ref_copy)
     r = _ok(ppo_trt('bench', ref_copy/'policy.onnx', '--backends', 'ort', *QUICK_BENCH, cwd=tmp_path))

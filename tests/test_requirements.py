@@ -50,6 +50,7 @@ def test_every_module_level_import_is_installed_by_requirements():
 
 def test_the_check_sees_a_missing_requirement(tmp_path):
     mod = tmp_path/'m.py'
-    mod.write_text('import numpy\nfrom fastcore.basics import patch\ntry:\n    import triton\nexcept ImportError: pass\n')
+    mod.write_text('import numpy\nfrom fastcore.basics import patch\n'
+                   'try:\n    import triton\nexcept ImportError: pass\n')
     assert module_imports(mod) == {'numpy', 'fastcore'}  # the guarded import is not module level
     assert 'numpy' in required() and 'nbdev' not in required()

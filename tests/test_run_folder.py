@@ -148,6 +148,7 @@ def test_interrupted_export_is_detected(run_copy):
     assert 'policy.onnx' in ppo_trt('doctor', '--run-dir', run_copy).stdout.split('to fix')[-1]
 
 
+@pytest.mark.slow  # over 4.5 s: with the long checks (pytest -m slow tests)
 def test_writers_take_turns(run_copy):
     exe = str(Path(sys.executable).with_name('ppo-trt'))
     first = subprocess.Popen([exe, 'bench', '--run-dir', str(run_copy), '--backends', 'ort', '--iters', '3000',

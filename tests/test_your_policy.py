@@ -277,6 +277,7 @@ def test_pickle_payloads_never_run_on_import(tmp_path):
     assert all(v.get(':serialized:') == '' for v in kept.values() if isinstance(v, dict) and ':serialized:' in v)
 
 
+@pytest.mark.slow  # over 4.5 s: with the long checks (pytest -m slow tests)
 @pytest.mark.parametrize('env_id, obs, act', [('Walker2d-v4', 17, 6), ('Swimmer-v4', 8, 2)])
 def test_evaluate_without_a_pid_preset(tmp_path, env_id, obs, act):
     "evaluate runs on Walker2d-v4 (a spec, no PID preset) and Swimmer-v4 (no built-in spec: a generic one)."
