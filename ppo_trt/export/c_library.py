@@ -382,14 +382,20 @@ TEST_PROGRAM = r"""/* test_ppo_policy.c: the library against ONNX Runtime's acti
 
 static float batch[PPO_TEST_ROWS][PPO_POLICY_ACT_DIM];
 
+static double worse(const float *got, const float *want, int n, double worst) {
+    /* the larger of `worst` and the largest |got - want| of n values; a NaN error counts as the worst */
+    int j;
+    for (j = 0; j < n; j++) {
+        double e = fabs((double)got[j] - (double)want[j]);
+        if (!(e <= worst)) worst = e;
+    }
+    return worst;
+}
+
 static double worst_error(const float got[][PPO_POLICY_ACT_DIM]) {
     double worst = 0;
-    int r, j;
-    for (r = 0; r < PPO_TEST_ROWS; r++)
-        for (j = 0; j < PPO_POLICY_ACT_DIM; j++) {
-            double e = fabs((double)got[r][j] - (double)ppo_test_act[r][j]);
-            if (!(e <= worst)) worst = e;  /* a NaN error counts as the worst */
-        }
+    int r;
+    for (r = 0; r < PPO_TEST_ROWS; r++) worst = worse(got[r], ppo_test_act[r], PPO_POLICY_ACT_DIM, worst);
     return worst;
 }
 
@@ -399,14 +405,11 @@ static double sequence_error(int *failed_calls) {
     static ppo_policy_memory memory;
     float act[PPO_POLICY_ACT_DIM];
     double worst = 0;
-    int r, j;
+    int r;
     for (r = 0; r < PPO_TEST_ROWS; r++) {
         if (r % PPO_TEST_EPISODE == 0) ppo_policy_reset(&memory);
         *failed_calls += ppo_policy_step(&memory, ppo_test_obs[r], act) != PPO_POLICY_OK;
-        for (j = 0; j < PPO_POLICY_ACT_DIM; j++) {
-            double e = fabs((double)act[j] - (double)ppo_test_seq_act[r][j]);
-            if (!(e <= worst)) worst = e;
-        }
+        worst = worse(act, ppo_test_seq_act[r], PPO_POLICY_ACT_DIM, worst);
         if (r % PPO_TEST_FALLBACK_EVERY == PPO_TEST_FALLBACK_EVERY - 1)
             *failed_calls += ppo_policy_commit(&memory, ppo_test_seq_fallback[r]) != PPO_POLICY_OK;
     }
@@ -421,14 +424,11 @@ static double state_error(int *failed_calls) {
     static ppo_policy_state state;
     float act[PPO_POLICY_ENV_ACT_DIM];
     double worst = 0;
-    int r, j;
+    int r;
     for (r = 0; r < PPO_TEST_ROWS; r++) {
         if (r % PPO_TEST_STATE_EPISODE == 0) ppo_policy_state_reset(&state);
         *failed_calls += ppo_policy_step_state(&state, ppo_test_obs[r] + PPO_POLICY_ENV_OBS_AT, act) != PPO_POLICY_OK;
-        for (j = 0; j < PPO_POLICY_ENV_ACT_DIM; j++) {
-            double e = fabs((double)act[j] - (double)ppo_test_act[r][PPO_POLICY_ENV_ACT_AT + j]);
-            if (!(e <= worst)) worst = e;
-        }
+        worst = worse(act, ppo_test_act[r] + PPO_POLICY_ENV_ACT_AT, PPO_POLICY_ENV_ACT_DIM, worst);
     }
     return worst;
 }
