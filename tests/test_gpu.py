@@ -79,3 +79,15 @@ def test_fast_ppo_cudagraphs_solves_cartpole(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     rec = load_json(tmp_path/'cp'/'train.json')
     assert rec['solved'] and rec['final_eval_mean'] >= 475, rec
+
+
+def test_checked_step_takes_tensors_made_on_cuda():
+    "resolve_device('cuda') carries the index (cuda:0) the tensors get: a checked step takes `device='cuda'` actions."
+    from ppo_trt.throughput.batched_envs import make_batched
+    from ppo_trt.throughput.triton_cartpole import TritonCartPole
+    env = make_batched('CartPole-v1', 64, 'cuda')
+    obs = env.step(torch.zeros(64, dtype=torch.int64, device='cuda'))[0]
+    assert obs.device == env.device and obs.shape == (64, 4)
+    k = TritonCartPole(64, 'cuda')
+    assert k.device == torch.empty(0, device='cuda').device
+    assert k.run(3, torch.ones(3, 64, dtype=torch.int64, device='cuda'), record=True).shape == (3, 64)

@@ -46,7 +46,13 @@ def plan():
     r = subprocess.run(['bash', str(SESSION), 'plan'], capture_output=True, text=True, check=True,
                        env={**os.environ, 'KIT_QUICK_S': ''})
     lines = [ln.split() for ln in r.stdout.splitlines()]
-    return {n: (int(lim), int(m)) for n, lim, m in lines[:-1]}, int(lines[-1][1])
+    return {n: (int(lim), int(m)) for n, lim, m, *named in lines[:-1] if not named}, int(lines[-1][1])
+
+
+def named_steps():
+    "{step: (limit_s, min_s)} of the steps that run only when named (`quick pytest,mjx`)."
+    r = subprocess.run(['bash', str(SESSION), 'plan'], capture_output=True, text=True, check=True)
+    return {n: (int(lim), int(m)) for n, lim, m, *named in (ln.split() for ln in r.stdout.splitlines()[:-1]) if named}
 
 
 @pytest.fixture(scope='module')
@@ -99,6 +105,11 @@ def test_quick_plan_fits_the_device_limits():
     names = set(re.findall(r'\b[a-z_]+\.(?:json|txt)\b', files))
     assert len(names) == FILE_LIMIT, names
     for name, (limit, _) in steps.items():  # the header's table says what the script does
+        assert re.search(rf'^#   {re.escape(name)} +{limit} ', head, re.M), name
+    extra = named_steps()  # one more call's worth: pytest and the named steps fit a call with the budget
+    assert set(extra) == {'mjx'} and not set(extra) & set(steps)
+    for name, (limit, least) in extra.items():
+        assert 5 <= least <= limit and limit + steps['pytest'][0] + steps['install'][0] <= budget, (name, limit)
         assert re.search(rf'^#   {re.escape(name)} +{limit} ', head, re.M), name
 
 

@@ -190,10 +190,11 @@ def carried_names(path):
 
 
 def cmd_pins(a):
-    "NAME==VERSION for each distribution of the list, at this Python's installed version (for pip download)."
+    "NAME==VERSION for each distribution of the list, at this Python's installed version unless pinned there."
     import importlib.metadata as md
     pins, missing = [], []
     for n in carried_names(a.list):
+        if '==' in n: pins.append(n); continue  # pinned in the list: not one of the project's own dependencies
         try: pins.append(f'{n}=={md.version(n)}')
         except md.PackageNotFoundError: missing.append(n)
     if missing:

@@ -2,7 +2,8 @@
 benchmarks/<gpu>-<yyyy-mm-dd>/, each in the project's schema and read back through it before anything is written:
 bench.json (BenchFile), env_bench_CartPole-v1.json (EnvBenchRecord), fast-<variant>/train.json (TrainRecord),
 gpu_session.json (the session: device, versions, each step's limit, wall time and status, the skips and their reasons,
-the device rollout's sync check, pytest per test), logs/*.txt, and README.md (the figures and the targets, met or not).
+the device rollout's sync check, pytest per test), mjx_Hopper-v4.json (the mjx step, when it ran), logs/*.txt, and
+README.md (the figures and the targets, met or not).
 Without a GPU (the CPU box's rehearsal) the folder is named cpu-rehearsal-<date>. Nothing is half-written: the folder
 is built beside its place and renamed into it; an existing one is kept unless --replace.
 Usage: python tools/gpu_records.py OUT_DIR [--dest benchmarks] [--name NAME] [--replace]"""
@@ -132,7 +133,40 @@ def targets(bench, env, trains, gpu):
     return out
 
 
-def readme(session, bench, env, trains, name):
+def check_mjx(mjx, source):
+    "mjx.json (tools/gpu_mjx.py) as it must be to be kept: rows of numbers, or RecordsError."
+    rows = mjx.get('rows') if isinstance(mjx, dict) else None
+    ok = isinstance(rows, list) and isinstance(mjx.get('errors', []), list) and all(
+        isinstance(r, dict) and isinstance(r.get('impl'), str) and isinstance(r.get('num_envs'), int)
+        and all(isinstance(r.get(k), (int, float)) and r[k] > 0 for k in ('env_steps_per_s', 'physics_steps_per_s'))
+        for r in rows)
+    if not ok: raise RecordsError(f'{source} is not a tools/gpu_mjx.py record (rows of impl, num_envs, steps/s)')
+    return mjx
+
+
+def mjx_lines(mjx):
+    "The README section of the mjx step."
+    v, par = mjx.get('versions') or {}, mjx.get('parity')
+    L = ['', f"## {cell(mjx.get('env_id', 'Hopper-v4'))} on the GPU: MuJoCo XLA against the CPU steppers "
+         '(mjx_Hopper-v4.json)', '',
+         f"{cell(mjx.get('model', ''))}, {cell(mjx.get('frame_skip', '?'))} physics steps an env step, actions "
+         f"{cell(mjx.get('actions', ''))}; MJX rows are physics only (no observations, rewards or resets)."
+         + (f" jax {cell(v.get('jax'))}, mujoco {cell(v.get('mujoco'))}, mujoco-mjx {cell(v.get('mujoco_mjx'))}."
+            if v else ''), '']
+    if mjx.get('skipped'): L += [f"Skipped: {cell(mjx['skipped'])}", '']
+    if par:
+        L += [f"Parity: one env, {cell(par.get('env_steps'))} env steps from the same state with the same actions, MJX "
+              f"({cell(par.get('dtype'))}) vs MuJoCo's C (float64): max abs qpos {fmt(par.get('max_abs_qpos'))}, "
+              f"qvel {fmt(par.get('max_abs_qvel'))}.", '']
+    L += ['| implementation | device | envs | env steps/s | physics steps/s | compile (s) |',
+          '| --- | --- | --- | --- | --- | --- |']
+    L += [f"| {cell(r['impl'])} | {cell(r.get('device', ''))} | {r['num_envs']:,} | {fmt(r['env_steps_per_s'])} | "
+          f"{fmt(r['physics_steps_per_s'])} | {fmt(r.get('compile_s'))} |" for r in mjx['rows']]
+    L += [f"| {cell(e.get('what', ''))} | failed: {cell(e.get('error', ''))} | | | | |" for e in mjx.get('errors', [])]
+    return L
+
+
+def readme(session, bench, env, trains, name, mjx=None):
     "README.md of the folder: the device, each step, the figures, the targets; every string escaped for markdown."
     gpu, props = gpu_of(session)
     v = session.get('versions') or {}
@@ -171,6 +205,7 @@ def readme(session, bench, env, trains, name):
         L += [f"| {cell(k)} | {cell(t.get('device'))} | {cell(t.get('solved'))} | {fmt(t.get('final_eval_mean'))} | "
               f"{cell(t.get('solved_at_timesteps'))} | {cell(t.get('solved_at_wall_s'))} | {cell(t.get('wall_s'))} | "
               f"{fmt(t.get('steps_per_s'))} |" for k, t in trains.items()]
+    if mjx: L += mjx_lines(mjx)
     ro = session.get('rollout')
     if ro:
         L += ['', '## Device rollout', '', ("Under torch.cuda.set_sync_debug_mode('error')." if ro.get('sync_mode')
@@ -203,6 +238,7 @@ def convert(out, dest, name=None, replace=False):
         raise RecordsError(f'{target} exists: give --replace to write over it, or --name for another folder')
     bench = load(out/'bench.json') if (out/'bench.json').exists() else None
     env = load(out/'env_bench.json') if (out/'env_bench.json').exists() else None
+    mjx = check_mjx(load(out/'mjx.json'), out/'mjx.json') if (out/'mjx.json').exists() else None
     env_id = (env or {}).get('env_id') or 'CartPole-v1'
     if not re.fullmatch(r'[A-Za-z0-9_-]+-v\d+', env_id): raise RecordsError(f'env_bench.json: env id {env_id!r}')
     trains = {}
@@ -226,6 +262,7 @@ def convert(out, dest, name=None, replace=False):
         if env:
             (tmp/f'env_bench_{env_id}.json').write_text(json.dumps(env, indent=1) + '\n')
             check_record(tmp/f'env_bench_{env_id}.json', out/'env_bench.json')
+        if mjx: (tmp/'mjx_Hopper-v4.json').write_text(json.dumps(mjx, indent=1) + '\n')
         kept = {k: v for k, v in session.items() if k != 'train'}
         kept.update(record='gpu_session', schema_version=SESSION_SCHEMA, source_files=sorted(
             p.name for p in out.iterdir() if p.is_file()), train_variants=sorted(trains))
@@ -233,7 +270,7 @@ def convert(out, dest, name=None, replace=False):
         logs = sorted(p for p in out.glob('*.txt') if p.is_file())
         if logs: (tmp/'logs').mkdir()
         for p in logs: shutil.copyfile(p, tmp/'logs'/p.name)
-        (tmp/'README.md').write_text(readme(session, bench, env, trains, name))
+        (tmp/'README.md').write_text(readme(session, bench, env, trains, name, mjx))
         if target.exists():
             old = dest/f'.{name}.old-{os.getpid()}'
             os.rename(target, old)

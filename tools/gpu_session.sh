@@ -37,6 +37,11 @@
 #                                                                              | the rollout on the CPU, unchecked
 #   pytest 90          pytest -m gpu tests/test_gpu.py                         | same: every test skips with its reason
 #   ppo-eager 40       train --fast on CUDA without graphs, if >= 20 s are left | skipped (the stand-in was eager)
+#  Only when named (`quick pytest,mjx`; not in a plain `quick`), writing mjx.txt and mjx.json beside the others:
+#   mjx 210            Hopper-v4 on the GPU through MuJoCo XLA (tools/gpu_mjx.py: 1 024 / 8 192 / 65 536 envs,
+#                      parity vs MuJoCo's C) against mujoco.batch and MujocoBatched on the machine's cores
+#                                                                              | the same on the CPU, small sizes,
+#                      when JAX and mujoco-mjx import, else skipped with the reason
 # Files under $OUT: quick.json (the record, rewritten after every step), quick.txt (step log, install, nvidia-smi,
 # versions, doctor), bench.txt, bench.json, envs.txt, env_bench.json, ppo.txt, pytest_gpu.txt.
 # Usage: tools/gpu_session.sh quick [STEP,...]   (STEPs: only these, after install; default all) | plan
@@ -68,6 +73,7 @@ GPU_BACKENDS=ort-cuda,ort-trt,trt,trt-rtx,torch-cuda,torch-cuda-graph,triton,tri
 # priority; the budget's deadline stops every step, whatever its limit)
 QUICK_PLAN=(install:45 nvidia-smi:10 versions:30 doctor:30 bench:100 envs:60 ppo-cudagraphs:60 rollout:30 pytest:90
             ppo-eager:40:20)
+NAMED_PLAN=(mjx:210:60)  # run only when named
 command -v timeout > /dev/null || timeout() { while [[ $1 == -* ]]; do shift 2; done; shift; "$@"; }  # no coreutils
 
 log() { echo "[kit $(date +%H:%M:%S)] $*" | tee -a "$LOG"; }
@@ -77,11 +83,12 @@ rec() {  # rec COMMAND ARGS...: tools/gpu_quick.py on quick.json (standard libra
 }
 now_ms() { date +%s%3N; }
 plan_of() {  # plan_of NAME: sets LIMIT and MIN from QUICK_PLAN
-  local e; for e in "${QUICK_PLAN[@]}"; do
+  local e; for e in "${QUICK_PLAN[@]}" "${NAMED_PLAN[@]}"; do
     IFS=: read -r n l m <<< "$e"; [ "$n" = "$1" ] && { LIMIT=$l; MIN=${m:-5}; return 0; }; done
   echo "gpu_session: no step $1 in QUICK_PLAN" >&2; exit 2
 }
 wanted() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
+named() { [[ ",$ONLY," == *",$1,"* ]]; }
 
 step() {  # step NAME FILE CMD...: CMD under `timeout`, its limit cut to what the session has left; output to FILE
   local name=$1 file=$2; shift 2
@@ -302,13 +309,24 @@ quick() {  # the session: every step in order (or those of $1), each recorded as
     else skip ppo-eager "$f" "no CUDA GPU: the CPU stand-in of ppo-cudagraphs ran eager"; fi
   fi
 
+  f="$OUT/mjx.txt"
+  if named mjx && ! no_install mjx "$f"; then
+    if "$PY" -c "import jax, mujoco.mjx" >> "$f" 2>&1; then
+      STAND_IN=$(cpu_only "$cpu: MJX on the CPU's JAX, small sizes") \
+        step mjx "$f" "$PY" tools/gpu_mjx.py --out "$OUT/mjx.json" \
+        $([ -n "$gpu" ] && echo "--budget-s 150" || echo "--sizes 64,256 --steps 10 --cpu-sizes 16,64 --budget-s 100")
+    else skip mjx "$f" "JAX or mujoco-mjx does not import (mjx.txt): carry mujoco-mjx and trimesh (tools/gpu_carry.txt)"
+    fi
+  fi
+
   if [ -s "${KIT_IMAGE_HIDDEN:-/nonexistent}" ]; then  # what the rehearsal hid: absent on the GPU image too
     rec set image_guard_hidden --json "$(sort -u "$KIT_IMAGE_HIDDEN" | "$PY" -c '
 import json, sys; print(json.dumps(dict(line.split() for line in sys.stdin if line.strip())))')" > /dev/null
     log "image guard: modules hidden (absent on the GPU image): $(cut -d' ' -f1 "$KIT_IMAGE_HIDDEN" | sort -u | xargs)"
   fi
   echo
-  grep -h '^bench \|^env-bench \|^rollout \|^sync check\|^failed: \|^Triton CartPole' "$OUT/bench.txt" "$OUT/envs.txt" \
+  grep -h '^bench \|^env-bench \|^rollout \|^sync check\|^failed: \|^Triton CartPole\|^mjx ' "$OUT/bench.txt" \
+    "$OUT/envs.txt" "$OUT/mjx.txt" \
     2> /dev/null | cut -c1-220
   grep -h '^== [a-z]*: {' "$OUT/ppo.txt" 2> /dev/null | cut -c1-300
   tail -n 3 "$OUT/pytest_gpu.txt" 2> /dev/null
@@ -322,6 +340,7 @@ sys.exit(any(x['status'] in ('failed', 'timeout') for x in s))" "$QJ" || rc=1
 case "${1:-}" in
   quick) quick "${2:-}"; exit $? ;;
   plan) for e in "${QUICK_PLAN[@]}"; do IFS=: read -r n l m <<< "$e"; echo "$n $l ${m:-5}"; done
+        for e in "${NAMED_PLAN[@]}"; do IFS=: read -r n l m <<< "$e"; echo "$n $l ${m:-5} named"; done
         echo "budget $QUICK_S" ;;
   *) sed -n '2,/^set -uo/p' "$0" | sed '$d'; echo "usage: $0 quick [STEP,...] | plan" >&2; exit 2 ;;
 esac

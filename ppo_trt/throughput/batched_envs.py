@@ -29,6 +29,8 @@ def resolve_device(device):
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise BadInputError(f'device {device!r} does not exist: '
                                 f'this machine has {torch.cuda.device_count()} CUDA device(s)')
+        # the index the tensors made on it will carry: torch.device('cuda') != torch.empty(0, device='cuda').device
+        if dev.index is None: dev = torch.device('cuda', torch.cuda.current_device())
     elif dev.type not in ('cpu', 'mps'):
         raise BadInputError(f'device type {dev.type!r} is not supported; use cpu or cuda')
     return dev

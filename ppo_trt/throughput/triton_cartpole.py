@@ -96,10 +96,10 @@ class TritonCartPole:
         if n_steps < 1: raise BadInputError(f'n_steps must be >= 1, got {n_steps}')
         if actions is not None:
             if not isinstance(actions, t.Tensor) or actions.shape != (n_steps, self.num_envs) \
-               or actions.device != self.device or actions.is_floating_point():
+               or actions.device != self.episodes.device or actions.is_floating_point():
                 raise BadInputError(f'actions must be an integer tensor of shape ({n_steps}, {self.num_envs}) '
                                     f'on {self.device}, got {getattr(actions, "dtype", type(actions).__name__)} '
-                                    f'{tuple(getattr(actions, "shape", ()))}')
+                                    f'{tuple(getattr(actions, "shape", ()))} on {getattr(actions, "device", "-")}')
             actions = actions.contiguous()
         done = t.empty((n_steps, self.num_envs), dtype=t.int8, device=self.device) if record else self.episodes
         # A and D get any tensor when GIVEN / RECORD are off: the kernel never reads them

@@ -14,7 +14,7 @@ def _norm(name): return re.sub(r'[-_.]+', '-', name).lower()
 def _allowed(files):
     names = {'ppo-trt'}
     for f in files:
-        with open(f) as fh: names |= {_norm(line.strip()) for line in fh if line.strip() and not line.startswith('#')}
+        with open(f) as fh: names |= {_norm(line.split('==')[0].strip()) for line in fh if line.strip() and not line.startswith('#')}
     return names
 
 
