@@ -13,6 +13,7 @@ import argparse, json, os, sys, time
 from pathlib import Path
 
 ENV_ID, FRAME_SKIP, RESET_NOISE = 'Hopper-v4', 4, 5e-3
+TUNED_ITERATIONS, TUNED_LS_ITERATIONS = 4, 8  # GPU-minded solver settings: each MJX iteration is a serial step
 
 
 def hopper_xml():
@@ -155,6 +156,8 @@ def main(argv=None):
     p.add_argument('--repeats', type=int, default=3)
     p.add_argument('--cpu-sizes', default='64,1024', help='env counts of the CPU steppers')
     p.add_argument('--cpu-steps', type=int, default=50)
+    p.add_argument('--tuned-sizes', default='', help='env counts for MJX with the solver cut to '
+                   f'{TUNED_ITERATIONS} iterations and {TUNED_LS_ITERATIONS} line-search steps (not gymnasium physics)')
     p.add_argument('--budget-s', type=float, default=200, help='no new size starts after this')
     a = p.parse_args(argv)
     t_start = time.perf_counter()
@@ -201,6 +204,25 @@ def main(argv=None):
                         compile_s=compile_s, run_s=run_s, env_steps_per_s=n * a.steps / run_s,
                         physics_steps_per_s=n * a.steps * FRAME_SKIP / run_s)
             except Exception as e: rec.error(f'MJX at {n} envs', e)
+        sizes = [int(x) for x in a.tuned_sizes.split(',') if x] if mx is not None else []
+        if sizes:
+            tuned = mujoco.MjModel.from_xml_path(str(hopper_xml()))
+            rec.data['solver'] = dict(gymnasium=dict(iterations=m.opt.iterations, ls_iterations=m.opt.ls_iterations),
+                                      tuned=dict(iterations=TUNED_ITERATIONS, ls_iterations=TUNED_LS_ITERATIONS))
+            tuned.opt.iterations, tuned.opt.ls_iterations = TUNED_ITERATIONS, TUNED_LS_ITERATIONS
+            tmx = mjx.put_model(tuned)
+        for n in sizes:
+            what = f'MJX at {n} envs, solver {TUNED_ITERATIONS}/{TUNED_LS_ITERATIONS} iterations'
+            if left() < 20:
+                rec.error(what, TimeoutError(f'not run: {left():.0f} s of the {a.budget_s:.0f} s left'))
+                continue
+            try:
+                compile_s, run_s = time_mjx(tuned, tmx, n, a.steps, a.repeats)
+                rec.row(impl=f'MJX (JAX), physics only, solver cut to {TUNED_ITERATIONS} iterations / '
+                        f'{TUNED_LS_ITERATIONS} line search (not gymnasium physics)', num_envs=n,
+                        device=rec.data['versions']['device_kind'], compile_s=compile_s, run_s=run_s,
+                        env_steps_per_s=n * a.steps / run_s, physics_steps_per_s=n * a.steps * FRAME_SKIP / run_s)
+            except Exception as e: rec.error(what, e)
     say(f"wrote {a.out} ({len(rec.data['rows'])} rows, {len(rec.data['errors'])} errors) in "
         f"{time.perf_counter() - t_start:.0f} s")
     return 0

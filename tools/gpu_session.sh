@@ -35,10 +35,10 @@
 #   ppo-cudagraphs 60  train --fast CartPole-v1 --device cuda --cudagraphs (to 475)  | train --fast on the CPU
 #   rollout 30         device rollout (CartPole, Pendulum, 1 048 576 envs) under torch.cuda.set_sync_debug_mode('error')
 #                                                                              | the rollout on the CPU, unchecked
-#   pytest 90          pytest -m gpu tests/test_gpu.py                         | same: every test skips with its reason
+#   pytest 110         pytest -m gpu tests/test_gpu.py (KIT_PYTEST_K: -k)      | same: every test skips with its reason
 #   ppo-eager 40       train --fast on CUDA without graphs, if >= 20 s are left | skipped (the stand-in was eager)
 #  Only when named (`quick pytest,mjx`; not in a plain `quick`), writing mjx.txt and mjx.json beside the others:
-#   mjx 210            Hopper-v4 on the GPU through MuJoCo XLA (tools/gpu_mjx.py: 1 024 / 8 192 / 65 536 envs,
+#   mjx 200            Hopper-v4 on the GPU through MuJoCo XLA (tools/gpu_mjx.py: 1 024 / 8 192 / 65 536 envs,
 #                      parity vs MuJoCo's C) against mujoco.batch and MujocoBatched on the machine's cores
 #                                                                              | the same on the CPU, small sizes,
 #                      when JAX and mujoco-mjx import, else skipped with the reason
@@ -48,7 +48,8 @@
 # Environment: PPO_TRT_PY (default python3), KIT_INSTALL=auto|venv|target|none (auto: into the Python's own environment
 # when it is writable and has setuptools, else pip install --target + PYTHONPATH; none: the Python already has the
 # project, e.g. the CPU box's .venv), KIT_QUICK_S, KIT_GPU_DIR (default .gpu), KIT_DIR (default /tmp/ppo_trt_kit),
-# KIT_IMAGE_GUARD=1 (imports limited to the GPU image's, tools/image_guard), OUT.
+# KIT_IMAGE_GUARD=1 (imports limited to the GPU image's, tools/image_guard), KIT_PYTEST_K (pytest -k of the pytest
+# step), KIT_MJX_ARGS (tools/gpu_mjx.py's arguments, replacing the step's own), OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -71,9 +72,9 @@ GPU_BACKENDS=ort-cuda,ort-trt,trt,trt-rtx,torch-cuda,torch-cuda-graph,triton,tri
 # name:limit_s[:min_s] in order; a step with a min runs only when that much of the session is left
 # (the limits add up to more than the budget: a step that runs long takes from those after it, so the order is the
 # priority; the budget's deadline stops every step, whatever its limit)
-QUICK_PLAN=(install:45 nvidia-smi:10 versions:30 doctor:30 bench:100 envs:60 ppo-cudagraphs:60 rollout:30 pytest:90
+QUICK_PLAN=(install:45 nvidia-smi:10 versions:30 doctor:30 bench:100 envs:60 ppo-cudagraphs:60 rollout:30 pytest:110
             ppo-eager:40:20)
-NAMED_PLAN=(mjx:210:60)  # run only when named
+NAMED_PLAN=(mjx:200:60)  # run only when named
 command -v timeout > /dev/null || timeout() { while [[ $1 == -* ]]; do shift 2; done; shift; "$@"; }  # no coreutils
 
 log() { echo "[kit $(date +%H:%M:%S)] $*" | tee -a "$LOG"; }
@@ -294,8 +295,8 @@ quick() {  # the session: every step in order (or those of $1), each recorded as
     if fresh_run; then
       rm -f "$KIT/junit.xml"
       STAND_IN=$(cpu_only "$cpu: the same command, every test skips with its reason") \
-        step pytest "$f" env PPO_TRT_RUN_DIR="$KIT/run" "$PY" -m pytest -q -m gpu tests/test_gpu.py \
-        -p no:cacheprovider -rs --junitxml "$KIT/junit.xml"
+        step pytest "$f" env PPO_TRT_RUN_DIR="$KIT/run" "$PY" -m pytest -q -n 0 -m gpu tests/test_gpu.py \
+        ${KIT_PYTEST_K:+-k "$KIT_PYTEST_K"} -p no:cacheprovider -rs --junitxml "$KIT/junit.xml"
       rec pytest "$KIT/junit.xml" > /dev/null
     else skip pytest "$f" "no run folder in $GPUDIR/run: run tools/gpu_prepare.sh"; fi
   fi
@@ -314,7 +315,8 @@ quick() {  # the session: every step in order (or those of $1), each recorded as
     if "$PY" -c "import jax, mujoco.mjx" >> "$f" 2>&1; then
       STAND_IN=$(cpu_only "$cpu: MJX on the CPU's JAX, small sizes") \
         step mjx "$f" "$PY" tools/gpu_mjx.py --out "$OUT/mjx.json" \
-        $([ -n "$gpu" ] && echo "--budget-s 150" || echo "--sizes 64,256 --steps 10 --cpu-sizes 16,64 --budget-s 100")
+        ${KIT_MJX_ARGS:-$([ -n "$gpu" ] && echo "--budget-s 140" ||
+                           echo "--sizes 64,256 --steps 10 --cpu-sizes 16,64 --budget-s 100")}
     else skip mjx "$f" "JAX or mujoco-mjx does not import (mjx.txt): carry mujoco-mjx and trimesh (tools/gpu_carry.txt)"
     fi
   fi
