@@ -267,7 +267,7 @@ def test_records_report_the_targets_of_a_gpu_session(tmp_path, short_session):
     assert folder.name == f"h100-{rec['started'][:10]}"
     md = (folder/'README.md').read_text()
     assert 'Device: **NVIDIA H100 80GB HBM3** (compute capability 9.0, 132 SMs, 79.2 GiB)' in md
-    assert '| trt | skipped: tensorrt does not import |' in md
+    assert '| <code>trt</code> | skipped&#58; tensorrt does not import | - |' in md  # the Results page's table
     verdicts = dict(re.findall(r'^\| ([^|]+?) \| [^|]+ \| [^|]+ \| (met|not met|not measured) \|$', md, re.M))
     assert verdicts == {'batch-1 end-to-end p99 (µs)': 'met', 'actions/s batched, end to end': 'not met',
                         'actions/s batched, kernel only': 'met', 'raw CartPole steps/s': 'met',
@@ -311,3 +311,23 @@ def test_rehearsal_runs_the_whole_session_within_its_budget(small_run, tmp_path)
     assert {'torch-cuda', 'triton', 'ort-cuda', 'trt'} <= set(skipped) and all(skipped.values())
     assert 'No GPU: ' in (folder/'README.md').read_text()
     assert re.search(r'carried: .* \(limit 62 MiB\)', r.stdout)
+
+
+def test_mjx_step_records_the_cpu_steppers_and_why_mjx_did_not_run(tmp_path):
+    "tools/gpu_mjx.py: the CPU rows measured here; MJX rows where JAX imports, else the reason; records convert it."
+    out = tmp_path/'mjx.json'
+    r = subprocess.run([sys.executable, str(TOOLS/'gpu_mjx.py'), '--out', out, '--sizes', '', '--cpu-sizes', '4',
+                        '--cpu-steps', '3', '--budget-s', '60'], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, 'MUJOCO_GL': 'disable', 'PYTHONWARNINGS': 'ignore'})
+    assert r.returncode == 0, r.stderr[-2000:]
+    rec = json.loads(out.read_text())
+    assert [x['impl'].split(' ')[0] for x in rec['rows']] == ['mujoco.batch', 'MujocoBatched'], rec
+    assert all(x['num_envs'] == 4 and x['env_steps_per_s'] > 0 for x in rec['rows']) and rec['errors'] == []
+    if importlib.util.find_spec('jax') is None: assert rec['skipped'].startswith('MJX does not import here'), rec
+    else: assert rec['parity']['max_abs_qpos'] < 1e-3, rec
+    assert gpu_records.check_mjx(rec, out) is rec
+    damaged = {**rec, 'rows': [{**rec['rows'][0], 'env_steps_per_s': 'fast'}]}
+    with pytest.raises(gpu_records.RecordsError, match='not a tools/gpu_mjx.py record'):
+        gpu_records.check_mjx(damaged, out)
+    md = '\n'.join(gpu_records.mjx_lines(rec))
+    assert '| mujoco.batch (C, threads), physics only | CPU, ' in md and '| 4 |' in md

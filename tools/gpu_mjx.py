@@ -13,6 +13,7 @@ import argparse, json, os, sys, time
 from pathlib import Path
 
 ENV_ID, FRAME_SKIP, RESET_NOISE = 'Hopper-v4', 4, 5e-3
+T0 = time.perf_counter()
 TUNED_ITERATIONS, TUNED_LS_ITERATIONS = 4, 8  # GPU-minded solver settings: each MJX iteration is a serial step
 
 
@@ -40,8 +41,13 @@ class Record:
     def write(self):
         tmp = self.path.with_suffix('.tmp')
         tmp.write_text(json.dumps(self.data, indent=1)); os.replace(tmp, self.path)
-    def row(self, **r): self.data['rows'].append(r); self.write(); say(row_line(r))
+    def row(self, **r):
+        self.data['rows'].append(r); self.data.pop('running', None); self.write(); say(row_line(r))
+    def running(self, what):
+        "Say what runs now, in the record too: a session killed at its limit keeps what it was doing, and since when."
+        self.data['running'] = dict(what=what, since_s=round(time.perf_counter() - T0, 1)); self.write()
     def error(self, what, e):
+        self.data.pop('running', None)
         self.data['errors'].append(dict(what=what, error=f'{type(e).__name__}: {e}'[:500])); self.write()
         say(f'failed: {what}: {type(e).__name__}: {str(e)[:300]}')
 
@@ -166,7 +172,7 @@ def main(argv=None):
     rec = Record(a.out, env_id=ENV_ID, model='gymnasium hopper.xml', frame_skip=FRAME_SKIP, steps=a.steps,
                  actions='uniform random in [-1, 1]')
     threads = len(os.sched_getaffinity(0))
-    for n in [int(x) for x in a.cpu_sizes.split(',')]:
+    for n in [int(x) for x in a.cpu_sizes.split(',') if x]:
         if left() < 5:
             rec.error(f'CPU at {n} envs', TimeoutError(f'not run: {left():.0f} s of the {a.budget_s:.0f} s left'))
             continue
@@ -194,12 +200,12 @@ def main(argv=None):
             say(f"mjx parity vs MuJoCo C after {par['env_steps']} env steps: "
                 f"max|dqpos| {par['max_abs_qpos']:.2e}, max|dqvel| {par['max_abs_qvel']:.2e}")
         except Exception as e: rec.error('put_model / parity', e); mx = None
-        for n in [int(x) for x in a.sizes.split(',')] if mx is not None else []:
+        for n in [int(x) for x in a.sizes.split(',') if x] if mx is not None else []:
             if left() < 20:
                 rec.error(f'MJX at {n} envs', TimeoutError(f'not run: {left():.0f} s of the {a.budget_s:.0f} s left'))
                 continue
             try:
-                compile_s, run_s = time_mjx(m, mx, n, a.steps, a.repeats)
+                rec.running(f'MJX at {n} envs'); compile_s, run_s = time_mjx(m, mx, n, a.steps, a.repeats)
                 rec.row(impl='MJX (JAX), physics only', num_envs=n, device=rec.data['versions']['device_kind'],
                         compile_s=compile_s, run_s=run_s, env_steps_per_s=n * a.steps / run_s,
                         physics_steps_per_s=n * a.steps * FRAME_SKIP / run_s)
@@ -217,7 +223,7 @@ def main(argv=None):
                 rec.error(what, TimeoutError(f'not run: {left():.0f} s of the {a.budget_s:.0f} s left'))
                 continue
             try:
-                compile_s, run_s = time_mjx(tuned, tmx, n, a.steps, a.repeats)
+                rec.running(what); compile_s, run_s = time_mjx(tuned, tmx, n, a.steps, a.repeats)
                 rec.row(impl=f'MJX (JAX), physics only, solver cut to {TUNED_ITERATIONS} iterations / '
                         f'{TUNED_LS_ITERATIONS} line search (not gymnasium physics)', num_envs=n,
                         device=rec.data['versions']['device_kind'], compile_s=compile_s, run_s=run_s,

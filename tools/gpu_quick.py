@@ -209,8 +209,8 @@ def cmd_summary(a):
     rec = load(a.json)
     rec['finished'], rec['wall_s'] = True, a.wall
     save(a.json, rec)
-    gpu = (rec.get('versions') or {}).get('gpu')
-    where = gpu['name'] if gpu else 'no GPU: ' + rec.get('gpu_why', '?')
+    gpu = rec.get('gpu') or ((rec.get('versions') or {}).get('gpu') or {}).get('name')  # set by gpu_check, always run
+    where = gpu if gpu else 'no GPU: ' + rec.get('gpu_why', '?')
     print(f"quick: {where}; {a.wall} s of {rec.get('budget_s')} s")
     for s in rec['steps']:
         wall = f"{s['wall_s']:6.1f}" if s.get('wall_s') is not None else '     -'

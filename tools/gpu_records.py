@@ -11,9 +11,6 @@ import argparse, html, json, os, re, shutil, sys
 from pathlib import Path
 
 SESSION_SCHEMA = 1
-# issue 35's targets on an H100, reported against (met or not), never asserted
-TARGETS = dict(batch1_p99_us=10.0, actions_per_s=5e9, raw_cartpole_steps_per_s=1e10, env_policy_steps_per_s=1e9,
-               ppo_solve_s=10.0)
 
 
 class RecordsError(Exception):
@@ -76,63 +73,6 @@ def gpu_of(session):
     return session.get('gpu') or (v.get('gpu') or {}).get('name'), v.get('gpu') or {}
 
 
-def bench_rows(bench):
-    "Markdown rows: per backend, batch 1 (checked call and kernel-only), parity, best throughput; or why not."
-    recs, lines = bench['records'], []
-    for name in dict.fromkeys(r['backend'] for r in recs):
-        mine = [r for r in recs if r['backend'] == name]
-        lat = next((r for r in mine if r['ran'] and r['mode'] == 'latency'), None)
-        if lat is None:
-            why = next((r['reason'] for r in mine if not r['ran']), '')
-            lines.append(f"| {cell(name)} | {'failed' if any(r.get('failed') for r in mine) else 'skipped'}: "
-                         f"{cell(why)} |||||||")
-            continue
-        st, k = lat['stats'], lat.get('kernel_only') or {}
-        sweep = [r for r in mine if r['ran'] and r['mode'] == 'sweep']
-        best = max(sweep, key=lambda r: r.get('throughput_per_s') or 0, default=None)
-        kbest = max(sweep, key=lambda r: r.get('kernel_throughput_per_s') or 0, default=None)
-        par = (lat.get('parity_vs_ort_fp32') or {}).get('max_abs_err')
-        three = lambda s: ' / '.join(fmt(s.get(q)) for q in ('p50_us', 'p99_us', 'p999_us'))
-        lines.append(f"| {cell(name)} | {cell(lat.get('device'))} {cell(lat.get('precision'))} | {three(st)} | "
-                     f"{three(k)} | {fmt(par)} | "
-                     + (f"{fmt(best['throughput_per_s'])} at {best['batch']:,}" if best else '-') + ' | '
-                     + (f"{fmt(kbest['kernel_throughput_per_s'])} at {kbest['batch']:,}"
-                        if kbest and kbest.get('kernel_throughput_per_s') else '-') + ' |')
-    return lines
-
-
-def targets(bench, env, trains, gpu):
-    "Each target of issue 35 with the figure measured here and met / not met / not measured."
-    out = []
-    def line(what, target, got, better='lower', where=''):
-        if got is None: verdict = 'not measured'
-        else: verdict = 'met' if (got <= target if better == 'lower' else got >= target) else 'not met'
-        out.append(f"| {cell(what)} | {fmt(target)} | {fmt(got)}{cell(where)} | {verdict} |")
-    gpu_lat = [r for r in (bench or {}).get('records', []) if r['ran'] and r['mode'] == 'latency'
-               and str(r.get('device', '')).startswith('cuda')]
-    best = min(gpu_lat, key=lambda r: r['stats']['p99_us'], default=None)
-    line('batch-1 end-to-end p99 (µs)', TARGETS['batch1_p99_us'], best and best['stats']['p99_us'],
-         where=f" ({best['backend']})" if best else '')
-    sweeps = [r for r in (bench or {}).get('records', []) if r['ran'] and r['mode'] == 'sweep'
-              and str(r.get('device', '')).startswith('cuda')]
-    for key, what in (('throughput_per_s', 'actions/s batched, end to end'),
-                      ('kernel_throughput_per_s', 'actions/s batched, kernel only')):
-        b = max(sweeps, key=lambda r: r.get(key) or 0, default=None)
-        line(what, TARGETS['actions_per_s'], b and b.get(key), 'higher',
-             f" ({b['backend']}, batch {b['batch']:,})" if b and b.get(key) else '')
-    rows = [r for r in (env or {}).get('rows', []) if str(r.get('device', '')).startswith('cuda')]
-    for level, key, what in (('env', 'raw_cartpole_steps_per_s', 'raw CartPole steps/s'),
-                             ('env+inference', 'env_policy_steps_per_s', 'env + policy steps/s')):
-        b = max((r for r in rows if r['level'] == level), key=lambda r: r['steps_per_s'], default=None)
-        line(what, TARGETS[key], b and b['steps_per_s'], 'higher',
-             f" ({b['impl']}, {b['num_envs']:,} envs)" if b else '')
-    solved = [(t['solved_at_wall_s'], v) for v, t in trains.items()
-              if t.get('solved') and t.get('device', '').startswith('cuda') and t.get('solved_at_wall_s') is not None]
-    s = min(solved, default=None)
-    line('PPO solves CartPole (s)', TARGETS['ppo_solve_s'], s and s[0], where=f' ({s[1]})' if s else '')
-    return out
-
-
 def check_mjx(mjx, source):
     "mjx.json (tools/gpu_mjx.py) as it must be to be kept: rows of numbers, or RecordsError."
     rows = mjx.get('rows') if isinstance(mjx, dict) else None
@@ -154,6 +94,9 @@ def mjx_lines(mjx):
          + (f" jax {cell(v.get('jax'))}, mujoco {cell(v.get('mujoco'))}, mujoco-mjx {cell(v.get('mujoco_mjx'))}."
             if v else ''), '']
     if mjx.get('skipped'): L += [f"Skipped: {cell(mjx['skipped'])}", '']
+    if isinstance(mjx.get('running'), dict):
+        L += [f"Cut off while running: {cell(mjx['running'].get('what', '?'))} (from "
+              f"{cell(mjx['running'].get('since_s', '?'))} s into the step); sizes after it did not run.", '']
     if par:
         L += [f"Parity: one env, {cell(par.get('env_steps'))} env steps from the same state with the same actions, MJX "
               f"({cell(par.get('dtype'))}) vs MuJoCo's C (float64): max abs qpos {fmt(par.get('max_abs_qpos'))}, "
@@ -168,16 +111,18 @@ def mjx_lines(mjx):
 
 def readme(session, bench, env, trains, name, mjx=None):
     "README.md of the folder: the device, each step, the figures, the targets; every string escaped for markdown."
+    from ppo_trt.results.report import gpu_backend_table, gpu_targets_table
     gpu, props = gpu_of(session)
     v = session.get('versions') or {}
     L = [f'# GPU session {cell(name)}', '',
-         (f"Device: **{cell(gpu)}** (compute capability {cell(props.get('capability', '?'))}, "
-          f"{cell(props.get('sms', '?'))} SMs, {cell(props.get('memory_gib', '?'))} GiB)" if gpu else
+         (f"Device: **{cell(gpu)}**" + (f" (compute capability {cell(props.get('capability', '?'))}, "
+          f"{cell(props.get('sms', '?'))} SMs, {cell(props.get('memory_gib', '?'))} GiB)" if props else '') if gpu else
           f"No GPU: {cell(session.get('gpu_why', 'unknown'))}. These are the CPU box's rehearsal records, not GPU "
           'figures.'), '',
-         'Versions: ' + ', '.join(f'{cell(k)} {cell(v[k])}' for k in ('python', 'torch', 'torch_cuda', 'triton', 'jax',
-                                                                     'onnxruntime', 'onnx', 'numpy', 'ppo_trt')
-                                  if v.get(k)) + '.',
+         ('Versions: ' + ', '.join(f'{cell(k)} {cell(v[k])}' for k in ('python', 'torch', 'torch_cuda', 'triton', 'jax',
+                                                                      'onnxruntime', 'onnx', 'numpy', 'ppo_trt')
+                                   if v.get(k)) + '.' if v
+          else 'Versions: not recorded (the versions step did not run).'),
          f"Session: {cell(session.get('started', '?'))}, commit {cell(session.get('commit', '?'))}, "
          f"{cell(session.get('wall_s', '?'))} s of a {cell(session.get('budget_s', '?'))} s budget"
          + ('' if session.get('finished') else ' (cut off: it did not reach its summary)') + '.', '',
@@ -189,8 +134,7 @@ def readme(session, bench, env, trains, name, mjx=None):
         L += ['', '## Policy latency and throughput (bench.json)', '',
               'Batch 1: the checked call `runner(obs)` and the kernel alone (CUDA events), p50 / p99 / p99.9 in µs; '
               'parity: max abs action error vs ONNX Runtime FP32 on export_obs.npy; best actions/s over the sweep.', '',
-              '| backend | device | checked call µs | kernel only µs | parity | actions/s | kernel actions/s |',
-              '| --- | --- | --- | --- | --- | --- | --- |', *bench_rows(bench)]
+              str(gpu_backend_table(bench))]  # the Results page's table (ppo_trt.results.report)
     if env:
         L += ['', '## Batched CartPole (env_bench_CartPole-v1.json)', '', '| level | implementation | envs | steps/s |',
               '| --- | --- | --- | --- |']
@@ -218,9 +162,8 @@ def readme(session, bench, env, trains, name, mjx=None):
         L += ['', '## pytest -m gpu', '', cell(pt.get('error') or counts), '']
         L += [f"- {cell(t['test'])}: {cell(t['outcome'])}" + (f" ({cell(t['message'])})" if t['message'] else '')
               for t in pt.get('tests', []) if t['outcome'] != 'passed']
-    if gpu:
-        L += ['', "## Targets (issue 35's, for an H100)", '', '| target | wanted | measured | verdict |',
-              '| --- | --- | --- | --- |', *targets(bench, env, trains, gpu)]
+    if gpu and (bench or env or trains):
+        L += ['', "## Targets (issue 35's, for an H100)", '', str(gpu_targets_table(bench, env, trains))]
     return '\n'.join(L) + '\n'
 
 

@@ -214,8 +214,10 @@ quick() {  # the session: every step in order (or those of $1), each recorded as
   ONLY=${1:-} LOG="$OUT/quick.txt" QJ="$OUT/quick.json" DEADLINE=$(( SECONDS + QUICK_S - 5 ))
   : > "$LOG"; rm -f "$QJ"
   local planned; planned=$(IFS=,; echo "${QUICK_PLAN[*]}")
-  rec init --budget "$QUICK_S" --planned "$planned" --commit "$(git rev-parse --short HEAD 2> /dev/null)" > /dev/null
-  log "quick in $REPO ($(git rev-parse --short HEAD 2> /dev/null || echo 'no git')), output to $OUT," \
+  local commit; commit=$(git rev-parse --short HEAD 2> /dev/null)  # the device's copy may carry changes beyond it
+  [ -n "$commit" ] && ! git diff --quiet HEAD -- 2> /dev/null && commit="$commit+changes"
+  rec init --budget "$QUICK_S" --planned "$planned" --commit "$commit" > /dev/null
+  log "quick in $REPO (${commit:-no git}), output to $OUT," \
       "budget ${QUICK_S} s${ONLY:+, steps $ONLY}"
   local t0 rc=0 wall ok=1 f
   plan_of install; INSTALL_END=$(( SECONDS + LIMIT )); t0=$(now_ms)

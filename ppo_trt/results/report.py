@@ -23,20 +23,22 @@ from ..studies.sweep import (load_sweep, sweep_rows, plot_sweep, plot_sweep_dela
                                    RRLS_PUBLISHED_NOTE)
 
 # %% auto #0
-__all__ = ['SWEEP_DIR', 'ROBUST_DIR', 'CLAIMS', 'HEADLINES', 'SECTIONS', 'PARAMETER', 'REPORT_TAGS', 'REPORT_CSP', 'RunRecords',
-           'check_bench', 'load_records', 'record_note', 'current_bench', 'Md', 'esc', 'code', 'bold', 'latency_table',
-           'closed_loop_table', 'advise_table', 'evaluation_table', 'soak_table', 'kernel_table', 'legend_overlaps',
-           'plot_latency_cdf', 'plot_latency_tail', 'plot_throughput', 'plot_cost_per_action', 'plot_delay_curve',
-           'plot_residual_study', 'residual_study_table', 'env_bench_table', 'plot_learning_curve', 'batching_pays_at',
-           'claim_other_records', 'claim_fastest', 'claim_tail_and_sla', 'claim_skipped', 'claim_throughput',
-           'claim_closed_loop', 'current_c_loop', 'claim_c_loop', 'claim_builds', 'claim_soak', 'claim_engines',
-           'claim_export', 'claim_control', 'claim_residual', 'claim_training', 'claim_sweep', 'claim_robust',
-           'interpretation', 'headline_claims', 'more_claims', 'figure_html', 'figure_row', 'show', 'section_header',
-           'section_claims', 'skipped_list', 'section_latency', 'section_throughput', 'section_gpu',
-           'section_closed_loop', 'c_loop_tables', 'section_deploy_c', 'section_deploy_robot', 'section_soak',
-           'sweep_runs_table', 'sweep_tables', 'section_sweep', 'section_robust', 'section_control', 'section_residual',
-           'section_env_bench', 'section_training', 'section_export', 'section_machine', 'section_not_measured',
-           'report_template', 'report_notebook', 'clean_report_html', 'offline_html', 'render_report']
+__all__ = ['SWEEP_DIR', 'ROBUST_DIR', 'CLAIMS', 'HEADLINES', 'SECTIONS', 'GPU_TARGETS', 'PARAMETER', 'RESULTS_ONLY',
+           'REPORT_TAGS', 'REPORT_CSP', 'RunRecords', 'check_bench', 'load_records', 'record_note', 'current_bench',
+           'Md', 'esc', 'code', 'bold', 'latency_table', 'closed_loop_table', 'advise_table', 'evaluation_table',
+           'soak_table', 'kernel_table', 'legend_overlaps', 'plot_latency_cdf', 'plot_latency_tail', 'plot_throughput',
+           'plot_cost_per_action', 'plot_delay_curve', 'plot_residual_study', 'residual_study_table', 'env_bench_table',
+           'plot_learning_curve', 'batching_pays_at', 'claim_other_records', 'claim_fastest', 'claim_tail_and_sla',
+           'claim_skipped', 'claim_throughput', 'claim_closed_loop', 'current_c_loop', 'claim_c_loop', 'claim_builds',
+           'claim_soak', 'claim_engines', 'claim_export', 'claim_control', 'claim_residual', 'claim_training',
+           'claim_sweep', 'claim_robust', 'interpretation', 'headline_claims', 'more_claims', 'figure_html',
+           'figure_row', 'show', 'section_header', 'section_claims', 'skipped_list', 'section_latency',
+           'section_throughput', 'section_gpu', 'section_closed_loop', 'c_loop_tables', 'section_deploy_c',
+           'section_deploy_robot', 'section_soak', 'sweep_runs_table', 'sweep_tables', 'section_sweep',
+           'section_robust', 'section_control', 'section_residual', 'section_env_bench', 'section_training',
+           'section_export', 'section_machine', 'section_not_measured', 'gpu_backend_table', 'gpu_targets_table',
+           'load_gpu_sessions', 'section_gpu_sessions', 'report_template', 'report_notebook', 'clean_report_html',
+           'offline_html', 'render_report']
 
 # %% ../../nbs/80_report.ipynb #d867c2b5
 SWEEP_DIR = 'sweep'  # a sweep made with `ppo-trt sweep --out RUN_DIR/sweep` is part of the run's report
@@ -1120,8 +1122,138 @@ SECTIONS = (section_header, section_claims, section_latency, section_throughput,
             section_deploy_robot, section_soak, section_control, section_sweep, section_robust, section_residual,
             section_env_bench, section_training, section_export, section_machine, section_not_measured)
 
+# %% ../../nbs/80_report.ipynb #e251b27b
+GPU_TARGETS = dict(batch1_p99_us=10.0, actions_per_s=5e9, raw_cartpole_steps_per_s=1e10, env_policy_steps_per_s=1e9,
+                   ppo_solve_s=10.0)  # issue 35's, for an H100: reported against (met or not), never asserted
+
+def _g3(x): return '-' if x is None else f'{x:.3g}'
+
+# %% ../../nbs/80_report.ipynb #f8b130e6
+def gpu_backend_table(bench):
+    "Markdown: per backend of a bench record (as builtins), batch 1 checked call and kernel-only, parity, best rates."
+    rows = []
+    for name in dict.fromkeys(r['backend'] for r in bench['records']):
+        mine = [r for r in bench['records'] if r['backend'] == name]
+        lat = next((r for r in mine if r['ran'] and r['mode'] == 'latency'), None)
+        if lat is None:
+            why = next((r['reason'] for r in mine if not r['ran']), '')
+            state = 'failed' if any(r.get('failed') for r in mine) else 'skipped'
+            rows.append([code(name), f'{state}: {why}', '-', '-', '-', '-', '-'])
+            continue
+        sweep = [r for r in mine if r['ran'] and r['mode'] == 'sweep']
+        best = max(sweep, key=lambda r: r.get('throughput_per_s') or 0, default=None)
+        kbest = max(sweep, key=lambda r: r.get('kernel_throughput_per_s') or 0, default=None)
+        three = lambda s: ' / '.join(_g3((s or {}).get(q)) for q in ('p50_us', 'p99_us', 'p999_us'))
+        rows.append([code(name), f"{lat.get('device')} {lat.get('precision')}", three(lat['stats']),
+                     three(lat.get('kernel_only')), _g3((lat.get('parity_vs_ort_fp32') or {}).get('max_abs_err')),
+                     f"{_g3(best['throughput_per_s'])} at {best['batch']:,}" if best else '-',
+                     f"{_g3(kbest['kernel_throughput_per_s'])} at {kbest['batch']:,}"
+                     if kbest and kbest.get('kernel_throughput_per_s') else '-'])
+    return Md(_md_table(['backend', 'device', 'checked call µs p50 / p99 / p99.9', 'kernel only µs', 'max|Δa| vs ORT',
+                         'actions/s', 'kernel actions/s'], rows))
+
+# %% ../../nbs/80_report.ipynb #c93718c4
+def gpu_targets_table(bench, env, trains):
+    "Markdown: each of issue 35's targets, the best figure measured on the GPU and met / not met / not measured."
+    cuda = lambda r: str(r.get('device', '')).startswith('cuda')
+    rows = []
+    def line(what, target, got, higher=False, where=''):
+        verdict = 'not measured' if got is None else 'met' if (got >= target if higher else got <= target) else 'not met'
+        rows.append([what, _g3(target), f'{_g3(got)}{where}', verdict])
+    recs = [r for r in (bench or {}).get('records', []) if r['ran'] and cuda(r)]
+    lat = min((r for r in recs if r['mode'] == 'latency'), key=lambda r: r['stats']['p99_us'], default=None)
+    line('batch-1 end-to-end p99 (µs)', GPU_TARGETS['batch1_p99_us'], lat and lat['stats']['p99_us'],
+         where=f" ({lat['backend']})" if lat else '')
+    for key, what in (('throughput_per_s', 'actions/s batched, end to end'),
+                      ('kernel_throughput_per_s', 'actions/s batched, kernel only')):
+        b = max((r for r in recs if r['mode'] == 'sweep'), key=lambda r: r.get(key) or 0, default=None)
+        line(what, GPU_TARGETS['actions_per_s'], b and b.get(key), True,
+             f" ({b['backend']}, batch {b['batch']:,})" if b and b.get(key) else '')
+    env_rows = [r for r in (env or {}).get('rows', []) if cuda(r)]
+    for level, key, what in (('env', 'raw_cartpole_steps_per_s', 'raw CartPole steps/s'),
+                             ('env+inference', 'env_policy_steps_per_s', 'env + policy steps/s')):
+        b = max((r for r in env_rows if r['level'] == level), key=lambda r: r['steps_per_s'], default=None)
+        line(what, GPU_TARGETS[key], b and b['steps_per_s'], True, f" ({b['impl']}, {b['num_envs']:,} envs)" if b else '')
+    solved = min(((t['solved_at_wall_s'], k) for k, t in (trains or {}).items() if t.get('solved') and cuda(t)
+                  and t.get('solved_at_wall_s') is not None), default=None)
+    line('PPO solves CartPole (s)', GPU_TARGETS['ppo_solve_s'], solved and solved[0],
+         where=f' ({solved[1]})' if solved else '')
+    return Md(_md_table(['target', 'wanted', 'measured', 'verdict'], rows))
+
+# %% ../../nbs/80_report.ipynb #29cc128d
+def load_gpu_sessions(folder):
+    "The GPU kit's record folders under `folder` (oldest first), each read through its schemas; [] if there is none."
+    folder, out = Path(folder), []
+    for d in sorted(p for p in folder.iterdir() if (p/'gpu_session.json').is_file()) if folder.is_dir() else []:
+        read = lambda p: msgspec.to_builtins(read_record(inside(p, d), root=d))
+        session = msgspec.json.decode(inside(d/'gpu_session.json', d).read_bytes())
+        trains = {p.parent.name.removeprefix('fast-'): read(p) for p in sorted(d.glob('fast-*/train.json'))}
+        envs = [read(p) for p in sorted(d.glob('env_bench_*.json'))]
+        mjx = [msgspec.json.decode(inside(p, d).read_bytes()) for p in sorted(d.glob('mjx_*.json'))]
+        out.append(dict(name=d.name, session=session, bench=read(d/'bench.json') if (d/'bench.json').exists() else None,
+                        env=envs[0] if envs else None, trains=trains, mjx=mjx[0] if mjx else None))
+    return sorted(out, key=lambda s: str(s['session'].get('started', '')))
+
+# %% ../../nbs/80_report.ipynb #bd15c355
+def _mjx_lines(sessions):
+    "Markdown: the mjx step's rows of every session (MJX on the GPU against the CPU steppers), cut-offs said."
+    rows, notes = [], []
+    for s in sessions:
+        m = s['mjx']
+        if not m: continue
+        step = next((x for x in s['session'].get('steps', []) if x.get('name') == 'mjx'), {})
+        rows += [[esc(r['impl']), esc(r.get('device', '')), f"{r['num_envs']:,}", _g3(r['env_steps_per_s']),
+                  _g3(r.get('compile_s')), code(s['name'])] for r in m.get('rows', [])]
+        if step.get('status') == 'timeout':
+            what = (m.get('running') or {}).get('what', 'the size after these (its log names the sizes asked)')
+            notes.append(f"{code(s['name'])}: stopped at its {step.get('limit_s')} s limit while {esc(what)} ran "
+                         '(not finished: no row)')
+        notes += [f"{code(s['name'])}: {esc(e.get('what', ''))}: {esc(e.get('error', ''))}" for e in m.get('errors', [])]
+    if not rows: return ''
+    par = next((s['mjx']['parity'] for s in sessions if s['mjx'] and s['mjx'].get('parity')), None)
+    best = lambda pick: max((r for s in sessions if s['mjx'] for r in s['mjx'].get('rows', []) if pick(r['impl'])),
+                            key=lambda r: r['env_steps_per_s'], default=None)
+    gpu, cpu = best(lambda i: i.startswith('MJX')), best(lambda i: i.startswith('mujoco.batch'))
+    if gpu and cpu:
+        notes.insert(0, f"The fastest MJX row, {_g3(gpu['env_steps_per_s'])} env steps/s ({gpu['num_envs']:,} envs), is "
+                        f"{_g3(gpu['env_steps_per_s'] / cpu['env_steps_per_s'])}× MuJoCo's C batch on "
+                        f"{esc(cpu['device'])} ({_g3(cpu['env_steps_per_s'])}).")
+    return ('\n\n### Hopper-v4 on the GPU: MuJoCo XLA against the CPU steppers\n\n'
+            "gymnasium's hopper.xml, 4 physics steps an env step, random actions; MJX rows are physics only, "
+            '`MujocoBatched` is the whole gymnasium step (observations, rewards, resets), on the same machine\'s cores.'
+            + (f" One env's state after {par['env_steps']} env steps, MJX ({esc(par['dtype'])}) against MuJoCo's C: "
+               f"max abs qpos {_g3(par['max_abs_qpos'])}, qvel {_g3(par['max_abs_qvel'])}." if par else '')
+            + '\n\n' + _md_table(['implementation', 'device', 'envs', 'env steps/s', 'compile s', 'session'], rows)
+            + ('\n\n' if notes else '') + '\n'.join(f'- {n}' for n in notes) + ('\n' if notes else ''))
+
+# %% ../../nbs/80_report.ipynb #e15c8748
+def section_gpu_sessions(sessions):
+    "The GPU kit's sessions: the device, every GPU backend measured or skipped with its reason, the targets, MJX."
+    main = next((s for s in reversed(sessions) if s['bench']), None)
+    mjx = _mjx_lines(sessions)
+    if main is None and not mjx: return []
+    text = '## On a GPU\n\n'
+    if main:
+        s, b = main['session'], main['bench']
+        v = s.get('versions') or {}
+        gpu = s.get('gpu') or (v.get('gpu') or {}).get('name') or 'a GPU'
+        soft = ', '.join(f'{k} {v[k]}' for k in ('torch', 'torch_cuda', 'triton', 'jax', 'onnxruntime', 'python')
+                         if v.get(k))
+        trains = ''.join(f" Fast PPO on CartPole-v1, {esc(k)}: {'solved' if t.get('solved') else 'not solved'} "
+                         f"(return {_g3(t.get('final_eval_mean'))}) in {_g3(t.get('solved_at_wall_s') or t.get('wall_s'))} s."
+                         for k, t in main['trains'].items())
+        text += (f"{bold(gpu)}, the GPU kit's session of {esc(str(s.get('started', ''))[:10])} "
+                 f"(records in {code('benchmarks/' + main['name'])}; {esc(soft)}). `ppo-trt bench` of a "
+                 f"{esc(b['env_id'])} policy of the reference's architecture on every GPU backend: batch 1 as the checked "
+                 'call `runner(obs)` (host in, host out) and the kernel alone (CUDA events, data on the device); a '
+                 'backend that cannot run there says why, as the device said it.\n\n' + gpu_backend_table(b)
+                 + f'\n\n{trains.strip()}\n\nIssue 35\'s targets for an H100:\n\n'
+                 + gpu_targets_table(b, main['env'], main['trains']))
+    return [_md(text + mjx)]
+
 # %% ../../nbs/80_report.ipynb #1c3dc4a5
 PARAMETER = 'RUN_DIR = '
+RESULTS_ONLY = '# the Results page only'  # a cell holding this line is left out of a run's report
 
 def report_template():
     "The report notebook that ships with the package: a copy of nbs/81_results.ipynb without outputs."
@@ -1134,7 +1266,8 @@ def report_notebook(run_dir):
     import nbformat
     nb = nbformat.reads(report_template().read_text(), as_version=4)
     at = next(i for i, c in enumerate(nb.cells) if c.cell_type == 'code' and c.source.startswith(PARAMETER))
-    nb.cells = nb.cells[at:]  # what comes before the parameter introduces the reference run, not this one
+    # what comes before the parameter introduces the reference run, not this one; the project's own sections go too
+    nb.cells = [c for c in nb.cells[at:] if RESULTS_ONLY not in c.source]
     nb.cells[0].source = f'{PARAMETER}{str(Path(run_dir).resolve())!r}'
     nb.metadata['kernelspec'] = dict(name='python3', display_name='Python 3', language='python')
     root = Path(run_dir)
