@@ -6,7 +6,7 @@
 from __future__ import annotations
 import numpy as np
 from ..core.files import PpoTrtError
-from .runner import Runner, Backend, Family, BackendUnavailable, check_obs, _source
+from .runner import Runner, Backend, Family, BackendUnavailable, check_obs, policy_source
 
 # %% auto #0
 __all__ = ['C_FIX', 'FAMILY', 'NativeCRunner']
@@ -18,7 +18,7 @@ class NativeCRunner(Runner):
     def __init__(self, src, threads=1):
         from ppo_trt.export.c_kernel import compile_c_policy
         from ppo_trt.export.numba_kernel import NativeUnsupportedError
-        onnx_path = _source(src).onnx()  # an unsound policy is refused as such, not as a backend missing here
+        onnx_path = policy_source(src).onnx()  # an unsound policy is refused as such, not as a missing backend
         try: pol = compile_c_policy(onnx_path, check_obs)
         except (NativeUnsupportedError, PpoTrtError) as e: raise BackendUnavailable(str(e)) from None
         self._fwd, self._call, self._outs = pol.forward, pol.call, {}

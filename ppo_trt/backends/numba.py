@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 from ..core.files import PpoTrtError
 from ..core.machine import package_version
-from .runner import Runner, Backend, Family, BackendUnavailable, check_obs, module_available, _source
+from .runner import (Runner, Backend, Family, BackendUnavailable, check_obs, module_available,
+                                     policy_source)
 
 # %% auto #0
 __all__ = ['NUMBA_FIX', 'FAMILY', 'NativeRunner']
@@ -19,7 +20,7 @@ class NativeRunner(Runner):
     def __init__(self, src, threads=1):
         from ppo_trt.export.numba_kernel import compile_policy, NativeUnsupportedError
         import numba
-        try: pol = compile_policy(_source(src).onnx())
+        try: pol = compile_policy(policy_source(src).onnx())
         except NativeUnsupportedError as e: raise BackendUnavailable(str(e)) from None
         self._rows, self._checked, self._threads = pol.forward_rows, pol.forward_checked, threads
         self._par = pol.parallel() if threads > 1 else None

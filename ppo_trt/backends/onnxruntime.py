@@ -10,7 +10,7 @@ from ..core.files import sha256_file, user_cache
 from ..core.machine import package_version, FIXES, ort_status, gpu_info, doctor_row
 from ..export.onnx import load_onnx
 from .runner import (Runner, Backend, Family, BackendUnavailable, check_obs, hot_path_dtype,
-                                     hot_path_shape, module_available, _source)
+                                     hot_path_shape, module_available, policy_source)
 
 # %% auto #0
 __all__ = ['ORT_GPU_FIX', 'ORT_TRT_FIX', 'FAMILY', 'ort_session', 'OrtRunner', 'OrtIoBindRunner', 'OrtCudaRunner', 'OrtTrtRunner',
@@ -53,7 +53,7 @@ class OrtRunner(Runner):
     "ONNX Runtime, CPU execution provider, plain `run` (ORT checks the shape; sessions are thread-safe)."
     name, provider, concurrent_run = 'ort', 'CPUExecutionProvider', True
     def __init__(self, src, threads=1):
-        src = _source(src)
+        src = policy_source(src)
         self.sess, _ = ort_session(src.onnx(), [self.provider], threads)
         meta = src.meta
         super().__init__(meta['obs_dim'], meta['act_dim'], provider=self.sess.get_providers()[0],
@@ -115,7 +115,7 @@ class OrtCudaRunner(Runner):
     name, device, reuses_output = 'ort-cuda', 'cuda', False
     def _providers(self, src): return [('CUDAExecutionProvider', {'device_id': 0})]
     def __init__(self, src, threads=1):
-        src = _source(src)
+        src = policy_source(src)
         self.sess, _ = ort_session(src.onnx(), self._providers(src), threads)
         meta, self._slots = src.meta, {}
         super().__init__(meta['obs_dim'], meta['act_dim'], provider=self.sess.get_providers()[0],

@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 from ..core.files import BadInputError, error_line
 from ..core.machine import doctor_rows as machine_rows, doctor_row
 from ..export.deployment import make_expert, ResidualComposer
-from .runner import (Runner, Backend, Family, BackendUnavailable, HistoryRunner, check_obs, _source,
-                                    wrapped_info, RecurrentRunner, PolicySource)
+from .runner import (Runner, Backend, Family, BackendUnavailable, HistoryRunner, check_obs,
+                                    policy_source, wrapped_info, RecurrentRunner, PolicySource)
 from ..export.foreign import AdoptOptions
 from .torch import FAMILY as TORCH
 from .onnxruntime import FAMILY as ONNXRUNTIME
@@ -174,13 +174,13 @@ def _with_memory(cls, src, runner):
 
 def with_memory(runner, name, source):
     "Backend `name`'s bare network `runner` as deployed: with the history or recurrent state the policy keeps."
-    return _with_memory(registry().backends[check_name(name)].runner, _source(source), runner)
+    return _with_memory(registry().backends[check_name(name)].runner, policy_source(source), runner)
 
 # %% ../../nbs/49_registry.ipynb #180e5ad8
 def _policy_source(source, opts):
     "`source` as a `PolicySource`, adopting a foreign actor with the `obs_name` / `action_name` taken out of `opts`."
     names = {k: opts.pop(k) for k in ('obs_name', 'action_name') if k in opts}
-    if isinstance(source, PolicySource) or not any(names.values()): return _source(source)
+    if isinstance(source, PolicySource) or not any(names.values()): return policy_source(source)
     return PolicySource(source, AdoptOptions(**names))
 
 def load(name, source, network_only=False, **opts):

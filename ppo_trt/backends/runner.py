@@ -20,7 +20,7 @@ from ..export.foreign import AdoptOptions, adopted_path
 
 # %% auto #0
 __all__ = ['check_obs', 'hot_path_shape', 'hot_path_dtype', 'BackendUnavailable', 'Runner', 'wrapped_info', 'HistoryRunner',
-           'RecurrentRunner', 'module_available', 'PolicySource', 'Backend', 'Family']
+           'RecurrentRunner', 'module_available', 'PolicySource', 'policy_source', 'Backend', 'Family']
 
 # %% ../../nbs/40_runner.ipynb #918f7b6e
 _F32 = np.dtype(np.float32)
@@ -248,8 +248,8 @@ class PolicySource:
         return load_artifact(self.require_run(backend), 'train_record')
 
 # %% ../../nbs/40_runner.ipynb #d84b1a9e
-def _source(src):
-    "`src` as a `PolicySource`."
+def policy_source(src):
+    "`src` (a run folder, an ONNX file or a `PolicySource`) as a `PolicySource`: how a runner takes its `src`."
     return src if isinstance(src, PolicySource) else PolicySource(src)
 
 # %% ../../nbs/40_runner.ipynb #f7f7f0f7

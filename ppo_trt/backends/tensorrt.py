@@ -11,7 +11,7 @@ from ..core.records import load_artifact
 from ..core.machine import package_version, trt_status, cuda_python_status, doctor_row
 from ..export.tensorrt import FLAVOURS
 from .runner import (Runner, Backend, Family, BackendUnavailable, hot_path_shape, module_available,
-                                     _source)
+                                     policy_source)
 
 # %% auto #0
 __all__ = ['CUDA_PYTHON_FIX', 'FAMILY', 'TrtRunner', 'TrtRtxRunner', 'doctor_checks']
@@ -50,7 +50,7 @@ class TrtRunner(Runner):
         import ctypes, importlib
         from cuda.bindings import runtime as cudart
         from ppo_trt.export.tensorrt import check_engine
-        src = _source(src)
+        src = policy_source(src)
         folder = RunDir(src.folder)  # engines and build.json sit beside policy.onnx
         recs = load_artifact(folder, 'build_record') if folder.has('build_record') else {}
         mine = sorted((n for n, r in recs.items() if r.flavour == self.flavour),

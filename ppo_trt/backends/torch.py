@@ -9,7 +9,7 @@ import numpy as np
 from ..core.machine import package_version, FIXES
 from ..core.checkpoint import ObsNorm, load_policy
 from ..export.deployment import deployable_module
-from .runner import Runner, Backend, Family, hot_path_shape, module_available, _source
+from .runner import Runner, Backend, Family, hot_path_shape, module_available, policy_source
 
 # %% auto #0
 __all__ = ['TORCH_CUDA_FIX', 'FAMILY', 'SB3Runner', 'TorchRunner', 'TorchCompileRunner', 'TorchCudaRunner',
@@ -27,7 +27,7 @@ class SB3Runner(Runner):
     name, needs_run, residual_only = 'sb3', True, True
     def __init__(self, src, threads=1):
         import torch
-        run, obs_dim, act_dim = _trained(_source(src), self.name)
+        run, obs_dim, act_dim = _trained(policy_source(src), self.name)
         torch.set_num_threads(threads)
         self.model, self.norm = load_policy(run.root), ObsNorm.load(run.require('obs_norm'))
         super().__init__(obs_dim, act_dim, provider='stable-baselines3 predict', torch_threads=threads,
@@ -43,7 +43,7 @@ class TorchRunner(Runner):
     name, concurrent_run, needs_run = 'torch', True, True
     def __init__(self, src, threads=1):
         import torch
-        run, obs_dim, act_dim = _trained(_source(src), self.name)
+        run, obs_dim, act_dim = _trained(policy_source(src), self.name)
         torch.set_num_threads(threads)
         self._torch, self.module = torch, deployable_module(run.root)
         super().__init__(obs_dim, act_dim, provider='torch eager', torch_threads=threads,
@@ -57,7 +57,7 @@ class TorchCompileRunner(Runner):
     name, needs_run = 'torch-compile', True
     def __init__(self, src, threads=1):
         import torch
-        run, obs_dim, act_dim = _trained(_source(src), self.name)
+        run, obs_dim, act_dim = _trained(policy_source(src), self.name)
         torch.set_num_threads(threads)
         cuda = torch.cuda.is_available()
         self.device = 'cuda' if cuda else 'cpu'
@@ -96,7 +96,7 @@ class TorchCudaRunner(Runner):
     needs_run = True
     def __init__(self, src, threads=1):
         import torch
-        run, obs_dim, act_dim = _trained(_source(src), self.name)
+        run, obs_dim, act_dim = _trained(policy_source(src), self.name)
         self._torch, self.module, self._slots = torch, deployable_module(run.root).cuda().eval(), {}
         super().__init__(obs_dim, act_dim, provider=f'torch eager on {torch.cuda.get_device_name()}',
                          versions={'torch': package_version('torch'), 'cuda': torch.version.cuda})

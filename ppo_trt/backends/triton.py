@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from ..core.machine import package_version
 from ..export.triton_mlp import TRITON_FIX
-from .runner import Runner, Backend, Family, BackendUnavailable, hot_path_shape, _source
+from .runner import Runner, Backend, Family, BackendUnavailable, hot_path_shape, policy_source
 from .torch import TORCH_CUDA_FIX, _torch_cuda_ok, _cuda_graph, _event_times
 
 # %% auto #0
@@ -34,7 +34,7 @@ class TritonRunner(Runner):
         import torch, triton
         from ppo_trt.export.triton_mlp import compile_triton_policy
         from ppo_trt.export.numba_kernel import NativeUnsupportedError
-        try: self.pol = compile_triton_policy(_source(src).onnx(), self.precision)
+        try: self.pol = compile_triton_policy(policy_source(src).onnx(), self.precision)
         except NativeUnsupportedError as e: raise BackendUnavailable(str(e)) from None
         self._torch, self._params, self._slots = torch, self.pol.params_on('cuda'), {}
         super().__init__(self.pol.obs_dim, self.pol.act_dim,
