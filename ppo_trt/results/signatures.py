@@ -4,12 +4,21 @@
 
 # %% ../../nbs/83_signatures.ipynb #dad88209
 from __future__ import annotations
-import inspect
-from fastcore.docments import DocmentText, _show_param, empty
+import inspect, types
+from fastcore.docments import DocmentText, empty
 from nbdev.showdoc import BasicMarkdownRenderer
 
 # %% auto #0
-__all__ = ['Parameters', 'SignatureRenderer']
+__all__ = ['param_text', 'Parameters', 'SignatureRenderer']
+
+# %% ../../nbs/83_signatures.ipynb #160e4c3b
+def param_text(p):
+    "Parameter `p` as a signature shows it: `*args`, `**opts`, `name:anno=default` (no quotes or spaces in `anno`)."
+    star = {p.VAR_POSITIONAL: '*', p.VAR_KEYWORD: '**'}.get(p.kind, '')
+    anno = '' if p.annotation is p.empty else ':' + inspect.formatannotation(p.annotation).strip("'").replace(' ', '')
+    d = p.default
+    shown = f'<function {d.__name__}>' if isinstance(d, types.FunctionType) else repr(d)
+    return star + p.name + anno + ('' if d is p.empty else f'={shown}')
 
 # %% ../../nbs/83_signatures.ipynb #82977b7d
 class Parameters(DocmentText):
@@ -23,7 +32,7 @@ class Parameters(DocmentText):
     def params(self):
         names = [k for k in self.dm if k != 'return']
         if self.real and set(names) != set(self.real):  # a msgspec record: its fields, not its C __init__
-            return [(_show_param(p), '') for p in self.real.values()]
+            return [(param_text(p), '') for p in self.real.values()]
         return [(self._fmt_param(k, self.dm[k]), self.dm[k].get('docment', '')) for k in names]
     def _fmt_param(self, nm, p):
         par = self.real.get(nm)  # None where Python has no signature (an exception class): fastcore's kind, if any
