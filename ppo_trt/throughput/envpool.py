@@ -13,10 +13,9 @@ from ..envs.gym import make_env, check_randomize, check_history, Randomized
 # %% auto #0
 __all__ = ['TENSOR_RANDOMIZABLE', 'MUJOCO_BATCHED_ENVS', 'import_envpool', 'envpool_env_ids', 'check_envpool_env',
            'check_actions', 'EnvPoolBatched', 'envpool_trajectories', 'perturbed_gaps', 'BatchDisturbances',
-           'GymnasiumBatched', 'import_mujoco_batch', 'stepper_comparison', 'hopper_obs', 'hopper_outcome',
-           'EpisodeDraws', 'model_base', 'MujocoBatched', 'mujoco_batched_trajectories', 'mujoco_batch_missing',
-           'batched_mujoco', 'BatchActionHistory', 'env_layers', 'PrivilegedObs', 'set_env_ranges', 'pin_draws',
-           'envpool_throughput', 'randomized_throughput', 'thread_scaling']
+           'GymnasiumBatched', 'import_mujoco_batch', 'hopper_obs', 'hopper_outcome', 'EpisodeDraws', 'model_base',
+           'MujocoBatched', 'mujoco_batched_trajectories', 'mujoco_batch_missing', 'batched_mujoco',
+           'BatchActionHistory', 'env_layers', 'PrivilegedObs', 'set_env_ranges', 'pin_draws']
 
 # %% ../../nbs/62_envpool.ipynb #19dc9a59
 def import_envpool():
@@ -261,42 +260,6 @@ def import_mujoco_batch():
         raise BadInputError(f'MuJoCo {mujoco.__version__} has no mujoco.batch (3.17 and later have it); '
                             'pip install -U mujoco') from None
     return batch
-
-# %% ../../nbs/62_envpool.ipynb #f684a432
-def stepper_comparison(env_id='Hopper-v4', num_envs=16, num_threads=2, steps=200, seed=0):
-    "µs per env step and largest |Δ qpos, qvel| from gymnasium of `mujoco.rollout` and `mujoco.batch`."
-    import copy, time, mujoco
-    from mujoco import rollout
-    envs = [make_env(env_id, seed=seed + i) for i in range(num_envs)]
-    hs = [e.unwrapped for e in envs]
-    m, k, full = hs[0].model, hs[0].frame_skip, mujoco.mjtState.mjSTATE_FULLPHYSICS
-    def states(spec):
-        rows = np.empty((num_envs, mujoco.mj_stateSize(m, spec)))
-        for h, row in zip(hs, rows): mujoco.mj_getState(h.model, h.data, row, spec)
-        return rows
-    models, datas = [copy.copy(m) for _ in range(num_envs)], [mujoco.MjData(m) for _ in range(num_threads)]
-    pool, rolled = rollout.Rollout(nthread=num_threads), states(full)
-    out, sensors = np.empty((num_envs, k, rolled.shape[1])), np.empty((num_envs, k, m.nsensordata))
-    sims = import_mujoco_batch().Batch(m, num_envs, num_threads)
-    sims.set_models(models); sims.state[:] = states(mujoco.mjtState.mjSTATE_INTEGRATION)
-    q, rng = slice(1, 1 + m.nq + m.nv), np.random.default_rng(seed)  # qpos, qvel in a full-physics row (after time)
-    secs, gaps = dict(rollout=0.0, batch=0.0), dict(rollout=0.0, batch=0.0)
-    for _ in range(steps):
-        a = rng.uniform(-1, 1, (num_envs, m.nu))
-        t0 = time.perf_counter()
-        pool.rollout(models, datas, rolled, np.repeat(a[:, None], k, axis=1), skip_checks=True, nstep=k, state=out,
-                     sensordata=sensors)
-        rolled = out[:, -1].copy()
-        t1 = time.perf_counter()
-        sims.ctrl[:] = a; sims.step(nstep=k)
-        secs['rollout'], secs['batch'] = secs['rollout'] + t1 - t0, secs['batch'] + time.perf_counter() - t1
-        for h, row in zip(hs, a): h.do_simulation(row, k)
-        ref = states(full)[:, q]
-        gaps['rollout'] = max(gaps['rollout'], float(np.abs(rolled[:, q] - ref).max()))
-        gaps['batch'] = max(gaps['batch'], float(np.abs(np.hstack([sims.qpos, sims.qvel]) - ref).max()))
-    pool.close()
-    return [dict(stepper=f'mujoco.{s}', us_per_env_step=secs[s] / steps / num_envs * 1e6, max_state_gap=gaps[s])
-            for s in secs]
 
 # %% ../../nbs/62_envpool.ipynb #71e03a0c
 MUJOCO_BATCHED_ENVS = {'Hopper-v4': True, 'Hopper-v5': False}  # env id: healthy reward paid on the falling step too?
@@ -642,61 +605,3 @@ def pin(self: GymnasiumBatched, ids, knob, value):
 def pin_draws(env, ids, knob, value):
     "Pin draw `knob` of envs `ids` to `value` in whichever layer of `env` draws it; True if one did."
     return any([layer.pin(ids, knob, value) for layer in env_layers(env) if 'pin' in type(layer).__dict__])
-
-# %% ../../nbs/62_envpool.ipynb #2e1c44de
-def envpool_throughput(env_id='Hopper-v4', num_envs=(1, 8, 32), seconds=1.0, num_threads=None):
-    "Env steps/s of `EnvPoolBatched` per num_envs (zero actions, auto-reset included) and of one gymnasium env."
-    import time, torch
-    rows = []
-    for n in num_envs:
-        env = EnvPoolBatched(env_id, n, num_threads=num_threads); env.reset()
-        zeros, steps, start = torch.zeros(n, env.act_dim), 0, time.perf_counter()
-        while time.perf_counter() - start < seconds: env.step(zeros); steps += n
-        rows.append(dict(impl='envpool', num_envs=n, threads=env.num_threads,
-                         steps_per_s=steps / (time.perf_counter() - start)))
-    gym_env = make_env(env_id); gym_env.reset(seed=0)
-    zero, steps, start = np.zeros(gym_env.action_space.shape), 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        _, _, term, trunc, _ = gym_env.step(zero); steps += 1
-        if term or trunc: gym_env.reset()
-    rows.append(dict(impl='gymnasium', num_envs=1, threads=1, steps_per_s=steps / (time.perf_counter() - start)))
-    return rows
-
-# %% ../../nbs/62_envpool.ipynb #995f382d
-def randomized_throughput(env_id='Hopper-v4', num_envs=16, num_threads=2, seconds=0.5, rounds=3):
-    "Env steps/s (best of interleaved rounds) of EnvPool nominal, and of the batch and gymnasium randomized in `all`."
-    import time, torch
-    nominal = EnvPoolBatched(env_id, num_envs, 0, num_threads)
-    envs = {'EnvPoolBatched, nominal': nominal,
-            'MujocoBatched, randomize all': batched_mujoco(env_id, num_envs, 0, 'all', num_threads)[0],
-            'GymnasiumBatched, randomize all': GymnasiumBatched(env_id, num_envs, 0, 'all')}
-    low, high = torch.from_numpy(nominal.action_low), torch.from_numpy(nominal.action_high)
-    g = torch.Generator().manual_seed(0)
-    actions = {'zero': [torch.zeros(num_envs, len(low))],
-               'random': [low + (high - low) * torch.rand(num_envs, len(low), generator=g) for _ in range(64)]}
-    rows = []
-    for kind, acts in actions.items():
-        best = dict.fromkeys(envs, 0.0)
-        for _ in range(rounds):
-            for name, env in envs.items():
-                env.reset(); steps, start = 0, time.perf_counter()
-                while time.perf_counter() - start < seconds: env.step(acts[steps % len(acts)]); steps += 1
-                best[name] = max(best[name], steps * num_envs / (time.perf_counter() - start))
-        rows += [dict(actions=kind, env=name, steps_per_s=s, vs_envpool=s / best['EnvPoolBatched, nominal'])
-                 for name, s in best.items()]
-    return rows
-
-# %% ../../nbs/62_envpool.ipynb #876c546e
-def thread_scaling(env_id='Hopper-v4', num_envs=16, threads=(1, 2), seconds=0.5, rounds=3):
-    "µs per env step of EnvPool and of the MuJoCo batch on each thread count (best of interleaved rounds)."
-    import time, torch
-    envs = {(name, t): make(env_id, num_envs, 0, num_threads=t) for t in threads
-            for name, make in (('EnvPoolBatched', EnvPoolBatched), ('MujocoBatched', MujocoBatched))}
-    best = dict.fromkeys(envs, float('inf'))
-    for _ in range(rounds):
-        for key, env in envs.items():
-            env.reset(); zeros, steps, start = torch.zeros(num_envs, env.act_dim), 0, time.perf_counter()
-            while time.perf_counter() - start < seconds: env.step(zeros); steps += 1
-            best[key] = min(best[key], (time.perf_counter() - start) / (steps * num_envs) * 1e6)
-    return [dict(stepper=name, threads=t, us_per_env_step=us, vs_one_thread=best[name, threads[0]] / us)
-            for (name, t), us in best.items()]
