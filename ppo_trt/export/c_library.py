@@ -13,8 +13,8 @@ from ..core.run_folder import RunDir
 from ..core.files import PpoTrtError, BadInputError, owned_destination, staging, install_folder, sha256_file
 from ..core.machine import package_version
 from .onnx import load_onnx, onnx_metadata, check_finite_policy, ort_cpu_session
-from .numba_kernel import parse_chain, _stages
-from .c_kernel import ROWS, STACK_SCRATCH_MAX, _cf, _kernels, _scratch_width
+from .onnx_graph import parse_chain
+from .c_kernel import STACK_SCRATCH_MAX, c_float, kernel_source
 
 # %% auto #0
 __all__ = ['STATUS', 'SEQ_EPISODE', 'SEQ_FALLBACK_EVERY', 'TEST_TOL', 'TEST_PROGRAM', 'MAKEFILE', 'BENCH_PROGRAM',
@@ -26,12 +26,12 @@ __all__ = ['STATUS', 'SEQ_EPISODE', 'SEQ_FALLBACK_EVERY', 'TEST_TOL', 'TEST_PROG
 
 # %% ../../nbs/36_c_library.ipynb #fcfaf184
 from ..core.files import policy_sha256
-from .numba_kernel import NativeUnsupportedError
+from .onnx_graph import NativeUnsupportedError
 from .onnx import load_observations
 from ..core.run_folder import check_env_id
 from .onnx import check_deploy_metadata, contract_of
 from ..core.files import json_text
-from .numba_kernel import Recurrent
+from .onnx_graph import Recurrent
 from .c_kernel import kernel_stack_bytes, kernel_arithmetic
 
 _C_PLAIN = frozenset('abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _.:/-+=,;()[]{}<>@#%^&|~!')
@@ -77,7 +77,7 @@ def library_program(onnx_path):
 def library_kernel(onnx_path):
     "(kernel C source, (in, out) widths, metadata) of `onnx_path`, or one line saying why it cannot be a C library."
     steps, dims, meta = library_program(onnx_path)
-    return _kernels(steps, dims), dims, meta
+    return kernel_source(steps, dims), dims, meta
 
 # %% ../../nbs/36_c_library.ipynb #1bb1f37f
 def _memory_api(history):
@@ -233,7 +233,7 @@ const char *ppo_policy_kernel(void);
 # %% ../../nbs/36_c_library.ipynb #9d24dff8
 def _memory_source(low, high):
     "The memory calls of ppo_policy.c (see `_memory_api`): the same rule as `backends.runner.HistoryRunner`."
-    bound = lambda b: ', '.join(_cf(v) for v in np.asarray(b, np.float32).ravel())
+    bound = lambda b: ', '.join(c_float(v) for v in np.asarray(b, np.float32).ravel())
     return f"""
 static const float action_low[PPO_POLICY_ACT_DIM] = {{{bound(low)}}};
 static const float action_high[PPO_POLICY_ACT_DIM] = {{{bound(high)}}};
@@ -350,7 +350,7 @@ def state_sequence(act_fn, env_obs, state, width):
 TEST_TOL = 1e-6  # max abs error against ONNX Runtime, on every row
 
 def _c_rows(name, a):
-    rows = ',\n'.join('    {' + ', '.join(_cf(v) for v in row) + '}' for row in np.asarray(a, np.float32))
+    rows = ',\n'.join('    {' + ', '.join(c_float(v) for v in row) + '}' for row in np.asarray(a, np.float32))
     return f'static const float {name}[{a.shape[0]}][{a.shape[1]}] = {{\n{rows}\n}};'
 
 def test_vectors(obs, act, sequence=None, state=None, arithmetic=None):
@@ -401,7 +401,7 @@ LIBRARY_MARKER, MADE_BY = '.ppo-trt-c-library.json', 'ppo-trt export-c'
 def library_files(onnx_path, obs, onnx_sha256):
     "{file name: text} of the C library for `onnx_path` (of hash `onnx_sha256`), test vectors from observations `obs`."
     program, dims, meta = library_program(onnx_path)
-    kernel, state = _kernels(program, dims), state_layout(program)
+    kernel, state = kernel_source(program, dims), state_layout(program)
     session = ort_cpu_session(onnx_path)
     names = [session.get_inputs()[0].name], session.get_outputs()[0].name
     act_fn = lambda x: session.run([names[1]], {names[0][0]: x})[0]
