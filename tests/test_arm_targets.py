@@ -9,8 +9,8 @@ import pytest
 from conftest import ppo_trt
 from ppo_trt.core.files import PpoTrtError
 from ppo_trt.core.records import read_record
-from ppo_trt.export.numba_kernel import Dense, Elementwise
-from ppo_trt.export.c_kernel import _kernels
+from ppo_trt.export.onnx_graph import Dense, Elementwise
+from ppo_trt.export.c_kernel import kernel_source
 from ppo_trt.export.targets import target_missing
 import ppo_trt.measure.targets as stage
 
@@ -61,7 +61,7 @@ def _host_fma():
 def test_neon_gives_the_avx_kernels_bits():
     "NEON computes the same partial sums in the same order with fused multiply-adds: the AVX2 kernel's bits."
     steps, dims = _chain()
-    kernel = _kernels(steps, dims)
+    kernel = kernel_source(steps, dims)
     x = np.random.default_rng(1).normal(size=(13, 11)).astype(np.float32) * 3  # two 6-row tiles and a row; saturating
     name, one, batch = _run_kernel('aarch64-linux-gnu-gcc', ('-O3', '-static'), kernel, x, ('qemu-aarch64',))
     assert name == 'neon' and np.array_equal(one, batch)

@@ -1,4 +1,4 @@
-"""The generated C kernel (`export.c_kernel._kernels`) under every instruction set this machine runs: random chains
+"""The generated C kernel (`export.c_kernel.kernel_source`) under every instruction set this machine runs: random chains
 (wide and narrow layers, every elementwise op, scalar and vector constants) against float64 NumPy, the batch kernel
 giving the one-row kernel's bits, AVX-512 and AVX2 giving the same bits (as SSE2 and portable C without FMA do; portable
 C with FMA within an ulp: GCC folds a saturated tanh without fusing), a NaN observation coming out NaN (never clamped
@@ -7,7 +7,7 @@ import shutil, subprocess
 from pathlib import Path
 import numpy as np, pytest
 from ppo_trt.export import c_kernel
-from ppo_trt.export.numba_kernel import Dense, Elementwise, Norm, Cell, Recurrent
+from ppo_trt.export.onnx_graph import Dense, Elementwise, Norm, Cell, Recurrent
 
 pytestmark = pytest.mark.skipif(shutil.which('cc') is None, reason='no C compiler (cc) on this machine')
 
@@ -182,7 +182,7 @@ def test_every_kernel_computes_the_chain(chain, heap, tmp_path, monkeypatch):
     steps, dims = CHAINS[chain]
     if heap and isinstance(steps, Recurrent): pytest.skip('a recurrent kernel keeps its scratch on the stack')
     if heap: monkeypatch.setattr(c_kernel, 'STACK_SCRATCH_MAX', 0)
-    kernel = c_kernel._kernels(steps, dims)
+    kernel = c_kernel.kernel_source(steps, dims)
     assert ('aligned_alloc' in kernel) == heap
     x = _inputs(dims[0])
     ref = _numpy(steps, x)
@@ -205,7 +205,7 @@ def test_every_kernel_computes_the_chain(chain, heap, tmp_path, monkeypatch):
 
 
 def test_the_kernel_is_chosen_by_the_flags_and_portable_c_by_a_macro():
-    kernel = c_kernel._kernels(*CHAINS['hopper'])
+    kernel = c_kernel.kernel_source(*CHAINS['hopper'])
     prelude = '\n'.join([*c_kernel.MAYBE_UNUSED, '#include <stdint.h>', *c_kernel.PPO_FMA]) + '\n'  # then the ISAs
     assert kernel.startswith(prelude)
     kernel = kernel[len(prelude):]

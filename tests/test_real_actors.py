@@ -14,7 +14,7 @@ from onnx import helper, numpy_helper, TensorProto
 pytest.importorskip('torch')
 import actors
 from ppo_trt.backends import registry as B
-from ppo_trt.export.numba_kernel import parse_chain, Recurrent, Norm, NativeUnsupportedError
+from ppo_trt.export.onnx_graph import parse_chain, Recurrent, Norm, NativeUnsupportedError
 from ppo_trt.export.onnx import ort_cpu_session
 from ppo_trt.export.c_library import library_files, build_and_test
 from ppo_trt.export.targets import target_missing
@@ -241,7 +241,7 @@ def test_the_triton_kernel_runs_though_triton_was_imported_first():
     pytest.importorskip('triton')
     code = """import sys; sys.path.insert(0, 'tests')
 import triton.language, numpy as np, torch, actors
-from ppo_trt.export.numba_kernel import parse_chain
+from ppo_trt.export.onnx_graph import parse_chain
 from ppo_trt.export.onnx import ort_cpu_session
 from ppo_trt.export.triton_mlp import build_triton_policy
 model = actors.feedforward('layernorm-decomposed'); steps, dims = parse_chain(model)

@@ -11,14 +11,16 @@ from pathlib import Path
 import numpy as np
 from ..core.files import atomic_path, atomic_write_text, error_line, save_json, user_cache
 from ..core.machine import cpu_model
-from .numba_kernel import NativeUnsupportedError, Elementwise, parse_chain, _stages, TANH_CLAMP, \
-    TANH_P, TANH_Q, Dense, Norm, Recurrent
+from ppo_trt.export.onnx_graph import NativeUnsupportedError, Elementwise, parse_chain, layer_stages, Dense, Norm, \
+    Recurrent
+from .numba_kernel import TANH_CLAMP, TANH_P, TANH_Q
 
 # %% auto #0
 __all__ = ['CFLAGS', 'PAD', 'DOT', 'ROWS', 'MAYBE_UNUSED', 'EXP_LO', 'EXP_HI', 'EXP_LOG2E', 'EXP_ROUND', 'EXP_LN2', 'EXP_P',
            'EXP_BIAS', 'PPO_FMA', 'AVX512', 'AVX2', 'SSE2', 'ISAS', 'HSUM8', 'X86_PRELUDE', 'NEON_PRELUDE', 'NEON',
-           'STACK_SCRATCH_MAX', 'SIGMOID', 'NATIVE_C_CACHE_MAX', 'c_toolchain', 'Isa', 'kernel_arithmetic',
-           'kernel_stack_bytes', 'generate_c', 'CPolicy', 'evict_cache', 'compile_c_policy']
+           'STACK_SCRATCH_MAX', 'SIGMOID', 'NATIVE_C_CACHE_MAX', 'c_toolchain', 'c_float', 'Isa', 'scratch_width',
+           'kernel_arithmetic', 'kernel_stack_bytes', 'kernel_source', 'generate_c', 'CPolicy', 'evict_cache',
+           'compile_c_policy']
 
 # %% ../../nbs/34_c_kernel.ipynb #cac7d082
 CFLAGS = ('-O3', '-march=native', '-fno-math-errno', '-fno-trapping-math', '-ffp-contract=fast', '-fPIC', '-shared',
@@ -35,7 +37,7 @@ def c_toolchain():
     return (cc, [inc, np.get_include()]), ''
 
 # %% ../../nbs/34_c_kernel.ipynb #15fb6725
-def _cf(x):
+def c_float(x):
     "C source of the float constant `x`: `INFINITY` and `NAN` spelled out, never one written as the other."
     x = float(x)
     if np.isfinite(x): return f'{x!r}f'
@@ -45,14 +47,14 @@ def _cf(x):
 def _carr(name, a):
     "A C array of the float32 values of `a`, each the shortest decimal that reads back as it (NaN, inf spelled out)."
     flat = np.asarray(a, np.float32).reshape(-1)
-    vals = ', '.join(v + 'f' for v in flat.astype(str)) if np.isfinite(flat).all() else ', '.join(map(_cf, flat))
+    vals = ', '.join(v + 'f' for v in flat.astype(str)) if np.isfinite(flat).all() else ', '.join(map(c_float, flat))
     return f'static const float {name}[{max(1, np.asarray(a).size)}] __attribute__((aligned(64))) = {{{vals}}};'
 
 # %% ../../nbs/34_c_kernel.ipynb #3c70648a
 def _c_ew(e, idx, const):
     "C statement updating float `v` for elementwise op `e` at index `idx`; every clamp lets a NaN through."
     def c(arr):
-        if arr.ndim == 0: return _cf(arr)
+        if arr.ndim == 0: return c_float(arr)
         return f'{const(arr)}[{idx}]'
     k = e.kind
     a = c(e.c) if e.c is not None else None
@@ -65,9 +67,9 @@ def _c_ew(e, idx, const):
     if k == 'tanh': return 'v = fast_tanh(v);'
     if k == 'relu': return 'v = v < 0.0f ? 0.0f : v;'
     if k == 'sigmoid': return 'v = 1.0f / (1.0f + fast_expf(-v));'
-    if k == 'elu': return f'v = v > 0.0f ? v : {_cf(e.alpha)} * (fast_expf(v) - 1.0f);'
-    if k == 'leakyrelu': return f'v = v >= 0.0f ? v : {_cf(e.alpha)} * v;'
-    if k == 'selu': return f'v = v > 0.0f ? {a} * v : {a} * ({_cf(e.alpha)} * fast_expf(v) - {_cf(e.alpha)});'
+    if k == 'elu': return f'v = v > 0.0f ? v : {c_float(e.alpha)} * (fast_expf(v) - 1.0f);'
+    if k == 'leakyrelu': return f'v = v >= 0.0f ? v : {c_float(e.alpha)} * v;'
+    if k == 'selu': return f'v = v > 0.0f ? {a} * v : {a} * ({c_float(e.alpha)} * fast_expf(v) - {c_float(e.alpha)});'
     if k == 'silu': return 'v = v * (1.0f / (1.0f + fast_expf(-v)));'
     if k == 'softplus':  # ORT's stable form; torch's threshold (`c`): v itself above it
         sp = 'v > 0.0f ? v + log1pf(expf(-v)) : log1pf(expf(v))'
@@ -264,7 +266,7 @@ def _vew(isa, e, col, const):
     "Statements updating register `h` (columns col..) for elementwise op `e`; every clamp lets a NaN through."
     P = isa.p
     def arg(arr):
-        if arr.ndim == 0: return f'{P}_set1_ps({_cf(arr)})'
+        if arr.ndim == 0: return f'{P}_set1_ps({c_float(arr)})'
         return f'{P}_load_ps({const(arr, "c")} + {col})'
     k = e.kind
     if k in ('sub', 'div', 'mul', 'add'): return [f'h = {P}_{k}_ps(h, {arg(e.c)});']
@@ -274,15 +276,15 @@ def _vew(isa, e, col, const):
     if k == 'relu': return [f'h = {P}_max_ps({P}_setzero_ps(), h);']
     if k == 'leakyrelu':  # max(0, h) + alpha * min(0, h): one term is 0, so exactly v >= 0 ? v : alpha * v
         return [f'h = {P}_add_ps({P}_max_ps({P}_setzero_ps(), h), '
-                f'{P}_mul_ps({P}_set1_ps({_cf(e.alpha)}), {P}_min_ps({P}_setzero_ps(), h)));']
+                f'{P}_mul_ps({P}_set1_ps({c_float(e.alpha)}), {P}_min_ps({P}_setzero_ps(), h)));']
     if k == 'tanh': return ['h = vtanh(h);']
-    one, zero, lit = f'{P}_set1_ps(1.0f)', f'{P}_setzero_ps()', (lambda v: f'{P}_set1_ps({_cf(v)})')
+    one, zero, lit = f'{P}_set1_ps(1.0f)', f'{P}_setzero_ps()', (lambda v: f'{P}_set1_ps({c_float(v)})')
     sig = f'{P}_div_ps({one}, {P}_add_ps({one}, vexp({P}_sub_ps({zero}, h))))'
     if k == 'sigmoid': return [f'h = {sig};']
     if k == 'silu': return [f'h = {P}_mul_ps(h, {sig});']
     if k == 'elu': return [f'h = vpos(h, h, {P}_mul_ps({lit(e.alpha)}, {P}_sub_ps(vexp(h), {one})));']
     if k == 'selu':
-        g = f'{P}_set1_ps({_cf(e.c)})'
+        g = f'{P}_set1_ps({c_float(e.c)})'
         return [f'h = vpos(h, {P}_mul_ps({g}, h), {P}_mul_ps({g}, '
                 f'{isa.fma(lit(e.alpha), "vexp(h)", lit(-e.alpha))}));']
     stmt = _c_ew(e, f'{col} + j', lambda arr: const(arr, 'c'))  # softplus lane by lane, with libm's expf, log1pf
@@ -479,13 +481,13 @@ def _norm_c(src, dst, width, eps):
     return ['{', f'    float m = 0.0f, q = 0.0f;  /* normalise {width} */',
             f'    for (int i = 0; i < {width}; i++) m += {src}[i];', f'    m = m / {n};',
             f'    for (int i = 0; i < {width}; i++) {{ const float d = {src}[i] - m; q = PPO_FMA(d, d, q); }}',
-            f'    q = 1.0f / sqrtf(q / {n} + {_cf(eps)});',
+            f'    q = 1.0f / sqrtf(q / {n} + {c_float(eps)});',
             f'    for (int j = 0; j < {width}; j++) {dst}[j] = ({src}[j] - m) * q;', '}']
 
 # %% ../../nbs/34_c_kernel.ipynb #2d6acb20
 STACK_SCRATCH_MAX = 64 << 10  # bytes of scratch a call may keep on the stack; a wider policy's is on the heap
 
-def _scratch_width(stages, dims):
+def scratch_width(stages, dims):
     "The widest row a stage writes, padded to whole vectors (the last stage's too: it is copied out)."
     width, widths = dims[0], []
     for dense, _ in stages:
@@ -666,13 +668,13 @@ def _recurrent_row(isa, prog, dims, const):
 def _chains(prog, dims, const):
     "[(name, plan, dims, scratch)] of the chains a program runs: `forward`, or a recurrent one's `enc` and `head`."
     if not isinstance(prog, Recurrent):
-        stages = _stages(prog)
-        return [('forward', _plan(stages, dims, const), dims, _scratch(_scratch_width(stages, dims), *dims))]
+        stages = layer_stages(prog)
+        return [('forward', _plan(stages, dims, const), dims, _scratch(scratch_width(stages, dims), *dims))]
     out = []
     for name, steps, d in (('enc', prog.encoder, (prog.obs[1] - prog.obs[0], prog.x_dim)),
                            ('head', prog.head, (prog.cell.hidden, next(w for p, _, w in prog.out if p == 'action')))):
-        stages = _stages(steps)
-        out.append((name, _plan(stages, d, const), d, _scratch(_scratch_width(stages, d), *d, stack=True)))
+        stages = layer_stages(steps)
+        out.append((name, _plan(stages, d, const), d, _scratch(scratch_width(stages, d), *d, stack=True)))
     return out
 
 def kernel_arithmetic(prog):
@@ -683,15 +685,15 @@ def kernel_arithmetic(prog):
 
 def kernel_stack_bytes(prog, dims):
     "Bytes of stack the kernels of `prog` use at most (scratch rows, tiles, a recurrent step's buffers)."
-    if not isinstance(prog, Recurrent): return 2 * ROWS * _scratch_width(_stages(prog), dims) * 4
+    if not isinstance(prog, Recurrent): return 2 * ROWS * scratch_width(layer_stages(prog), dims) * 4
     H, E = prog.cell.hidden, prog.x_dim
-    enc = _scratch_width(_stages(prog.encoder), (prog.obs[1] - prog.obs[0], E))
-    head = _scratch_width(_stages(prog.head), (H, 0))
+    enc = scratch_width(layer_stages(prog.encoder), (prog.obs[1] - prog.obs[0], E))
+    head = scratch_width(layer_stages(prog.head), (H, 0))
     bufs = _pad(E + H) + _pad(prog.cell.dense.W.shape[1]) + 4 * _pad(H) + _pad(dims[1]) + 7 * PAD
     return 4 * (2 * max(enc, head) + bufs)
 
 # %% ../../nbs/34_c_kernel.ipynb #9e98356f
-def _kernels(steps, dims):
+def kernel_source(steps, dims):
     "The generated part of the C source: weights, fast_tanh, the kernels per `Isa` and in portable C, the drivers."
     consts, named = [], {}
     def const_of(arr, kind):  # every array once, whichever kernel asks
@@ -729,7 +731,7 @@ def generate_c(steps, dims, module_name):
     from importlib.resources import files
     from string import Template
     template = Template((files('ppo_trt')/'templates'/'policy_module.c').read_text())
-    return template.substitute(KERNELS=_kernels(steps, dims), OBS=dims[0], ACT=dims[1], MODULE=module_name)
+    return template.substitute(KERNELS=kernel_source(steps, dims), OBS=dims[0], ACT=dims[1], MODULE=module_name)
 
 # %% ../../nbs/34_c_kernel.ipynb #42a654c9
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re, shutil, subprocess, tempfile
 from pathlib import Path
 from ..core.files import PpoTrtError, BadInputError
-from .c_library import STRICT
+from .c_library import STRICT, template_text
 
 # %% auto #0
 __all__ = ['ARM_GCC', 'ARM_SIZE', 'M4_FLAGS', 'STARTUP', 'LINKER_SCRIPT', 'QEMU', 'QEMU_BOARD', 'arm_toolchain_missing',
@@ -89,57 +89,9 @@ def cortex_m4_size(folder):
                 warnings=built['warnings'])
 
 # %% ../../nbs/37_cortex_m.ipynb #0acc2018
-STARTUP = r"""/* startup.c: a Cortex-M4F start for the test program on QEMU's mps2-an386; I/O by semihosting. */
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-extern int main(void);
-extern void initialise_monitor_handles(void);
-extern uint32_t __StackTop, __data_load, __data_start, __data_end, __bss_start__, __bss_end__;
+STARTUP = template_text('cortex_m', 'startup.c')
 
-void Reset_Handler(void) {
-    *(volatile uint32_t *)0xE000ED88u |= 0xFu << 20;  /* CPACR: CP10 and CP11 full access, the FPU on */
-    __asm volatile("dsb\n\tisb");
-    memcpy(&__data_start, &__data_load, (size_t)((char *)&__data_end - (char *)&__data_start));
-    memset(&__bss_start__, 0, (size_t)((char *)&__bss_end__ - (char *)&__bss_start__));
-    initialise_monitor_handles();
-    exit(main());
-}
-
-void _init(void) {}  /* newlib calls these around main; nothing to do here */
-void _fini(void) {}
-
-static void Fault_Handler(void) { exit(90); }  /* a fault ends the run with status 90 instead of hanging */
-
-__attribute__((section(".vectors"), used)) static const uintptr_t vectors[16] = {
-    (uintptr_t)&__StackTop, (uintptr_t)Reset_Handler, (uintptr_t)Fault_Handler, (uintptr_t)Fault_Handler,
-    (uintptr_t)Fault_Handler, (uintptr_t)Fault_Handler, (uintptr_t)Fault_Handler};
-"""
-
-LINKER_SCRIPT = """/* QEMU mps2-an386 (Cortex-M4F): code and constants in the 4 MB at 0,
- * data, bss and the stack in the 4 MB at 0x20000000. */
-MEMORY
-{
-  FLASH (rx)  : ORIGIN = 0x00000000, LENGTH = 4M
-  RAM   (rwx) : ORIGIN = 0x20000000, LENGTH = 4M
-}
-ENTRY(Reset_Handler)
-SECTIONS
-{
-  .text : { KEEP(*(.vectors)) *(.text*) KEEP(*(.init)) KEEP(*(.fini)) *(.rodata*) . = ALIGN(4); } > FLASH
-  .ARM.exidx : { *(.ARM.exidx*) } > FLASH
-  .init_array : { PROVIDE_HIDDEN(__init_array_start = .); KEEP(*(.init_array*))
-                  PROVIDE_HIDDEN(__init_array_end = .); } > FLASH
-  .fini_array : { PROVIDE_HIDDEN(__fini_array_start = .); KEEP(*(.fini_array*))
-                  PROVIDE_HIDDEN(__fini_array_end = .); } > FLASH
-  __data_load = LOADADDR(.data);
-  .data : { __data_start = .; *(.data*) . = ALIGN(4); __data_end = .; } > RAM AT > FLASH
-  .bss (NOLOAD) : { __bss_start__ = .; *(.bss*) *(COMMON) . = ALIGN(8); __bss_end__ = .; } > RAM
-  end = .;
-  PROVIDE(_end = .);
-  __StackTop = ORIGIN(RAM) + LENGTH(RAM);
-}
-"""
+LINKER_SCRIPT = template_text('cortex_m', 'mps2_an386.ld')
 
 # %% ../../nbs/37_cortex_m.ipynb #b0b02e2f
 QEMU, QEMU_BOARD = 'qemu-system-arm', 'mps2-an386'

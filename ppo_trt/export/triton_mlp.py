@@ -8,8 +8,9 @@ import hashlib, os
 from dataclasses import dataclass, field
 import numpy as np
 from ..core.files import BadInputError
-from .numba_kernel import (Dense, Elementwise, NativeUnsupportedError, parse_chain, _stages,
-                                         module_from_source, Norm, Recurrent)
+from .onnx_graph import (Dense, Elementwise, NativeUnsupportedError, parse_chain, layer_stages, Norm,
+                                       Recurrent)
+from .numba_kernel import module_from_source
 
 # %% auto #0
 __all__ = ['TRITON_FIX', 'PRECISIONS', 'import_triton', 'triton_interpreted', 'padded', 'PackedParams', 'generate_triton',
@@ -105,7 +106,7 @@ def _dot(v, dense, params, bias=True):
 def _chain_tile(steps, width, params):
     "(Triton statements taking tile `v` through the chain `steps` from `width` columns, the width it ends at)."
     body = []
-    for head, ews in _stages(steps):
+    for head, ews in layer_stages(steps):
         if isinstance(head, Norm):  # over the real columns only: the padding columns are masked out, then zero
             wp, mask = padded(width), f'(c{padded(width)}[None, :] < {width})'
             body += [f'# normalise {width}', f'm = tl.reduce(tl.where({mask}, v, 0.0), 1, _add) / {float(width)!r}',
