@@ -10,9 +10,9 @@ from dataclasses import dataclass, asdict, field, replace
 from pathlib import Path
 import numpy as np
 from fastcore.basics import patch
-from ..core.run_folder import RunDir, RunConfig
+from ..core.run_folder import RunDir
 from ..core.files import BadInputError, PpoTrtError, atomic_path, save_json, sha256_file
-from ..core.records import TrainRecord, locked, record, remove_derived
+from ..core.records import ConfigRecord, TrainRecord, locked, record, remove_derived
 from ..core.machine import thread_plan
 from ..envs.specs import env_spec, RANDOMIZABLE
 from ..envs.gym import (make_env, env_spaces, training_seeds, check_randomize, check_history, ActionHistory,
@@ -750,7 +750,7 @@ def _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target, dev, co
     run.root.mkdir(parents=True, exist_ok=True)
     last = log[-1]
     total = last['timesteps']
-    RunConfig(env_id=env_id, seed=seed, timesteps=total, preset='fast', residual=res_rec, randomize=ranges,
+    ConfigRecord(env_id=env_id, seed=seed, timesteps=total, preset='fast', residual=res_rec, randomize=ranges,
               history_actions=history, privileged_critic=critic is not None,
               curriculum_return=(curriculum or {}).get('threshold'),
               adr={k: curriculum[k] for k in asdict(ADR())} if (curriculum or {}).get('rule') == 'adr' else None,
