@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse, contextlib, dataclasses, errno, math, os, sys, time
 from pathlib import Path
 from .core.files import PpoTrtError, BadInputError, shown, terminal_line, leftovers
-from .core.run_folder import (DEFAULT_ENV_ID, ARTIFACTS, OPTIONAL_STAGES, default_run_dir, RunDir,
+from .core.run_folder import (DEFAULT_ENV_ID, FAST_ENV_ID, ARTIFACTS, OPTIONAL_STAGES, default_run_dir, RunDir,
                                      check_timesteps)
 from .core.records import load_artifact, lineage_problems, run_lock, LOCK_NAME, HOLDER_NAME
 from .core.records import policy_only, policy_only_advice
@@ -15,13 +15,12 @@ from .export.onnx import onnx_metadata
 from . import __version__
 
 # %% auto #0
-__all__ = ['MAX_BATCH', 'MAX_CALLS', 'MIN_EVAL_FREQ', 'MAX_EPISODES', 'FAST_ENV_ID', 'DEFAULT_ENV_IDS', 'JSON_COMMANDS',
-           'READ_ONLY', 'OWN_LOCK', 'C_TARGETS', 'FAST_ONLY', 'ENV_STATE_BYTES', 'BENCH_MARKER', 'BENCH_MADE_BY',
-           'COMMANDS', 'number', 'number_list', 'default_env_id', 'parser', 'writable_run_dir', 'cmd_train',
-           'cmd_export', 'cmd_export_c', 'cmd_c_loop', 'cmd_build', 'bench_file_dir', 'policy_bytes', 'CommandFailed',
-           'bench_failures', 'cmd_bench', 'cmd_evaluate', 'cmd_import', 'cmd_residual_study', 'cmd_env_bench',
-           'cmd_report', 'cmd_advise', 'run_folder_rows', 'cmd_doctor', 'cmd_enjoy', 'cmd_docs', 'cmd_sweep', 'cmd_run',
-           'cmd_compare', 'main']
+__all__ = ['MAX_BATCH', 'MAX_CALLS', 'MIN_EVAL_FREQ', 'MAX_EPISODES', 'DEFAULT_ENV_IDS', 'JSON_COMMANDS', 'READ_ONLY', 'OWN_LOCK',
+           'C_TARGETS', 'FAST_ONLY', 'ENV_STATE_BYTES', 'BENCH_MARKER', 'BENCH_MADE_BY', 'COMMANDS', 'number',
+           'number_list', 'default_env_id', 'parser', 'writable_run_dir', 'cmd_train', 'cmd_export', 'cmd_export_c',
+           'cmd_c_loop', 'cmd_build', 'bench_file_dir', 'policy_bytes', 'CommandFailed', 'bench_failures', 'cmd_bench',
+           'cmd_evaluate', 'cmd_import', 'cmd_residual_study', 'cmd_env_bench', 'cmd_report', 'cmd_advise',
+           'run_folder_rows', 'cmd_doctor', 'cmd_enjoy', 'cmd_docs', 'cmd_sweep', 'cmd_run', 'cmd_compare', 'main']
 
 # %% ../nbs/90_cli.ipynb #5ac301a7
 MAX_BATCH = 1 << 24  # the largest batch policy.onnx's dynamic axis allows
@@ -75,7 +74,6 @@ def _add_common(p, writes=True):
                               help='fail at once if another ppo-trt process is writing the run folder')
 
 # %% ../nbs/90_cli.ipynb #6ea32aaa
-FAST_ENV_ID = 'CartPole-v1'  # `train --fast` without --env-id: the batched torch env that trains in seconds
 DEFAULT_ENV_IDS = {'residual-study': 'InvertedPendulum-v4', 'env-bench': FAST_ENV_ID}  # else core's DEFAULT_ENV_ID
 
 def default_env_id(command, fast=False):
@@ -86,26 +84,39 @@ def _add_env(p, default=None, what='the env of the run folder\'s policy: a diffe
     p.add_argument('--env-id', default=default, help=what)
 
 
+# %% ../nbs/90_cli.ipynb #ef0a1bc1
+def _defaults(cls):
+    "({field: default}, {field: help}) of a settings dataclass: the one place a command's flags take theirs from."
+    fields = dataclasses.fields(cls)
+    return {f.name: f.default for f in fields}, {f.name: f.metadata.get('help', '') for f in fields}
+
+
 # %% ../nbs/90_cli.ipynb #a0a6e1b1
 def _add_train(p):
+    "train's flags: defaults (and help) from the fast trainer's `FastTrainConfig`, SB3's own from its `train`."
+    import inspect
+    from ppo_trt.throughput.fast_ppo import FastTrainConfig
+    from ppo_trt.train.sb3 import train
+    (d, h), sb3 = _defaults(FastTrainConfig), {k: v.default for k, v in inspect.signature(train).parameters.items()}
     _add_env(p, None, f'env id with a spec in ppo_trt.envs.specs (default: {DEFAULT_ENV_ID}; --fast: {FAST_ENV_ID})')
-    p.add_argument('--seed', type=number(int, 0), default=0, help='seed of the env, the policy and the evaluations')
+    p.add_argument('--seed', type=number(int, 0), default=d['seed'], help=h['seed'])
     p.add_argument('--timesteps', type=_positive_timesteps, default=None,
                    help="total timesteps (default: the preset's)")
-    p.add_argument('--preset', default='seed',
+    p.add_argument('--preset', default=sb3['preset_name'],
                    help='seed (SB3 defaults, 200k steps), zoo (RL-Zoo Hopper), smoke (tests)')
     p.add_argument('--resume', action='store_true', help='continue from the last checkpoint in the run folder')
     p.add_argument('--force', action='store_true',
                    help="train again from scratch, deleting everything made from the old policy")
     p.add_argument('--eval-freq', type=number(int, MIN_EVAL_FREQ), default=None,
                    help='timesteps between evaluations (default: timesteps/20, <= 10000)')
-    p.add_argument('--eval-episodes', type=number(int, 1, MAX_EPISODES), default=5, help='episodes per evaluation')
-    p.add_argument('--keep', choices=['best', 'last'], default='best',
+    p.add_argument('--eval-episodes', type=number(int, 1, MAX_EPISODES), default=sb3['n_eval_episodes'],
+                   help='episodes per evaluation')
+    p.add_argument('--keep', choices=['best', 'last'], default=sb3['keep'],
                    help='deploy the best-evaluated policy seen in training or the last one')
     p.add_argument('--expert', default=None,
                    help='train a residual on this expert: zero, pid, a run folder, its policy.zip or a policy.onnx')
-    p.add_argument('--residual-scale', type=number(float, above=0), default=0.5,
-                   help='action = clip(expert + scale * residual)')
+    p.add_argument('--residual-scale', type=number(float, above=0), default=d['residual_scale'],
+                   help=h['residual_scale'])
     p.add_argument('--append-expert-obs', action='store_true',
                    help='show the agent the expert action (stateless experts only)')
     p.add_argument('--no-zero-init', action='store_true',
@@ -113,9 +124,7 @@ def _add_train(p):
     p.add_argument('--randomize', default=None, metavar='SPEC',
                    help="randomize every training episode: phases (noise, delay, mass, friction, push) or 'all', "
                         "each with an optional range, e.g. 'noise,delay=0:2,mass=0.8:1.2'")
-    p.add_argument('--history', type=number(int, 0, 16), default=0, metavar='K',
-                   help='the policy also sees its last K actions (Markov again under a delay of up to K steps); '
-                        'policy.onnx takes them after the observation and deployed runners keep them')
+    p.add_argument('--history', type=number(int, 0, 16), default=d['history'], metavar='K', help=h['history'])
     p.add_argument('--privileged-critic', action='store_true',
                    help='--fast with --randomize: the critic also sees what each episode drew (never deployed)')
     p.add_argument('--curriculum', action='store_true',
@@ -169,11 +178,6 @@ def _add_adopt(p):
     p.add_argument('--action-name', default=None, help='a foreign actor ONNX: its action output, where ambiguous')
 
 # %% ../nbs/90_cli.ipynb #7960d193
-def _defaults(cls):
-    "({field: default}, {field: help}) of a settings dataclass: the one place a command's flags take theirs from."
-    fields = dataclasses.fields(cls)
-    return {f.name: f.default for f in fields}, {f.name: f.metadata.get('help', '') for f in fields}
-
 def _add_bench(p):
     from ppo_trt.measure.bench import BenchSettings, SOAK_CALLS
     d, h = _defaults(BenchSettings)
@@ -529,7 +533,7 @@ def _check_num_envs(env_id, st):
 # %% ../nbs/90_cli.ipynb #0b68941b
 def _train_fast(a):
     import dataclasses
-    from ppo_trt.throughput.fast_ppo import fast_train, fast_preset
+    from ppo_trt.throughput.fast_ppo import FastTrainConfig, fast_train, fast_preset
     env_id, device, rd = _env_id(a), a.device or 'cpu', _run_dir(a)
     st = fast_preset(env_id)['settings']
     if a.num_envs: st = dataclasses.replace(st, num_envs=a.num_envs)
@@ -541,10 +545,12 @@ def _train_fast(a):
     _say(f'fast on-device PPO on {env_id} ({st.num_envs} envs on {device}) into {rd}')
     if a.adr and (a.curriculum or a.curriculum_return is not None):
         raise BadInputError('--adr is a curriculum of its own: drop --curriculum / --curriculum-return or --adr')
-    r = fast_train(rd, env_id, a.timesteps, a.seed, device, st, a.expert, a.residual_scale, a.compile, a.cudagraphs,
-                   randomize=a.randomize, num_threads=a.env_threads, force=a.force, progress=True,
-                   torch_threads=a.torch_threads, history=a.history, privileged_critic=a.privileged_critic,
-                   curriculum=_curriculum(a))
+    config = FastTrainConfig(env_id=env_id, timesteps=a.timesteps, seed=a.seed, device=device, settings=st,
+                             expert=a.expert, residual_scale=a.residual_scale, compile=a.compile,
+                             cudagraphs=a.cudagraphs, randomize=a.randomize, num_threads=a.env_threads,
+                             torch_threads=a.torch_threads, history=a.history, privileged_critic=a.privileged_critic,
+                             curriculum=_curriculum(a))
+    r = fast_train(rd, config, force=a.force)
     _say(f"{r.timesteps:,} steps in {r.wall_s:.1f} s ({r.steps_per_s:,.0f} steps/s, env + inference + "
          f"training; envs: {r.env_backend}; {_threads_line(r.thread_plan)}); "
          f"return on {r.final_eval_episodes} held-out episodes {r.final_eval_mean:.1f} ± {r.final_eval_std:.1f}"

@@ -10,11 +10,12 @@ from .files import (PpoTrtError, MissingArtifactError, BadArtifactError, BadInpu
                                 shown)
 
 # %% auto #0
-__all__ = ['DEFAULT_ENV_ID', 'ARTIFACTS', 'OPTIONAL_STAGES', 'ENV_ID_RE', 'default_run_dir', 'RunDir', 'check_env_id',
-           'check_timesteps']
+__all__ = ['DEFAULT_ENV_ID', 'FAST_ENV_ID', 'ARTIFACTS', 'OPTIONAL_STAGES', 'ENV_ID_RE', 'default_run_dir', 'RunDir',
+           'check_env_id', 'check_timesteps']
 
 # %% ../../nbs/01_run_folder.ipynb #534cbf4f
 DEFAULT_ENV_ID = 'Hopper-v4'
+FAST_ENV_ID = 'CartPole-v1'  # the fast trainer's: a batched torch env that trains in seconds
 
 ARTIFACTS = {  # name: (file name, stage that writes it)
     'config':        ('config.json',    'train'),
