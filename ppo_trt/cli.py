@@ -4,10 +4,10 @@
 
 # %% ../nbs/90_cli.ipynb #15771b1a
 from __future__ import annotations
-import argparse, contextlib, errno, math, os, sys, time
+import argparse, contextlib, dataclasses, errno, math, os, sys, time
 from pathlib import Path
 from .core.files import PpoTrtError, BadInputError, shown, terminal_line, leftovers
-from .core.run_folder import (DEFAULT_ENV_ID, ARTIFACTS, OPTIONAL_STAGES, default_run_dir, RunDir,
+from .core.run_folder import (DEFAULT_ENV_ID, FAST_ENV_ID, ARTIFACTS, OPTIONAL_STAGES, default_run_dir, RunDir,
                                      check_timesteps)
 from .core.records import load_artifact, lineage_problems, run_lock, LOCK_NAME, HOLDER_NAME
 from .core.records import policy_only, policy_only_advice
@@ -15,12 +15,12 @@ from .export.onnx import onnx_metadata
 from . import __version__
 
 # %% auto #0
-__all__ = ['MAX_BATCH', 'MAX_CALLS', 'MIN_EVAL_FREQ', 'MAX_EPISODES', 'JSON_COMMANDS', 'C_TARGETS', 'FAST_ONLY',
-           'ENV_STATE_BYTES', 'BENCH_MARKER', 'BENCH_MADE_BY', 'COMMANDS', 'READ_ONLY', 'number', 'number_list',
-           'parser', 'writable_run_dir', 'cmd_train', 'cmd_export', 'cmd_export_c', 'cmd_c_loop', 'cmd_build',
-           'bench_file_dir', 'policy_bytes', 'CommandFailed', 'bench_failures', 'cmd_bench', 'cmd_evaluate',
-           'cmd_import', 'cmd_residual_study', 'cmd_env_bench', 'cmd_report', 'cmd_advise', 'run_folder_rows',
-           'cmd_doctor', 'cmd_enjoy', 'cmd_docs', 'cmd_sweep', 'cmd_run', 'cmd_compare', 'main']
+__all__ = ['MAX_BATCH', 'MAX_CALLS', 'MIN_EVAL_FREQ', 'MAX_EPISODES', 'DEFAULT_ENV_IDS', 'JSON_COMMANDS', 'READ_ONLY', 'OWN_LOCK',
+           'C_TARGETS', 'FAST_ONLY', 'ENV_STATE_BYTES', 'BENCH_MARKER', 'BENCH_MADE_BY', 'COMMANDS', 'number',
+           'number_list', 'default_env_id', 'parser', 'writable_run_dir', 'cmd_train', 'cmd_export', 'cmd_export_c',
+           'cmd_c_loop', 'cmd_build', 'bench_file_dir', 'policy_bytes', 'CommandFailed', 'bench_failures', 'cmd_bench',
+           'cmd_evaluate', 'cmd_import', 'cmd_residual_study', 'cmd_env_bench', 'cmd_report', 'cmd_advise',
+           'run_folder_rows', 'cmd_doctor', 'cmd_enjoy', 'cmd_docs', 'cmd_sweep', 'cmd_run', 'cmd_compare', 'main']
 
 # %% ../nbs/90_cli.ipynb #5ac301a7
 MAX_BATCH = 1 << 24  # the largest batch policy.onnx's dynamic axis allows
@@ -74,29 +74,49 @@ def _add_common(p, writes=True):
                               help='fail at once if another ppo-trt process is writing the run folder')
 
 # %% ../nbs/90_cli.ipynb #6ea32aaa
+DEFAULT_ENV_IDS = {'residual-study': 'InvertedPendulum-v4', 'env-bench': FAST_ENV_ID}  # else core's DEFAULT_ENV_ID
+
+def default_env_id(command, fast=False):
+    "The env a command works on without --env-id: FAST_ENV_ID for --fast, `DEFAULT_ENV_IDS`, else DEFAULT_ENV_ID."
+    return FAST_ENV_ID if fast else DEFAULT_ENV_IDS.get(command, DEFAULT_ENV_ID)
+
 def _add_env(p, default=None, what='the env of the run folder\'s policy: a different one is refused'):
     p.add_argument('--env-id', default=default, help=what)
 
+
+# %% ../nbs/90_cli.ipynb #ef0a1bc1
+def _defaults(cls):
+    "({field: default}, {field: help}) of a settings dataclass: the one place a command's flags take theirs from."
+    fields = dataclasses.fields(cls)
+    return {f.name: f.default for f in fields}, {f.name: f.metadata.get('help', '') for f in fields}
+
+
 # %% ../nbs/90_cli.ipynb #a0a6e1b1
 def _add_train(p):
-    _add_env(p, None, f'env id with a spec in ppo_trt.envs.specs (default: {DEFAULT_ENV_ID}; --fast: CartPole-v1)')
-    p.add_argument('--seed', type=number(int, 0), default=0, help='seed of the env, the policy and the evaluations')
+    "train's flags: defaults (and help) from the fast trainer's `FastTrainConfig`, SB3's own from its `train`."
+    import inspect
+    from ppo_trt.throughput.fast_ppo import FastTrainConfig
+    from ppo_trt.train.sb3 import train
+    (d, h), sb3 = _defaults(FastTrainConfig), {k: v.default for k, v in inspect.signature(train).parameters.items()}
+    _add_env(p, None, f'env id with a spec in ppo_trt.envs.specs (default: {DEFAULT_ENV_ID}; --fast: {FAST_ENV_ID})')
+    p.add_argument('--seed', type=number(int, 0), default=d['seed'], help=h['seed'])
     p.add_argument('--timesteps', type=_positive_timesteps, default=None,
                    help="total timesteps (default: the preset's)")
-    p.add_argument('--preset', default='seed',
+    p.add_argument('--preset', default=sb3['preset_name'],
                    help='seed (SB3 defaults, 200k steps), zoo (RL-Zoo Hopper), smoke (tests)')
     p.add_argument('--resume', action='store_true', help='continue from the last checkpoint in the run folder')
     p.add_argument('--force', action='store_true',
                    help="train again from scratch, deleting everything made from the old policy")
     p.add_argument('--eval-freq', type=number(int, MIN_EVAL_FREQ), default=None,
                    help='timesteps between evaluations (default: timesteps/20, <= 10000)')
-    p.add_argument('--eval-episodes', type=number(int, 1, MAX_EPISODES), default=5, help='episodes per evaluation')
-    p.add_argument('--keep', choices=['best', 'last'], default='best',
+    p.add_argument('--eval-episodes', type=number(int, 1, MAX_EPISODES), default=sb3['n_eval_episodes'],
+                   help='episodes per evaluation')
+    p.add_argument('--keep', choices=['best', 'last'], default=sb3['keep'],
                    help='deploy the best-evaluated policy seen in training or the last one')
     p.add_argument('--expert', default=None,
                    help='train a residual on this expert: zero, pid, a run folder, its policy.zip or a policy.onnx')
-    p.add_argument('--residual-scale', type=number(float, above=0), default=0.5,
-                   help='action = clip(expert + scale * residual)')
+    p.add_argument('--residual-scale', type=number(float, above=0), default=d['residual_scale'],
+                   help=h['residual_scale'])
     p.add_argument('--append-expert-obs', action='store_true',
                    help='show the agent the expert action (stateless experts only)')
     p.add_argument('--no-zero-init', action='store_true',
@@ -104,9 +124,7 @@ def _add_train(p):
     p.add_argument('--randomize', default=None, metavar='SPEC',
                    help="randomize every training episode: phases (noise, delay, mass, friction, push) or 'all', "
                         "each with an optional range, e.g. 'noise,delay=0:2,mass=0.8:1.2'")
-    p.add_argument('--history', type=number(int, 0, 16), default=0, metavar='K',
-                   help='the policy also sees its last K actions (Markov again under a delay of up to K steps); '
-                        'policy.onnx takes them after the observation and deployed runners keep them')
+    p.add_argument('--history', type=number(int, 0, 16), default=d['history'], metavar='K', help=h['history'])
     p.add_argument('--privileged-critic', action='store_true',
                    help='--fast with --randomize: the critic also sees what each episode drew (never deployed)')
     p.add_argument('--curriculum', action='store_true',
@@ -161,39 +179,43 @@ def _add_adopt(p):
 
 # %% ../nbs/90_cli.ipynb #7960d193
 def _add_bench(p):
+    from ppo_trt.measure.bench import BenchSettings, SOAK_CALLS
+    d, h = _defaults(BenchSettings)
     p.add_argument('--backends', type=_name_list, default=None,
                    help='comma-separated (default: all); see `ppo-trt doctor`')
-    p.add_argument('--warmup', type=number(int, 0, MAX_CALLS), default=200, help='untimed calls before timing')
-    p.add_argument('--iters', type=number(int, 10, MAX_CALLS), default=2000, help='timed batch-1 calls per backend')
-    p.add_argument('--batches', type=number_list(int, 1, MAX_BATCH), default=None, help='batch sweep, '
-                   'e.g. 1,16,256,4096 (default: 1,4,16,64,256,1024,4096)')
-    p.add_argument('--sla-ms', type=number(float, above=0), default=1.0, help='SLA on the batch-1 p99 latency, in ms')
-    p.add_argument('--closed-loop-steps', type=number(int, 0, MAX_CALLS), default=2000,
-                   help='control steps of the closed loop (0: skip it)')
-    p.add_argument('--sweep-seconds', type=number(float, hi=60, above=0), default=0.25,
-                   help='time budget per sweep point')
-    p.add_argument('--threads', type=number(int, 1, 1024), default=1,
-                   help='intra-op / torch / numba threads per backend')
-    p.add_argument('--pin-cpu', type=number(int, 0), default=None,
-                   help='pin the process to this CPU while benchmarking')
+    p.add_argument('--warmup', type=number(int, 0, MAX_CALLS), default=d['warmup'], help=h['warmup'])
+    p.add_argument('--iters', type=number(int, 10, MAX_CALLS), default=d['iters'], help=h['iters'])
+    p.add_argument('--batches', type=number_list(int, 1, MAX_BATCH), default=d['batches'], help=h['batches'])
+    p.add_argument('--sla-ms', type=number(float, above=0), default=d['sla_us'] / 1e3, help=f"{h['sla_us']}, in ms")
+    p.add_argument('--closed-loop-steps', type=number(int, 0, MAX_CALLS), default=d['closed_loop_steps'],
+                   help=h['closed_loop_steps'])
+    p.add_argument('--sweep-seconds', type=number(float, hi=60, above=0), default=d['sweep_seconds'],
+                   help=h['sweep_seconds'])
+    p.add_argument('--threads', type=number(int, 1, 1024), default=d['threads'], help=h['threads'])
+    p.add_argument('--pin-cpu', type=number(int, 0), default=d['pin_cpu'], help=h['pin_cpu'])
     p.add_argument('--soak', action='store_true', help='also soak each backend: --soak-calls batch-1 calls in windows')
-    p.add_argument('--soak-calls', type=number(int, 1, 100 * MAX_CALLS), default=1_000_000, help='calls per soak')
-    p.add_argument('--soak-window', type=number(int, 1, MAX_CALLS), default=100_000, help='calls per soak window')
+    p.add_argument('--soak-calls', type=number(int, 1, 100 * MAX_CALLS), default=SOAK_CALLS, help='calls per soak')
+    p.add_argument('--soak-window', type=number(int, 1, MAX_CALLS), default=d['soak_window'], help=h['soak_window'])
     p.add_argument('--replace', action='store_true',
                    help="start bench.json over instead of merging this run's records into it")
     _add_obs(p)
 
+
 # %% ../nbs/90_cli.ipynb #56887432
 JSON_COMMANDS = ('bench', 'evaluate', 'doctor')  # `--json`: the record as one JSON document on stdout
+READ_ONLY = ('advise', 'doctor')  # they write nothing: no run-folder lock, no --no-wait
+OWN_LOCK = ('docs', 'sweep', 'compare')  # they write a folder of their own (--out, compare's copy) under its own lock
+
 
 # %% ../nbs/90_cli.ipynb #d4f227ca
-def _sub(sub, name, help, writes=True):
-    "A subcommand parser showing every default in --help, with --run-dir (--no-wait when it writes; --json for some)."
+def _sub(sub, name, help):
+    "A subcommand parser showing every default in --help, with --run-dir (--no-wait unless READ_ONLY; --json for some)."
     p = sub.add_parser(name, help=help, description=help, formatter_class=_Help)
-    _add_common(p, writes)
+    _add_common(p, writes=name not in READ_ONLY)
     if name in JSON_COMMANDS: p.add_argument('--json', action='store_true', help='print the record as one JSON '
                                              'document on stdout; progress and tables go to stderr')
     return p
+
 
 # %% ../nbs/90_cli.ipynb #4ee4b134
 def _add_build(p):
@@ -243,7 +265,7 @@ def _add_import(p):
 
 # %% ../nbs/90_cli.ipynb #659a11c8
 def _add_residual_study(p):
-    _add_env(p, None, 'env id (default: InvertedPendulum-v4)')
+    _add_env(p, None, f"env id (default: {DEFAULT_ENV_IDS['residual-study']})")
     p.add_argument('--seed', type=number(int, 0), default=0, help='seed of both trainings')
     p.add_argument('--timesteps', type=_positive_timesteps, default=None,
                    help="timesteps of each training (default: the preset's)")
@@ -258,7 +280,7 @@ def _add_residual_study(p):
 
 # %% ../nbs/90_cli.ipynb #fc1c1b02
 def _add_env_bench(p):
-    _add_env(p, 'CartPole-v1', 'batched env to time')
+    _add_env(p, DEFAULT_ENV_IDS['env-bench'], 'batched env to time')
     p.add_argument('--device', default='cpu', help='torch device')
     p.add_argument('--num-envs', type=number_list(int, 1, 1 << 28), default=(32, 1024, 65536),
                    help='comma-separated env counts')
@@ -353,8 +375,8 @@ def parser():
                              'return vs timesteps: pure PPO, the expert, expert + residual (same seeds)'))
     _add_env_bench(_sub(sub, 'env-bench', 'batched torch envs vs gymnasium Sync/AsyncVectorEnv: steps/s per num_envs'))
     _add_env(_sub(sub, 'report', 'render report.html from the records'))
-    _add_env(_sub(sub, 'advise', 'fastest measured backend per batch size, from bench.json', writes=False))
-    _add_env(_sub(sub, 'doctor', 'what can run on this machine, and the state of a run folder', writes=False))
+    _add_env(_sub(sub, 'advise', 'fastest measured backend per batch size, from bench.json'))
+    _add_env(_sub(sub, 'doctor', 'what can run on this machine, and the state of a run folder'))
     _add_enjoy(_sub(sub, 'enjoy', 'watch the policy (video) or time the closed loop'))
     p = sub.add_parser('docs', help='render the documentation site (README, notebooks, API docs, results)',
                        description='render the documentation site (README, notebooks, API docs, results); '
@@ -367,7 +389,12 @@ def parser():
     return ap
 
 # %% ../nbs/90_cli.ipynb #e02fa96e
-def _run_dir(a): return a.run_dir or default_run_dir(a.env_id or DEFAULT_ENV_ID)
+def _env_id(a):
+    "The env id a command works on: --env-id, else the command's default (`default_env_id`)."
+    return a.env_id or default_env_id(a.command, a.command in ('train', 'run') and a.fast)
+
+def _run_dir(a): return a.run_dir or default_run_dir(_env_id(a))
+
 
 # %% ../nbs/90_cli.ipynb #4989412c
 def writable_run_dir(path):
@@ -428,12 +455,12 @@ def cmd_train(a):
     from ppo_trt.train.sb3 import train
     from ppo_trt.envs.specs import env_spec
     if a.fast: return _train_fast(a)
-    env_spec(a.env_id or DEFAULT_ENV_ID)  # an unknown id: one line, before "training ..." is said
-    rd = _run_dir(a)
-    kw = dict(env_id=a.env_id or DEFAULT_ENV_ID, seed=a.seed, timesteps=a.timesteps, preset_name=a.preset,
+    env_id, rd = _env_id(a), _run_dir(a)
+    env_spec(env_id)  # an unknown id: one line, before "training ..." is said
+    kw = dict(env_id=env_id, seed=a.seed, timesteps=a.timesteps, preset_name=a.preset,
               resume=a.resume, force=a.force, eval_freq=a.eval_freq, n_eval_episodes=a.eval_episodes, keep=a.keep,
               progress=True, randomize=a.randomize, torch_threads=a.torch_threads, history=a.history)
-    _say(f'training {a.env_id or DEFAULT_ENV_ID} (preset {a.preset}) into {rd}')
+    _say(f'training {env_id} (preset {a.preset}) into {rd}')
     if a.expert:
         from ppo_trt.studies.residual import train_residual
         _say(f'residual on expert {a.expert} (scale {a.residual_scale})')
@@ -467,19 +494,19 @@ def _curriculum(a):
     return a.curriculum_return if a.curriculum_return is not None else a.curriculum or None
 
 # %% ../nbs/90_cli.ipynb #33545d7f
-def _train_teacher_student(a, rd):
+def _train_teacher_student(a, env_id, rd):
     "`train --fast --teacher-student`: the teacher_student trainer, its flags checked; the student's summary."
     from ppo_trt.throughput.teacher_student import teacher_student_train, TeacherStudent
     from ppo_trt.throughput.fast_ppo import ADR
     other = [f for f, v in (('--expert', a.expert), ('--privileged-critic', a.privileged_critic),
                             ('--curriculum', a.curriculum or a.curriculum_return is not None),
                             ('--num-envs', a.num_envs), ('--compile', a.compile), ('--cudagraphs', a.cudagraphs)) if v]
-    if other or a.device != 'cpu':
+    if other or a.device not in (None, 'cpu'):
         raise BadInputError(f'--teacher-student trains its own privileged critic on the CPU; drop '
                             f'{", ".join(other) or "--device"}')
     ts = TeacherStudent(history=a.history or 3, adr=ADR() if a.adr else None)
-    _say(f'teacher-student on {a.env_id} (student history {ts.history}, ADR {"on" if ts.adr else "off"}) into {rd}')
-    r = teacher_student_train(rd, a.env_id, a.timesteps, a.seed, a.randomize, ts, num_threads=a.env_threads,
+    _say(f'teacher-student on {env_id} (student history {ts.history}, ADR {"on" if ts.adr else "off"}) into {rd}')
+    r = teacher_student_train(rd, env_id, a.timesteps, a.seed, a.randomize, ts, num_threads=a.env_threads,
                               torch_threads=a.torch_threads, progress=True, force=a.force)
     gap = r.teacher_student['returns']
     _say(f"{r.timesteps:,} steps in {r.wall_s:.1f} s ({r.steps_per_s:,.0f} steps/s); student's return on "
@@ -506,24 +533,24 @@ def _check_num_envs(env_id, st):
 # %% ../nbs/90_cli.ipynb #0b68941b
 def _train_fast(a):
     import dataclasses
-    from ppo_trt.throughput.fast_ppo import fast_train, fast_preset
-    env_id = a.env_id = a.env_id or 'CartPole-v1'
+    from ppo_trt.throughput.fast_ppo import FastTrainConfig, fast_train, fast_preset
+    env_id, device, rd = _env_id(a), a.device or 'cpu', _run_dir(a)
     st = fast_preset(env_id)['settings']
     if a.num_envs: st = dataclasses.replace(st, num_envs=a.num_envs)
     _check_num_envs(env_id, st)
     if a.env_threads and a.env_threads > st.num_envs:
         raise BadInputError(f'--env-threads {a.env_threads} is more than the {st.num_envs} envs they step: '
                             f'use at most {st.num_envs}')
-    a.device = a.device or 'cpu'
-    rd = a.run_dir or default_run_dir(env_id)
-    if a.teacher_student: return _train_teacher_student(a, rd)
-    _say(f'fast on-device PPO on {env_id} ({st.num_envs} envs on {a.device}) into {rd}')
+    if a.teacher_student: return _train_teacher_student(a, env_id, rd)
+    _say(f'fast on-device PPO on {env_id} ({st.num_envs} envs on {device}) into {rd}')
     if a.adr and (a.curriculum or a.curriculum_return is not None):
         raise BadInputError('--adr is a curriculum of its own: drop --curriculum / --curriculum-return or --adr')
-    r = fast_train(rd, env_id, a.timesteps, a.seed, a.device, st, a.expert, a.residual_scale, a.compile, a.cudagraphs,
-                   randomize=a.randomize, num_threads=a.env_threads, force=a.force, progress=True,
-                   torch_threads=a.torch_threads, history=a.history, privileged_critic=a.privileged_critic,
-                   curriculum=_curriculum(a))
+    config = FastTrainConfig(env_id=env_id, timesteps=a.timesteps, seed=a.seed, device=device, settings=st,
+                             expert=a.expert, residual_scale=a.residual_scale, compile=a.compile,
+                             cudagraphs=a.cudagraphs, randomize=a.randomize, num_threads=a.env_threads,
+                             torch_threads=a.torch_threads, history=a.history, privileged_critic=a.privileged_critic,
+                             curriculum=_curriculum(a))
+    r = fast_train(rd, config, force=a.force)
     _say(f"{r.timesteps:,} steps in {r.wall_s:.1f} s ({r.steps_per_s:,.0f} steps/s, env + inference + "
          f"training; envs: {r.env_backend}; {_threads_line(r.thread_plan)}); "
          f"return on {r.final_eval_episodes} held-out episodes {r.final_eval_mean:.1f} ± {r.final_eval_std:.1f}"
@@ -569,7 +596,7 @@ def _export_c_file(a):
 
 def cmd_export_c(a):
     from ppo_trt.export.c_library import write_c_library
-    if getattr(a, 'policy', None): lib = _export_c_file(a)
+    if a.policy: lib = _export_c_file(a)
     else:
         rd = _run_dir(a)
         _check_env(a, rd)
@@ -646,7 +673,7 @@ def bench_file_dir(a):
 def _adopt_options(a, origin):
     "The `AdoptOptions` of a command's --obs-name, --action-name and --env-id."
     from ppo_trt.export.foreign import AdoptOptions
-    return AdoptOptions(getattr(a, 'obs_name', None), getattr(a, 'action_name', None), a.env_id, origin)
+    return AdoptOptions(a.obs_name, a.action_name, a.env_id, origin)
 
 def _policy_file(a):
     "`a.policy` if it is an .onnx file (never read through a link out of its folder), else one line."
@@ -702,15 +729,20 @@ def bench_failures(result, asked=None):
     return (f"{len(bad)} backend(s) failed: " + '; '.join(f'{b}: {shown(why, 160)}' for b, why in bad.items())
             + f"; their records are in {RunDir(result.run_dir).path('bench_record')}")
 
-def cmd_bench(a):
+def _bench(a):
+    "bench.json of the run folder (or of `a.policy`'s folder): the bench stage of `bench` and of `run`."
     from ppo_trt.measure.bench import bench
-    rd, fresh = _bench_file(a) if getattr(a, 'policy', None) else (_run_dir(a), False)
+    rd, fresh = _bench_file(a) if a.policy else (_run_dir(a), False)
     live = sys.stdout.isatty()  # a progress bar on a terminal; piped, a line per backend as it finishes
     r = bench(rd, a.backends, _bench_settings(a), env_id=a.env_id, progress=live, replace=a.replace or fresh,
               say=None if live else _say)
-    if getattr(a, 'policy', None): _say(f'benched {a.policy} in {rd}, the run folder made for it (the file: only read)')
+    if a.policy: _say(f'benched {a.policy} in {rd}, the run folder made for it (the file: only read)')
     _say(f"wrote {RunDir(rd).path('bench_record')}")
-    if a.command == 'bench' and (why := bench_failures(r, a.backends)): raise CommandFailed(why)
+    return r
+
+def cmd_bench(a):
+    r = _bench(a)
+    if why := bench_failures(r, a.backends): raise CommandFailed(why)
     return r
 
 # %% ../nbs/90_cli.ipynb #c277b7f0
@@ -741,8 +773,7 @@ def cmd_import(a):
 # %% ../nbs/90_cli.ipynb #e1b73633
 def cmd_residual_study(a):
     from ppo_trt.studies.residual import residual_study, first_reaching
-    env_id = a.env_id or 'InvertedPendulum-v4'
-    rd = a.run_dir or default_run_dir(env_id)
+    env_id, rd = _env_id(a), _run_dir(a)
     out = a.out or Path(rd)/'residual_study'
     _say(f'residual study on {env_id}: pure PPO and {a.expert} + residual, {a.timesteps or "preset"} steps each, '
          f'into {out}')
@@ -772,7 +803,7 @@ def cmd_env_bench(a):
     if not a.no_train:
         levels.append(('env+inference+training', lambda ns: train_throughput(a.env_id, ns, dev, progress=False),
                        train_level_sizes(a.num_envs, a.train_max_envs)))
-    rd = Path(a.run_dir or default_run_dir(a.env_id)); rd.mkdir(parents=True, exist_ok=True)
+    rd = Path(_run_dir(a)); rd.mkdir(parents=True, exist_ok=True)
     out = rd/f'env_bench_{a.env_id}.json'
     rec = env_bench(out, a.env_id, a.num_envs, dev, a.steps, compile=a.compile, gym_max_envs=a.gym_max_envs,
                     levels=levels, say=_say)  # saved after every point: a time-out keeps what was measured
@@ -913,7 +944,7 @@ def _add_sweep(sub):
     p = sub.add_parser('sweep', help='seeds x variants on Ray: train -> export -> evaluate, IQM with 95 %% CIs',
                        description='train, export and evaluate every (seed, variant) as a Ray task; aggregate with '
                                    "rliable into OUT/sweep.json", formatter_class=_Help)
-    p.add_argument('--env-id', default=DEFAULT_ENV_ID, help='gymnasium env id (a PID baseline must exist for it)')
+    p.add_argument('--env-id', default=default_env_id('sweep'), help='gymnasium env id (a PID baseline must exist for it)')
     p.add_argument('--seeds', type=number(int, 1, 1000), default=5, help='training seeds 0 .. N-1')
     p.add_argument('--variants', default='nominal,randomized',
                    help='any of nominal, randomized, randomized+history (the policy also sees its last actions), '
@@ -938,12 +969,14 @@ def _add_sweep(sub):
                    help='Ray cluster address (default: $RAY_ADDRESS, else a local Ray on this machine)')
     p.add_argument('--num-cpus', type=number(int, 1, 4096), default=None,
                    help='CPUs of the local Ray (default: all): one run per CPU')
-    p.add_argument('--no-wait', action='store_true', help=argparse.SUPPRESS)
+    p.add_argument('--no-wait', action='store_true', help=argparse.SUPPRESS)  # deprecated: see cmd_sweep
     return p
 
 # %% ../nbs/90_cli.ipynb #7d576e8b
 def cmd_sweep(a):
     from ppo_trt.studies.sweep import sweep, print_sweep
+    if a.no_wait: print(terminal_line('[ppo-trt] --no-wait is deprecated for sweep and changes nothing: a sweep never '
+                                      'waits for a busy --out, it stops at once; drop the flag'), file=sys.stderr)
     out = a.out or Path('sweeps')/a.env_id
     _say(f"sweep of {a.env_id}: seeds 0..{a.seeds - 1} x {a.variants} ({'fast PPO' if a.fast else 'SB3'}) into {out}")
     rec = sweep(out, env_id=a.env_id, seeds=a.seeds, variants=a.variants, fast=a.fast, timesteps=a.timesteps,
@@ -953,18 +986,26 @@ def cmd_sweep(a):
     _say(f"wrote {out/'sweep.json'}")
     return rec
 
+
 # %% ../nbs/90_cli.ipynb #a3e19074
+def _stage_args(a, command, run_dir):
+    "The arguments of `ppo-trt COMMAND --run-dir RUN_DIR` given the flags `run` was given (COMMAND's defaults else)."
+    own = vars(parser().parse_args([command, '--run-dir', str(run_dir)]))
+    return argparse.Namespace(**{k: v if k in ('command', 'run_dir') else vars(a).get(k, v) for k, v in own.items()})
+
 def cmd_run(a):
-    "train -> export -> bench -> report."
+    "train -> export -> bench -> report, each stage called with its own command's arguments."
     from ppo_trt.backends import registry as B
     for n in a.backends or []: B.check_name(n)  # fail before training, not after
-    if a.fast and (a.env_id or 'CartPole-v1') == 'CartPole-v1':
-        raise BadInputError('run --fast exports the policy, which needs continuous actions: use --env-id Pendulum-v1 '
-                            '(or `ppo-trt train --fast` for CartPole-v1)')
-    t0, a.run_dir = time.perf_counter(), Path(_folder(a))
-    cmd_train(a); cmd_export(a); r = cmd_bench(a); cmd_report(a)
-    _say(f'done in {time.perf_counter() - t0:.0f} s: open {RunDir(_run_dir(a)).path("report")}')
+    if a.fast and _env_id(a) == FAST_ENV_ID:
+        raise BadInputError(f'run --fast exports the policy, which needs continuous actions: use --env-id Pendulum-v1 '
+                            f'(or `ppo-trt train --fast` for {FAST_ENV_ID})')
+    t0, rd = time.perf_counter(), Path(_folder(a))
+    stage = lambda command: _stage_args(a, command, rd)
+    cmd_train(stage('train')); cmd_export(stage('export')); r = _bench(stage('bench')); cmd_report(stage('report'))
+    _say(f'done in {time.perf_counter() - t0:.0f} s: open {RunDir(rd).path("report")}')
     if why := bench_failures(r, a.backends): raise CommandFailed(why)  # the report shows them; the exit status too
+
 
 # %% ../nbs/90_cli.ipynb #30fd9af7
 def cmd_compare(a):
@@ -984,20 +1025,15 @@ COMMANDS = {'run': cmd_run, 'train': cmd_train, 'export': cmd_export, 'export-c'
             'env-bench': cmd_env_bench,
             'report': cmd_report, 'advise': cmd_advise, 'doctor': cmd_doctor, 'enjoy': cmd_enjoy, 'docs': cmd_docs,
             'sweep': cmd_sweep, 'compare': cmd_compare, 'import': cmd_import}
-READ_ONLY = ('advise', 'doctor', 'docs', 'sweep', 'compare')  # no run-folder lock: docs, sweep, compare lock their own
-
 def _folder(a):
     "The run folder a command writes into."
-    if a.command == 'residual-study': return a.run_dir or default_run_dir(a.env_id or 'InvertedPendulum-v4')
-    if a.command == 'env-bench': return a.run_dir or default_run_dir(a.env_id)
-    if a.command in ('run', 'train') and a.fast: return a.run_dir or default_run_dir(a.env_id or 'CartPole-v1')
     if a.command == 'bench' and a.policy is not None: return bench_file_dir(a)
     if a.command == 'import': return a.run_dir or Path('runs')/f'import-{Path(a.model).stem}'
     return _run_dir(a)
 
 def _locks_run_folder(a):
-    "Whether the command writes a run folder (under its lock): not the read-only ones, nor export-c of a file."
-    return a.command not in READ_ONLY and not (a.command == 'export-c' and a.policy is not None)
+    "Whether the command writes a run folder (under its lock): not READ_ONLY or OWN_LOCK ones, nor export-c of a file."
+    return a.command not in READ_ONLY + OWN_LOCK and not (a.command == 'export-c' and a.policy is not None)
 
 # %% ../nbs/90_cli.ipynb #5dc6a12e
 def _forget_if_empty(folder):

@@ -77,7 +77,7 @@ def test_adr_draws_feed_the_features_and_freeze():
 
 
 def test_fast_train_with_adr_records_its_moves(tmp_path):
-    rec = fast_train(tmp_path/'run', 'Hopper-v4', timesteps=8 * 2048, randomize='all', history=2,
+    rec = fast_train(tmp_path/'run', env_id='Hopper-v4', timesteps=8 * 2048, randomize='all', history=2,
                      privileged_critic=True, curriculum=ADR(-1e9, -2e9, episodes=2), progress=False,
                      final_eval_episodes=1)
     cur, cfg = rec.curriculum, load_json(tmp_path/'run'/'config.json')
@@ -92,6 +92,6 @@ def test_fast_train_with_adr_records_its_moves(tmp_path):
 
 
 def test_adr_that_never_widens_keeps_the_nominal_world(tmp_path):
-    rec = fast_train(tmp_path/'run', 'Hopper-v4', timesteps=4 * 2048, randomize='all', curriculum=ADR(1e9, -1e9),
-                     progress=False, final_eval_episodes=1)
+    rec = fast_train(tmp_path/'run', env_id='Hopper-v4', timesteps=4 * 2048, randomize='all',
+                     curriculum=ADR(1e9, -1e9), progress=False, final_eval_episodes=1)
     assert rec.curriculum['changes'] == [] and rec.curriculum['final_ranges'] == scale_ranges(FULL, 0.0)

@@ -23,7 +23,7 @@ CPU_BACKENDS = ('sb3', 'torch', 'torch-compile', 'ort', 'ort-iobind', 'native', 
 @pytest.fixture(scope='module')
 def fast_run(tmp_path_factory):
     d = tmp_path_factory.mktemp('history')/'fast'
-    fast_train(d, 'Hopper-v4', timesteps=16_384, history=K, progress=False, final_eval_episodes=2)
+    fast_train(d, env_id='Hopper-v4', timesteps=16_384, history=K, progress=False, final_eval_episodes=2)
     export(d)
     return d
 
@@ -136,7 +136,7 @@ def test_resume_with_another_history_refused(sb3_run):
 
 def test_bad_history_settings(tmp_path, fast_run):
     with pytest.raises(BadInputError, match='drop one of them'):
-        fast_train(tmp_path/'r', 'Hopper-v4', timesteps=2048, history=2, expert='pid', progress=False)
+        fast_train(tmp_path/'r', env_id='Hopper-v4', timesteps=2048, history=2, expert='pid', progress=False)
     assert {f.name for f in (tmp_path/'r').iterdir()} <= {'.ppo-trt.lock'}  # refused before anything was written
     r = subprocess.run([sys.executable, '-m', 'ppo_trt.cli', 'train', '--fast', '--env-id', 'Hopper-v4', '--history',
                         '17', '--run-dir', str(tmp_path/'s')], capture_output=True, text=True)

@@ -18,7 +18,7 @@ K = 2
 def robust_run(tmp_path_factory):
     "History, privileged critic and a curriculum that widens at every judgement (threshold below any return)."
     d = tmp_path_factory.mktemp('robust')/'run'
-    fast_train(d, 'Hopper-v4', timesteps=24_576, randomize='all', history=K, privileged_critic=True,
+    fast_train(d, env_id='Hopper-v4', timesteps=24_576, randomize='all', history=K, privileged_critic=True,
                curriculum=-1e9, progress=False, final_eval_episodes=2)
     export(d)
     return d
@@ -47,8 +47,8 @@ def test_nothing_of_the_critic_is_deployed(robust_run):
 
 
 def test_a_curriculum_that_never_widens_trains_on_the_undisturbed_env(tmp_path):
-    rec = fast_train(tmp_path/'run', 'Hopper-v4', timesteps=8192, randomize='all', curriculum=1e9, progress=False,
-                     final_eval_episodes=1)
+    rec = fast_train(tmp_path/'run', env_id='Hopper-v4', timesteps=8192, randomize='all', curriculum=1e9,
+                     progress=False, final_eval_episodes=1)
     assert rec.curriculum['final_level'] == 0.0 and rec.curriculum['widened'] == []
     assert rec.curriculum['final_ranges'] == scale_ranges(parse_randomize('all'), 0.0)
 

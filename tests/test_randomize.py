@@ -4,7 +4,7 @@ import shutil
 import pytest
 from conftest import ppo_trt
 from ppo_trt.core.files import BadInputError, load_json
-from ppo_trt.core.run_folder import RunConfig
+from ppo_trt.core.records import ConfigRecord
 from ppo_trt.envs.gym import parse_randomize, SELECTION_SEED_OFFSET, HELD_OUT_SEED_OFFSET
 from ppo_trt.export.onnx import onnx_metadata
 from ppo_trt.core.records import load_artifact, lineage_problems
@@ -26,7 +26,7 @@ def randomized_run(tmp_path_factory):
 def test_ranges_recorded_everywhere(randomized_run):
     d = randomized_run
     assert parse_randomize(SPEC) == RANGES
-    assert RunConfig.load(d).randomize == RANGES and load_artifact(d, 'config').randomize == RANGES
+    assert ConfigRecord.load(d).randomize == RANGES and load_artifact(d, 'config').randomize == RANGES
     assert load_artifact(d, 'train_record').randomize == RANGES
     e = load_artifact(d, 'export_record')
     assert e.randomize == e.metadata['randomize'] == RANGES

@@ -65,7 +65,7 @@ def test_floor_friction_below_the_foots_changes_nothing():
 @pytest.fixture(scope='module')
 def scored(tmp_path_factory):
     d = tmp_path_factory.mktemp('rrls')/'run'
-    fast_train(d, 'Hopper-v4', timesteps=4096, history=2, progress=False, final_eval_episodes=1)
+    fast_train(d, env_id='Hopper-v4', timesteps=4096, history=2, progress=False, final_eval_episodes=1)
     export(d)
     return d, rrls_evaluate(d, sets=('1d', '2d'))
 
@@ -90,7 +90,7 @@ def test_a_new_policy_makes_the_record_stale(scored, tmp_path):
 
 
 def test_refusals(tmp_path):
-    fast_train(tmp_path/'pend', 'Pendulum-v1', timesteps=1024, progress=False, final_eval_episodes=1)
+    fast_train(tmp_path/'pend', env_id='Pendulum-v1', timesteps=1024, progress=False, final_eval_episodes=1)
     with pytest.raises(BadInputError, match="RRLS sets here are Hopper's"): rrls_evaluate(tmp_path/'pend')
     with pytest.raises(BadInputError, match='drop --rrls'):
         sweep_settings('InvertedPendulum-v4', 1, 'nominal', fast=True, rrls=True)

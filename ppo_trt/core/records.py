@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Annotated
 import msgspec
 import numpy as np
-from .run_folder import ARTIFACTS, RunDir
+from .run_folder import ARTIFACTS, RunDir, check_env_id, check_timesteps
 from .files import (PARTIAL, PpoTrtError, BadArtifactError, BadInputError, MissingArtifactError,
-                                atomic_write_text, sha256_file, inside, leftovers, foreign_files, policy_sha256,
+                                atomic_write_text, save_json, sha256_file, inside, leftovers, foreign_files, policy_sha256,
                                 shown)
 from .machine import ThreadPlan, probe, machine_summary, package_version
 
@@ -39,21 +39,36 @@ class _Record(_Part, kw_only=True):
 EnvId = Annotated[str, msgspec.Meta(pattern=r'^[A-Za-z0-9_.:/-]{1,100}$')]  # core.run_folder.ENV_ID_RE
 
 # %% ../../nbs/03_records.ipynb #06c2b8da
-class ConfigRecord(_Record):
-    "config.json: what a run was asked to do."
+def _now(): return time.strftime('%Y-%m-%dT%H:%M:%S%z')
+
+class ConfigRecord(_Record, forbid_unknown_fields=True):
+    "config.json: what a run was asked to do. Trainers write it (`save`), every reader loads it (`load`)."
     env_id: EnvId
     seed: int
-    timesteps: int
+    timesteps: Annotated[int, msgspec.Meta(ge=1)]
     preset: str
-    residual: dict | None = None
+    residual: dict | None = None  # expert + residual settings when the policy is a residual on an expert
     randomize: dict[str, list[int | float]] | None = None  # {knob: [low, high]}; delay in whole steps (int)
-    history_actions: int = 0
+    history_actions: int = 0                # the policy also sees its last K actions (envs.gym.ActionHistory)
     privileged_critic: bool = False         # fast PPO: the critic also saw each episode's draws
     curriculum_return: float | None = None  # fast PPO: the ranges widened while training earned this
     adr: dict | None = None                 # fast PPO: automatic domain randomization's rule (fast_ppo.ADR)
     teacher_student: dict | None = None     # fast PPO: a teacher-student run's settings
-    created: str = ''
+    created: str = msgspec.field(default_factory=_now)
     versions: dict = {}
+
+    def __post_init__(self):  # reading checks these through the types; a writer's call, here
+        check_timesteps(self.timesteps); check_env_id(self.env_id, 'config.json env_id')
+
+    def save(self, run_dir):
+        "Write to `run_dir/config.json` atomically."
+        return save_json(RunDir(run_dir).path('config'), self)
+
+    @classmethod
+    def load(cls, run_dir):
+        "Read `run_dir/config.json`: its schema checked, unknown keys (a hand-edit's typo) refused in one line."
+        return load_artifact(run_dir, 'config')
+
 
 # %% ../../nbs/03_records.ipynb #8582f9ef
 class ObsNormRecord(_Record):

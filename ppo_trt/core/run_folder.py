@@ -4,18 +4,18 @@
 
 # %% ../../nbs/01_run_folder.ipynb #0b8a1686
 from __future__ import annotations
-import json, re, time
-from dataclasses import asdict, dataclass, field, fields
+import importlib, json, re
 from pathlib import Path
-from .files import (PpoTrtError, MissingArtifactError, BadArtifactError, BadInputError, load_json,
-                                save_json, inside, shown)
+from .files import (PpoTrtError, MissingArtifactError, BadArtifactError, BadInputError, inside,
+                                shown)
 
 # %% auto #0
-__all__ = ['DEFAULT_ENV_ID', 'ARTIFACTS', 'OPTIONAL_STAGES', 'ENV_ID_RE', 'default_run_dir', 'RunDir', 'RunConfig',
+__all__ = ['DEFAULT_ENV_ID', 'FAST_ENV_ID', 'ARTIFACTS', 'OPTIONAL_STAGES', 'ENV_ID_RE', 'default_run_dir', 'RunDir',
            'check_env_id', 'check_timesteps']
 
 # %% ../../nbs/01_run_folder.ipynb #534cbf4f
 DEFAULT_ENV_ID = 'Hopper-v4'
+FAST_ENV_ID = 'CartPole-v1'  # the fast trainer's: a batched torch env that trains in seconds
 
 ARTIFACTS = {  # name: (file name, stage that writes it)
     'config':        ('config.json',    'train'),
@@ -67,36 +67,11 @@ class RunDir:
         return p
 
 # %% ../../nbs/01_run_folder.ipynb #fae45f8c
-@dataclass
-class RunConfig:
-    "What a run was asked to do; saved as `config.json` in the run folder."
-    env_id: str = DEFAULT_ENV_ID
-    seed: int = 0
-    timesteps: int = 200_000
-    preset: str = 'seed'
-    residual: dict | None = None  # expert + residual settings when the policy is a residual on an expert
-    randomize: dict | None = None  # {phase: [low, high]} drawn every training episode (envs.parse_randomize)
-    history_actions: int = 0       # the policy also sees its last K actions (envs.gym.ActionHistory)
-    privileged_critic: bool = False         # fast PPO: the critic also saw each episode's draws
-    curriculum_return: float | None = None  # fast PPO: the ranges widened while training returns reached this
-    adr: dict | None = None                 # fast PPO: automatic domain randomization's rule (fast_ppo.ADR)
-    teacher_student: dict | None = None     # fast PPO: a teacher-student run's settings (teacher_student.TeacherStudent)
-    created: str = field(default_factory=lambda: time.strftime('%Y-%m-%dT%H:%M:%S%z'))
-    versions: dict = field(default_factory=dict)
+def __getattr__(name):
+    "`RunConfig` (an import of old code) is `core.records.ConfigRecord`, config.json's one schema; loaded on first use."
+    if name == 'RunConfig': return importlib.import_module('ppo_trt.core.records').ConfigRecord
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
 
-    def __post_init__(self): check_timesteps(self.timesteps); check_env_id(self.env_id, 'config.json env_id')
-
-    def save(self, run_dir):
-        "Write to `run_dir/config.json` atomically."
-        return save_json(RunDir(run_dir).path('config'), asdict(self))
-
-    @classmethod
-    def load(cls, run_dir):
-        "Read `run_dir/config.json`."
-        d = load_json(RunDir(run_dir).require('config'))
-        unknown = set(d) - {f.name for f in fields(cls)}
-        if unknown: raise BadArtifactError(f'config.json has unknown keys {sorted(unknown)}; remove them')
-        return cls(**d)
 
 # %% ../../nbs/01_run_folder.ipynb #61ad7bf0
 ENV_ID_RE = re.compile(r'[A-Za-z0-9_.:/-]{1,100}')

@@ -5,7 +5,7 @@
 # %% ../../nbs/50_bench.ipynb #311d41d7
 from __future__ import annotations
 import gc, os, time
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass, asdict, field
 import msgspec
 import numpy as np
 from ..core.run_folder import RunDir
@@ -19,13 +19,13 @@ from ..backends import registry as B
 from ..export.onnx import check_policy_env, onnx_metadata
 
 # %% auto #0
-__all__ = ['CDF_POINTS', 'TAIL_POINTS', 'DEFAULT_BATCHES', 'CHECKED_CALL', 'HOT_PATH', 'HOT_PATH_NOTE', 'ROLLOUT_OBS',
-           'DEFAULT_OBS_RANGE', 'MODE_ORDER', 'NO_ENV_NOTE', 'TIE_RATIO', 'timer_overhead_ns', 'time_calls',
-           'time_pair', 'latency_stats', 'BenchSettings', 'bench_latency', 'bench_sweep', 'bench_closed_loop',
-           'bench_soak', 'backend_parity', 'rollout_observations', 'declared_observations', 'network_rows',
-           'bench_observations', 'pin_process', 'skipped', 'trained_model_missing', 'failed', 'measure_backend',
-           'merge_bench', 'env_check', 'backend_line', 'sweep_bytes', 'bench', 'records_by', 'best_kernel_sweep',
-           'Advice', 'advise', 'measured_on', 'print_advice', 'fmt_us', 'console', 'print_bench']
+__all__ = ['CDF_POINTS', 'TAIL_POINTS', 'DEFAULT_BATCHES', 'SOAK_CALLS', 'CHECKED_CALL', 'HOT_PATH', 'HOT_PATH_NOTE',
+           'ROLLOUT_OBS', 'DEFAULT_OBS_RANGE', 'MODE_ORDER', 'NO_ENV_NOTE', 'TIE_RATIO', 'timer_overhead_ns',
+           'time_calls', 'time_pair', 'latency_stats', 'BenchSettings', 'bench_latency', 'bench_sweep',
+           'bench_closed_loop', 'bench_soak', 'backend_parity', 'rollout_observations', 'declared_observations',
+           'network_rows', 'bench_observations', 'pin_process', 'skipped', 'trained_model_missing', 'failed',
+           'measure_backend', 'merge_bench', 'env_check', 'backend_line', 'sweep_bytes', 'bench', 'records_by',
+           'best_kernel_sweep', 'Advice', 'advise', 'measured_on', 'print_advice', 'fmt_us', 'console', 'print_bench']
 
 # %% ../../nbs/50_bench.ipynb #49277fb9
 from ..core.machine import check_memory
@@ -81,21 +81,26 @@ def latency_stats(ns):
 
 # %% ../../nbs/50_bench.ipynb #b4a567f2
 DEFAULT_BATCHES = (1, 4, 16, 64, 256, 1024, 4096)
+SOAK_CALLS = 1_000_000  # batch-1 calls per soak when `ppo-trt bench --soak` names no --soak-calls
+
+def _setting(default, help):
+    "A settings field with its default and the help of the flag that sets it (the CLI reads both from here)."
+    return field(default=default, metadata=dict(help=help))
 
 @dataclass
 class BenchSettings:
     "Everything that shapes a benchmark run; saved into bench.json."
-    warmup: int = 200
-    iters: int = 2000
-    batches: tuple = DEFAULT_BATCHES
-    sla_us: float = 1000.0
-    sweep_seconds: float = 0.25  # time budget per (backend, batch) point; iterations derive from it
-    closed_loop_steps: int = 2000
-    threads: int = 1
+    warmup: int = _setting(200, 'untimed calls before timing')
+    iters: int = _setting(2000, 'timed batch-1 calls per backend')
+    batches: tuple = _setting(DEFAULT_BATCHES, 'batch sweep, e.g. 1,16,256,4096')
+    sla_us: float = _setting(1000.0, 'SLA on the batch-1 p99 latency')
+    sweep_seconds: float = _setting(0.25, 'time budget per sweep point')  # iterations derive from it
+    closed_loop_steps: int = _setting(2000, 'control steps of the closed loop (0: skip it)')
+    threads: int = _setting(1, 'intra-op / torch / numba threads per backend')
     seed: int = 0
-    pin_cpu: int | None = None   # pin the process to this CPU while benchmarking
-    soak_calls: int = 0          # > 0: also run a soak of this many batch-1 calls per backend
-    soak_window: int = 100_000
+    pin_cpu: int | None = _setting(None, 'pin the process to this CPU while benchmarking')
+    soak_calls: int = _setting(0, 'batch-1 calls of a soak per backend (0: no soak)')
+    soak_window: int = _setting(100_000, 'calls per soak window')
     obs_file: str | None = None  # observations to time and check on: a [n, obs_dim] float .npy (`--obs`)
     obs_range: tuple | None = None  # or a box (low, high) to draw them from uniformly (`--obs-range`)
     def __post_init__(self):

@@ -10,9 +10,9 @@ from dataclasses import dataclass, asdict, field, replace
 from pathlib import Path
 import numpy as np
 from fastcore.basics import patch
-from ..core.run_folder import RunDir, RunConfig
+from ..core.run_folder import FAST_ENV_ID, RunDir
 from ..core.files import BadInputError, PpoTrtError, atomic_path, save_json, sha256_file
-from ..core.records import TrainRecord, locked, record, remove_derived
+from ..core.records import ConfigRecord, TrainRecord, locked, record, remove_derived
 from ..core.machine import thread_plan
 from ..envs.specs import env_spec, RANDOMIZABLE
 from ..envs.gym import (make_env, env_spaces, training_seeds, check_randomize, check_history, ActionHistory,
@@ -29,8 +29,8 @@ from .envpool import (BatchDisturbances, BatchActionHistory, EnvPoolBatched, Muj
 __all__ = ['FastSettings', 'fast_preset', 'RunningNorm', 'RewardScale', 'greedy_action', 'first_episode_returns',
            'greedy_returns', 'gym_returns', 'eval_returns', 'Rollout', 'EpisodeStats', 'PhaseTimes', 'collect_rollout',
            'ppo_update', 'RangeCurriculum', 'ADR', 'AdaptiveRanges', 'ADRDraws', 'check_curriculum', 'PPOState',
-           'ppo_state', 'Report', 'ppo_updates', 'progress_lines', 'fresh_run', 'training_threads', 'fast_train',
-           'cli_train', 'sb3_vs_fast', 'busy_core_throughput', 'train_throughput']
+           'ppo_state', 'Report', 'ppo_updates', 'progress_lines', 'fresh_run', 'training_threads', 'FastTrainConfig',
+           'fast_train', 'TrainedRun', 'cli_train', 'train_throughput']
 
 # %% ../../nbs/63_fast_ppo.ipynb #a907294d
 @dataclass
@@ -653,55 +653,79 @@ def training_threads(env_id, s, torch_threads=None, num_threads=None):
     return thread_plan(s.num_envs, torch_threads, num_threads, threaded_envs=not env_spec(env_id).batched,
                        batched=True, tensor_elements=max(s.num_envs, minibatch) * s.hidden)
 
+# %% ../../nbs/63_fast_ppo.ipynb #572e28d5
+@dataclass
+class FastTrainConfig:
+    "What a fast-PPO training is asked to do: `fast_train`'s settings (`ppo-trt train --fast`'s flags)."
+    env_id: str = FAST_ENV_ID
+    timesteps: int | None = None          # default: the env preset's
+    seed: int = field(default=0, metadata=dict(help='seed of the env, the policy and the evaluations'))
+    device: str = 'cpu'                   # torch device: cpu, cuda, cuda:N
+    settings: FastSettings | None = None  # hyperparameters (default: the env preset's)
+    expert: object = None                 # train a residual on it: zero, pid, a run folder, a policy file, a callable
+    residual_scale: float = field(default=0.5, metadata=dict(help='action = clip(expert + scale * residual)'))
+    compile: bool = False                 # torch.compile the rollout step and the loss
+    cudagraphs: bool = False              # CUDA graphs (torch.compile reduce-overhead); CUDA only
+    target_return: float | None = None    # stop at this evaluated return (default: the preset's)
+    eval_every: int | None = None         # updates between evaluations (default: the preset's, else a tenth)
+    eval_episodes: int | None = None      # episodes per evaluation (default: the preset's)
+    final_eval_episodes: int = 10         # held-out episodes of the last evaluation
+    randomize: object = None              # ranges drawn every episode (`check_randomize`)
+    num_threads: int | None = None        # threads stepping MuJoCo envs (default: the thread plan)
+    torch_threads: int | None = None      # torch intra-op threads (default: the thread plan)
+    history: int = field(default=0, metadata=dict(
+        help='the policy also sees its last K actions (Markov again under a delay of up to K steps); '
+             'policy.onnx takes them after the observation and deployed runners keep them'))
+    privileged_critic: bool = False       # the critic also sees each episode's draws (`PrivilegedObs`)
+    curriculum: object = None             # a return threshold, True (the spec's) or an `ADR` (`check_curriculum`)
+    progress: bool = True                 # a progress bar on a terminal, lines otherwise
+
 # %% ../../nbs/63_fast_ppo.ipynb #5c2a3d32
 @locked('train')
-def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cpu', settings=None, expert=None,
-               residual_scale=0.5, compile=False, cudagraphs=False, target_return=None, eval_every=None,
-               eval_episodes=None, final_eval_episodes=10, randomize=None, num_threads=None, force=False,
-               progress=True, torch_threads=None, history=0, privileged_critic=False, curriculum=None):
-    "Batched PPO into `run_dir`; stops at evaluated return >= `target_return`; see `check_curriculum`, `PrivilegedObs`."
+def fast_train(run_dir, config=None, force=False, **options):
+    "Batched PPO into `run_dir` as `config` (a `FastTrainConfig`) asks, `options` replacing its fields; `force`: anew."
     import torch
-    timer = PhaseTimes()
+    c, timer = replace(config or FastTrainConfig(), **options), PhaseTimes()
     # settings and checks
-    preset = fast_preset(env_id)
-    s = settings or preset['settings']
-    timesteps = int(timesteps or preset['timesteps'])
-    target_return = preset['target'] if target_return is None else target_return
-    ranges, history = check_randomize(env_id, randomize), check_history(history, expert)
-    rule = check_curriculum(env_id, ranges, curriculum)
-    if privileged_critic and expert is not None:
+    env_id, preset = c.env_id, fast_preset(c.env_id)
+    s = c.settings or preset['settings']
+    timesteps = int(c.timesteps or preset['timesteps'])
+    target_return = preset['target'] if c.target_return is None else c.target_return
+    ranges, history = check_randomize(env_id, c.randomize), check_history(c.history, c.expert)
+    rule = check_curriculum(env_id, ranges, c.curriculum)
+    if c.privileged_critic and c.expert is not None:
         raise BadInputError('--privileged-critic trains a plain policy, not a residual: drop --expert or it')
-    device = resolve_device(device)
-    if cudagraphs and device.type != 'cuda':
+    device = resolve_device(c.device)
+    if c.cudagraphs and device.type != 'cuda':
         raise BadInputError(f'--cudagraphs needs a CUDA device, but the device is {device}; '
                             'drop it or use --device cuda')
     run = fresh_run(run_dir, force)
     # threads, env, agent, optimizer, normalisers, storage
-    plan = training_threads(env_id, s, torch_threads, num_threads)
-    torch.manual_seed(seed)
-    env, env_backend = _train_env(env_id, s, device, seed, ranges, plan.env_threads)
+    plan = training_threads(env_id, s, c.torch_threads, c.num_threads)
+    torch.manual_seed(c.seed)
+    env, env_backend = _train_env(env_id, s, device, c.seed, ranges, plan.env_threads)
     stepper = getattr(env, 'env', env)
-    adr = AdaptiveRanges(ranges, rule, seed) if isinstance(rule, ADR) else None
+    adr = AdaptiveRanges(ranges, rule, c.seed) if isinstance(rule, ADR) else None
     if adr: env = ADRDraws(env, adr)  # below the history and the critic's columns: they see the pinned draws
     if history: env = BatchActionHistory(env, history)
-    if privileged_critic: env = PrivilegedObs(env)  # the critic's columns after the policy's
+    if c.privileged_critic: env = PrivilegedObs(env)  # the critic's columns after the policy's
     cur = RangeCurriculum(ranges, rule, min_episodes=s.num_envs) if isinstance(rule, float) else None
     if cur: set_env_ranges(env, cur.ranges, redraw=True)  # the undisturbed env first
     if not isinstance(stepper, (EnvPoolBatched, MujocoBatched)):
         plan.env_threads, plan.why['env'] = None, 'no threaded env stepper'
     threads, eval_pool_threads = plan.apply(), _eval_pool_threads(env_id, plan)
-    seeds = training_seeds(seed)
-    ex, res_rec = _expert_settings(expert, env, env_id, residual_scale)
-    agent = _make_agent(env, s, ex, residual_scale, device)
-    st = ppo_state(env, agent, s, device, timer, cur, compile, cudagraphs)
+    seeds = training_seeds(c.seed)
+    ex, res_rec = _expert_settings(c.expert, env, env_id, c.residual_scale)
+    agent = _make_agent(env, s, ex, c.residual_scale, device)
+    st = ppo_state(env, agent, s, device, timer, cur, c.compile, c.cudagraphs)
     # the loop: rollout, advantages, update; an evaluation (the only host reads) every `eval_every` updates
     batch = s.num_envs * s.n_steps
     num_updates = max(1, timesteps // batch)
-    eval_every = eval_every or preset['eval_every'] or max(1, num_updates // 10)
-    eval_episodes = eval_episodes or preset['eval_episodes']
-    st.next_obs = env.reset(seed=seed)
+    eval_every = c.eval_every or preset['eval_every'] or max(1, num_updates // 10)
+    eval_episodes = c.eval_episodes or preset['eval_episodes']
+    st.next_obs = env.reset(seed=c.seed)
     timer.lap('setup')
-    with progress_lines(progress) as (bar, say):  # the bar: terminals only
+    with progress_lines(c.progress) as (bar, say):  # the bar: terminals only
         say(f'{num_updates * batch:,} steps to train ({timesteps:,} asked, rounded down to whole updates of '
             f'{s.num_envs} envs × {s.n_steps} steps); an evaluation every {eval_every * batch:,}')
         report = Report(lambda: eval_returns(agent, st.norm, env_id, eval_episodes, seeds['selection'], device,
@@ -711,14 +735,16 @@ def fast_train(run_dir, env_id='CartPole-v1', timesteps=None, seed=0, device='cp
                         describe=lambda: (f', ranges at {cur.level:.0%} of --randomize' if cur else
                                           f', ADR ranges {format_randomize(adr.ranges)}' if adr else ''))
         ppo_updates(st, num_updates, report)
-    held_out = eval_returns(agent, st.norm, env_id, final_eval_episodes, seeds['held_out'], device,
+    held_out = eval_returns(agent, st.norm, env_id, c.final_eval_episodes, seeds['held_out'], device,
                             history=history)  # on gymnasium
     timer.lap('held-out evaluation')
     critic = (dict(features=env.feature_names, critic_inputs=env.obs_dim, value_net_in_policy_zip=False)
-              if privileged_critic else None)
+              if c.privileged_critic else None)
     how = dict(history=history, critic=critic, curriculum=(cur or adr).record() if cur or adr else None)
-    return _save_run(run, env_id, seed, s, agent, st.norm, report.log, report.solved, target_return, device, compile,
-                     cudagraphs, res_rec, residual_scale, held_out, env_backend, ranges, seeds, threads, timer, how)
+    trained = TrainedRun(agent, st.norm, s, report.log, held_out, env_backend, ranges, seeds, threads, timer,
+                         solved_at=report.solved, target=target_return, residual=res_rec, how=how)
+    return _save_run(run, replace(c, device=str(device)), trained)
+
 
 # %% ../../nbs/63_fast_ppo.ipynb #ca06a7db
 def _to_sb3(agent, env_id, s, norm, log_std_init, history=0):
@@ -740,35 +766,55 @@ def _to_sb3(agent, env_id, s, norm, log_std_init, history=0):
     env.close()
     return model
 
+# %% ../../nbs/63_fast_ppo.ipynb #4034c071
+@dataclass
+class TrainedRun:
+    "What a fast training leaves to `_save_run`: the agent, its normaliser and settings, the log, how it ran."
+    agent: object
+    norm: object                 # the observation normaliser (`RunningNorm`), or None
+    settings: FastSettings
+    log: list                    # train_log.csv's rows
+    held_out: np.ndarray         # the held-out evaluation's returns
+    env_backend: str
+    ranges: dict | None          # the randomize ranges drawn from
+    seeds: dict                  # `training_seeds`
+    threads: dict                # the thread plan applied
+    timer: PhaseTimes
+    solved_at: dict | None = None  # the log row where the target was first reached
+    target: float | None = None
+    residual: dict | None = None   # the expert + residual record
+    how: dict = field(default_factory=dict)  # history, critic, curriculum, teacher_student (its settings), trainer
+
 # %% ../../nbs/63_fast_ppo.ipynb #2c8144af
-def _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target, dev, compile, cudagraphs, res_rec, scale,
-              held_out, env_backend, ranges, seeds, threads, timer, how=None):
-    "Write config.json, train_log.csv, policy.zip, obs_norm.json and train.json; `how`: history, critic, curriculum."
+def _save_run(run, config, trained):
+    "Write config.json, train_log.csv, policy.zip, obs_norm.json and train.json of a `trained` run `config` asked for."
     import torch
-    how = dict(how or {})
+    t, env_id, seed, s = trained, config.env_id, config.seed, trained.settings
+    agent, norm, log, held_out, ranges, seeds, how = t.agent, t.norm, t.log, t.held_out, t.ranges, t.seeds, t.how
     history, critic, curriculum = how.get('history', 0), how.get('critic'), how.get('curriculum')
     run.root.mkdir(parents=True, exist_ok=True)
     last = log[-1]
     total = last['timesteps']
-    RunConfig(env_id=env_id, seed=seed, timesteps=total, preset='fast', residual=res_rec, randomize=ranges,
-              history_actions=history, privileged_critic=critic is not None,
-              curriculum_return=(curriculum or {}).get('threshold'),
-              adr={k: curriculum[k] for k in asdict(ADR())} if (curriculum or {}).get('rule') == 'adr' else None,
-              teacher_student=how.get('teacher_student_settings'), versions=_versions()).save(run.root)
+    ConfigRecord(env_id=env_id, seed=seed, timesteps=total, preset='fast', residual=t.residual, randomize=ranges,
+                 history_actions=history, privileged_critic=critic is not None,
+                 curriculum_return=(curriculum or {}).get('threshold'),
+                 adr={k: curriculum[k] for k in asdict(ADR())} if (curriculum or {}).get('rule') == 'adr' else None,
+                 teacher_student=how.get('teacher_student_settings'), versions=_versions()).save(run.root)
     with atomic_path(run.path('train_log')) as tmp, open(tmp, 'w', newline='') as f:
         w = csv.DictWriter(f, LOG_FIELDS, extrasaction='ignore'); w.writeheader(); w.writerows(log)
-    rec = dict(env_id=env_id, seed=seed, preset='fast', trainer='ppo_trt.throughput.fast_ppo', env_backend=env_backend,
-               device=str(dev), compile=compile, cudagraphs=cudagraphs, timesteps=total, keep='last',
-               kept_timesteps=total, trained_this_call=total, resumed_from=None, wall_s=round(last['wall_s'], 2),
+    rec = dict(env_id=env_id, seed=seed, preset='fast', trainer='ppo_trt.throughput.fast_ppo',
+               env_backend=t.env_backend, device=str(config.device), compile=config.compile,
+               cudagraphs=config.cudagraphs, timesteps=total, keep='last', kept_timesteps=total,
+               trained_this_call=total, resumed_from=None, wall_s=round(last['wall_s'], 2),
                steps_per_s=round(last['steps_per_s'], 1), final_eval_mean=float(held_out.mean()),
                final_eval_std=float(held_out.std()), final_eval_episodes=len(held_out),
                selection_eval_seed=seeds['selection'], final_eval_seed=seeds['held_out'],
-               target_return=target, solved=solved_at is not None,
-               solved_at_timesteps=solved_at['timesteps'] if solved_at else None,
-               solved_at_wall_s=round(solved_at['wall_s'], 2) if solved_at else None,
-               torch_threads=torch.get_num_threads(), thread_plan=threads, hyperparameters=asdict(s),
+               target_return=t.target, solved=t.solved_at is not None,
+               solved_at_timesteps=t.solved_at['timesteps'] if t.solved_at else None,
+               solved_at_wall_s=round(t.solved_at['wall_s'], 2) if t.solved_at else None,
+               torch_threads=torch.get_num_threads(), thread_plan=t.threads, hyperparameters=asdict(s),
                policy_kwargs=dict(net_arch=dict(pi=[s.hidden] * 2, vf=[s.hidden] * 2), activation_fn='tanh'),
-               residual=res_rec, randomize=ranges, history_actions=history, privileged_critic=critic,
+               residual=t.residual, randomize=ranges, history_actions=history, privileged_critic=critic,
                curriculum=curriculum, teacher_student=how.get('teacher_student'), versions=_versions())
     if how.get('trainer'): rec['trainer'] = how['trainer']
     if agent.discrete:
@@ -786,9 +832,9 @@ def _save_run(run, env_id, seed, s, agent, norm, log, solved_at, target, dev, co
         plain = ObsNorm(np.zeros(width), np.ones(width) - 1e-8, 1e9, 1e-8)
         (norm.obs_norm(width) if norm else plain).save(run.path('obs_norm'))
         rec.update(policy_sha256=sha256_file(run.path('policy')), obs_norm_sha256=sha256_file(run.path('obs_norm')))
-    timer.lap('save')
-    rec = record(TrainRecord, **rec, profile={k: round(v, 3) for k, v in timer.seconds.items()},
-                 call_wall_s=round(sum(timer.seconds.values()), 2))
+    t.timer.lap('save')
+    rec = record(TrainRecord, **rec, profile={k: round(v, 3) for k, v in t.timer.seconds.items()},
+                 call_wall_s=round(sum(t.timer.seconds.values()), 2))
     save_json(run.path('train_record'), rec)
     return rec
 
@@ -805,45 +851,6 @@ def cli_train(run_dir, *args):
         raise PpoTrtError(f"ppo-trt train {' '.join(map(str, args))} failed: {why}")
     return read_record(Path(run_dir)/'train.json'), time.perf_counter() - start
 
-# %% ../../nbs/63_fast_ppo.ipynb #32112765
-def sb3_vs_fast(env_id='Hopper-v4', sb3_timesteps=20_480, fast_timesteps=204_800, randomize=None, progress=True):
-    "Training steps/s of `ppo-trt train` (SB3) and `ppo-trt train --fast` on `env_id`, one command after the other."
-    import tempfile
-    extra = ['--randomize', randomize] if randomize else []
-    runs = (('SB3 PPO', ['--env-id', env_id, '--timesteps', sb3_timesteps]),
-            ('fast PPO', ['--fast', '--env-id', env_id, '--timesteps', fast_timesteps]))
-    rows = []
-    with tempfile.TemporaryDirectory() as d:
-        for trainer, args in runs:
-            if progress: print(f"[ppo-trt] ppo-trt train {' '.join(map(str, args + extra))} ...", flush=True)
-            rec, seconds = cli_train(Path(d)/trainer.split()[0], *args, *extra)
-            rows.append(dict(trainer=trainer, envs=rec.env_backend or 'gymnasium, 1 env', timesteps=rec.timesteps,
-                             torch_threads=rec.torch_threads, wall_s=rec.wall_s, command_s=round(seconds, 1),
-                             steps_per_s=round(rec.timesteps / rec.wall_s, 1)))
-    for r in rows: r['vs_sb3'] = r['steps_per_s'] / rows[0]['steps_per_s']
-    return rows
-
-# %% ../../nbs/63_fast_ppo.ipynb #39daf952
-def busy_core_throughput(env_id='Hopper-v4', timesteps=131_072, extra=()):
-    "`ppo-trt train --fast` steps/s with no other work, then beside a process spinning on one core; the ratio."
-    import subprocess, sys, tempfile
-    rows = []
-    with tempfile.TemporaryDirectory() as d:
-        for busy in (False, True):
-            spinner = subprocess.Popen([sys.executable, '-c', 'while True: pass']) if busy else None
-            try:
-                if spinner: time.sleep(1.0)  # let the spinner show in /proc/stat before the plan is made
-                rec, seconds = cli_train(Path(d)/f'busy{int(busy)}', '--fast', '--env-id', env_id,
-                                         '--timesteps', timesteps, *extra)
-            finally:
-                if spinner: spinner.kill(); spinner.wait()
-            plan = rec.thread_plan
-            rows.append(dict(machine='one core busy' if busy else 'quiet', busy_at_start=plan.busy,
-                             torch_threads=plan.torch_threads, env_threads=plan.env_threads,
-                             steps_per_s=rec.steps_per_s, command_s=round(seconds, 1)))
-    for r in rows: r['vs_quiet'] = r['steps_per_s'] / rows[0]['steps_per_s']
-    return rows
-
 # %% ../../nbs/63_fast_ppo.ipynb #8cbeca3d
 def train_throughput(env_id='CartPole-v1', num_envs=(32, 1024, 65536), device='cpu', updates=3, progress=True):
     "The third level: env + inference + PPO training steps/s of `ppo_trt.throughput.fast_ppo` per num_envs (evaluations excluded)."
@@ -853,8 +860,8 @@ def train_throughput(env_id='CartPole-v1', num_envs=(32, 1024, 65536), device='c
     for n in track(list(num_envs), description=f'{env_id} PPO throughput', disable=not progress, transient=True):
         s = dataclasses.replace(base, num_envs=n, minibatches=max(base.minibatches, n * base.n_steps // 65536))
         with tempfile.TemporaryDirectory() as d:
-            rec = fast_train(Path(d)/'run', env_id, n * s.n_steps * updates, device=device, settings=s,
-                             target_return=None, eval_every=10 ** 9, eval_episodes=4, progress=False)
+            rec = fast_train(Path(d)/'run', FastTrainConfig(env_id, n * s.n_steps * updates, device=device, settings=s,
+                             eval_every=10 ** 9, eval_episodes=4, progress=False))
         rows.append(dict(env_id=env_id, num_envs=n, device=str(resolve_device(device)), level='env+inference+training',
                          impl=f'fast_ppo, {s.epochs} epochs x {s.minibatches} minibatches',
                          steps_per_s=rec.steps_per_s))

@@ -10,7 +10,8 @@ from ..core.files import BadInputError
 from ..core.records import locked
 from ..envs.gym import check_randomize, check_history, training_seeds, scale_ranges, format_randomize
 from .envpool import BatchActionHistory, PrivilegedObs, batched_mujoco, env_layers
-from .fast_ppo import (ADR, ADRDraws, AdaptiveRanges, PhaseTimes, Report, check_curriculum,
+from .fast_ppo import (ADR, ADRDraws, AdaptiveRanges, FastTrainConfig, PhaseTimes, Report,
+                                        TrainedRun, check_curriculum,
                                         eval_returns, fast_preset, first_episode_returns, fresh_run, ppo_state,
                                         ppo_updates, progress_lines, training_threads, _agent_class,
                                         _eval_pool_threads, _save_run, _train_env)
@@ -217,5 +218,5 @@ def teacher_student_train(run_dir, env_id='Hopper-v4', timesteps=None, seed=0, r
     critic = dict(features=env.feature_names, critic_inputs=env.obs_dim, value_net_in_policy_zip=False)
     how = dict(history=ts.history, critic=critic, curriculum=adr.record() if adr else None, teacher_student=record,
                teacher_student_settings=record['settings'], trainer='ppo_trt.throughput.teacher_student')
-    return _save_run(run, env_id, seed, s, student, st.norm, report.log, None, None, device, False, False, None, 0.5,
-                     held_out, env_backend, ranges, seeds, threads, timer, how)
+    trained = TrainedRun(student, st.norm, s, report.log, held_out, env_backend, ranges, seeds, threads, timer, how=how)
+    return _save_run(run, FastTrainConfig(env_id, seed=seed, device=str(device)), trained)

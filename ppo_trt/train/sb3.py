@@ -8,11 +8,11 @@ import csv, re, sys, time
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
-from ..core.run_folder import RunConfig, RunDir, check_timesteps
+from ..core.run_folder import RunDir, check_timesteps
 from ..core.files import (BadInputError, BadArtifactError, PpoTrtError, atomic_path, save_json, sha256_file,
                                 error_line)
 from ..core.machine import package_version, thread_plan
-from ..core.records import BestRecord, TrainRecord, read_record, record, load_artifact, locked, remove_derived
+from ..core.records import BestRecord, ConfigRecord, TrainRecord, read_record, record, load_artifact, locked, remove_derived
 from ..envs.specs import env_spec
 from ..envs.gym import (quiet_gym_warnings, make_env, env_spaces, Randomized, check_randomize, format_randomize,
                               ActionHistory, check_history, SELECTION_SEED_OFFSET, HELD_OUT_SEED_OFFSET)
@@ -285,7 +285,7 @@ def train(run_dir, env_id='Hopper-v4', seed=0, timesteps=None, preset_name='seed
     _check_start(run, env_id, resume, force, residual, randomize, history)
     ckpt = latest_checkpoint(run.path('checkpoints')) if resume else None
     if resume: _truncate_timeline(run, ckpt[0] if ckpt else 0)
-    RunConfig(env_id=env_id, seed=seed, timesteps=timesteps, preset=preset_name, residual=residual,
+    ConfigRecord(env_id=env_id, seed=seed, timesteps=timesteps, preset=preset_name, residual=residual,
               randomize=randomize, history_actions=history, versions=_versions()).save(run.root)
     threads = thread_plan(torch_threads=torch_threads).apply()  # SB3 steps one env in this thread
     say = (lambda m: print(f'[ppo-trt] {m}', flush=True)) if progress else None
