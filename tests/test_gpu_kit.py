@@ -329,5 +329,5 @@ def test_mjx_step_records_the_cpu_steppers_and_why_mjx_did_not_run(tmp_path):
     damaged = {**rec, 'rows': [{**rec['rows'][0], 'env_steps_per_s': 'fast'}]}
     with pytest.raises(gpu_records.RecordsError, match='not a tools/gpu_mjx.py record'):
         gpu_records.check_mjx(damaged, out)
-    md = '\n'.join(gpu_records.mjx_lines(rec))
+    md = gpu_records.readme(dict(steps=[]), None, None, {}, 'cpu', rec)
     assert '| mujoco.batch (C, threads), physics only | CPU, ' in md and '| 4 |' in md

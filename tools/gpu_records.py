@@ -84,34 +84,9 @@ def check_mjx(mjx, source):
     return mjx
 
 
-def mjx_lines(mjx):
-    "The README section of the mjx step."
-    v, par = mjx.get('versions') or {}, mjx.get('parity')
-    L = ['', f"## {cell(mjx.get('env_id', 'Hopper-v4'))} on the GPU: MuJoCo XLA against the CPU steppers "
-         '(mjx_Hopper-v4.json)', '',
-         f"{cell(mjx.get('model', ''))}, {cell(mjx.get('frame_skip', '?'))} physics steps an env step, actions "
-         f"{cell(mjx.get('actions', ''))}; MJX rows are physics only (no observations, rewards or resets)."
-         + (f" jax {cell(v.get('jax'))}, mujoco {cell(v.get('mujoco'))}, mujoco-mjx {cell(v.get('mujoco_mjx'))}."
-            if v else ''), '']
-    if mjx.get('skipped'): L += [f"Skipped: {cell(mjx['skipped'])}", '']
-    if isinstance(mjx.get('running'), dict):
-        L += [f"Cut off while running: {cell(mjx['running'].get('what', '?'))} (from "
-              f"{cell(mjx['running'].get('since_s', '?'))} s into the step); sizes after it did not run.", '']
-    if par:
-        L += [f"Parity: one env, {cell(par.get('env_steps'))} env steps from the same state with the same actions, MJX "
-              f"({cell(par.get('dtype'))}) vs MuJoCo's C (float64): max abs qpos {fmt(par.get('max_abs_qpos'))}, "
-              f"qvel {fmt(par.get('max_abs_qvel'))}.", '']
-    L += ['| implementation | device | envs | env steps/s | physics steps/s | compile (s) |',
-          '| --- | --- | --- | --- | --- | --- |']
-    L += [f"| {cell(r['impl'])} | {cell(r.get('device', ''))} | {r['num_envs']:,} | {fmt(r['env_steps_per_s'])} | "
-          f"{fmt(r['physics_steps_per_s'])} | {fmt(r.get('compile_s'))} |" for r in mjx['rows']]
-    L += [f"| {cell(e.get('what', ''))} | failed: {cell(e.get('error', ''))} | | | | |" for e in mjx.get('errors', [])]
-    return L
-
-
 def readme(session, bench, env, trains, name, mjx=None):
     "README.md of the folder: the device, each step, the figures, the targets; every string escaped for markdown."
-    from ppo_trt.results.report import gpu_backend_table, gpu_targets_table
+    from ppo_trt.results.report import gpu_backend_table, gpu_targets_table, gpu_mjx_section
     gpu, props = gpu_of(session)
     v = session.get('versions') or {}
     L = [f'# GPU session {cell(name)}', '',
@@ -149,7 +124,7 @@ def readme(session, bench, env, trains, name, mjx=None):
         L += [f"| {cell(k)} | {cell(t.get('device'))} | {cell(t.get('solved'))} | {fmt(t.get('final_eval_mean'))} | "
               f"{cell(t.get('solved_at_timesteps'))} | {cell(t.get('solved_at_wall_s'))} | {cell(t.get('wall_s'))} | "
               f"{fmt(t.get('steps_per_s'))} |" for k, t in trains.items()]
-    if mjx: L += mjx_lines(mjx)
+    if mjx: L += gpu_mjx_section([dict(name=name, session=session, mjx=mjx)]).split('\n')
     ro = session.get('rollout')
     if ro:
         L += ['', '## Device rollout', '', ("Under torch.cuda.set_sync_debug_mode('error')." if ro.get('sync_mode')

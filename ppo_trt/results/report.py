@@ -37,8 +37,8 @@ __all__ = ['SWEEP_DIR', 'ROBUST_DIR', 'CLAIMS', 'HEADLINES', 'SECTIONS', 'GPU_TA
            'section_deploy_robot', 'section_soak', 'sweep_runs_table', 'sweep_tables', 'section_sweep',
            'section_robust', 'section_control', 'section_residual', 'section_env_bench', 'section_training',
            'section_export', 'section_machine', 'section_not_measured', 'gpu_backend_table', 'gpu_targets_table',
-           'load_gpu_sessions', 'section_gpu_sessions', 'report_template', 'report_notebook', 'clean_report_html',
-           'offline_html', 'render_report']
+           'load_gpu_sessions', 'gpu_mjx_section', 'section_gpu_sessions', 'report_template', 'report_notebook',
+           'clean_report_html', 'offline_html', 'render_report']
 
 # %% ../../nbs/80_report.ipynb #d867c2b5
 SWEEP_DIR = 'sweep'  # a sweep made with `ppo-trt sweep --out RUN_DIR/sweep` is part of the run's report
@@ -1195,7 +1195,7 @@ def load_gpu_sessions(folder):
     return sorted(out, key=lambda s: str(s['session'].get('started', '')))
 
 # %% ../../nbs/80_report.ipynb #bd15c355
-def _mjx_lines(sessions):
+def gpu_mjx_section(sessions):
     "Markdown: the mjx step's rows of every session (MJX on the GPU against the CPU steppers), cut-offs said."
     rows, notes = [], []
     for s in sessions:
@@ -1211,13 +1211,14 @@ def _mjx_lines(sessions):
         notes += [f"{code(s['name'])}: {esc(e.get('what', ''))}: {esc(e.get('error', ''))}" for e in m.get('errors', [])]
     if not rows: return ''
     par = next((s['mjx']['parity'] for s in sessions if s['mjx'] and s['mjx'].get('parity')), None)
-    best = lambda pick: max((r for s in sessions if s['mjx'] for r in s['mjx'].get('rows', []) if pick(r['impl'])),
-                            key=lambda r: r['env_steps_per_s'], default=None)
-    gpu, cpu = best(lambda i: i.startswith('MJX')), best(lambda i: i.startswith('mujoco.batch'))
-    if gpu and cpu:
-        notes.insert(0, f"The fastest MJX row, {_g3(gpu['env_steps_per_s'])} env steps/s ({gpu['num_envs']:,} envs), is "
-                        f"{_g3(gpu['env_steps_per_s'] / cpu['env_steps_per_s'])}× MuJoCo's C batch on "
-                        f"{esc(cpu['device'])} ({_g3(cpu['env_steps_per_s'])}).")
+    for s in reversed([s for s in sessions if s['mjx']]):  # ratios within one session: one machine, one call
+        best = lambda pick: max((r for r in s['mjx'].get('rows', []) if pick(r['impl'])),
+                                key=lambda r: r['env_steps_per_s'], default=None)
+        gpu, cpu = best(lambda i: i.startswith('MJX')), best(lambda i: i.startswith('mujoco.batch'))
+        if gpu and cpu:
+            notes.insert(0, f"{code(s['name'])}: the fastest MJX row, {_g3(gpu['env_steps_per_s'])} env steps/s "
+                            f"({gpu['num_envs']:,} envs), is {_g3(gpu['env_steps_per_s'] / cpu['env_steps_per_s'])}× "
+                            f"MuJoCo's C batch on {esc(cpu['device'])} ({_g3(cpu['env_steps_per_s'])}) in the same call.")
     return ('\n\n### Hopper-v4 on the GPU: MuJoCo XLA against the CPU steppers\n\n'
             "gymnasium's hopper.xml, 4 physics steps an env step, random actions; MJX rows are physics only, "
             '`MujocoBatched` is the whole gymnasium step (observations, rewards, resets), on the same machine\'s cores.'
@@ -1230,7 +1231,7 @@ def _mjx_lines(sessions):
 def section_gpu_sessions(sessions):
     "The GPU kit's sessions: the device, every GPU backend measured or skipped with its reason, the targets, MJX."
     main = next((s for s in reversed(sessions) if s['bench']), None)
-    mjx = _mjx_lines(sessions)
+    mjx = gpu_mjx_section(sessions)
     if main is None and not mjx: return []
     text = '## On a GPU\n\n'
     if main:
@@ -1242,11 +1243,14 @@ def section_gpu_sessions(sessions):
         trains = ''.join(f" Fast PPO on CartPole-v1, {esc(k)}: {'solved' if t.get('solved') else 'not solved'} "
                          f"(return {_g3(t.get('final_eval_mean'))}) in {_g3(t.get('solved_at_wall_s') or t.get('wall_s'))} s."
                          for k, t in main['trains'].items())
+        st = b['settings']
         text += (f"{bold(gpu)}, the GPU kit's session of {esc(str(s.get('started', ''))[:10])} "
-                 f"(records in {code('benchmarks/' + main['name'])}; {esc(soft)}). `ppo-trt bench` of a "
-                 f"{esc(b['env_id'])} policy of the reference's architecture on every GPU backend: batch 1 as the checked "
-                 'call `runner(obs)` (host in, host out) and the kernel alone (CUDA events, data on the device); a '
-                 'backend that cannot run there says why, as the device said it.\n\n' + gpu_backend_table(b)
+                 f"(records in {code('benchmarks/' + main['name'])}; {esc(soft)}). `ppo-trt bench` of the kit's "
+                 f"{esc(b['env_id'])} run folder on every GPU backend as the kit runs it ({st['iters']:,} timed calls "
+                 f"after {st['warmup']:,} warm-up, batches {st['batches'][0]:,} to {st['batches'][-1]:,}): batch 1 as "
+                 'the checked call `runner(obs)` (host in, host out) and the kernel alone (CUDA events, data on the '
+                 'device); a backend that cannot run there says why, as the device said it.\n\n'
+                 + gpu_backend_table(b)
                  + f'\n\n{trains.strip()}\n\nIssue 35\'s targets for an H100:\n\n'
                  + gpu_targets_table(b, main['env'], main['trains']))
     return [_md(text + mjx)]
