@@ -9,7 +9,7 @@ rewards, resets) on every core, timed first (seconds; MJX compiles for tens of s
 (`--out`) is rewritten after every row, so a time-out keeps what ran.
 MuJoCo Warp (MJX-Warp) is not here: warp-lang's wheel (149 MB) is over what the device tool carries.
 Usage: python tools/gpu_mjx.py --out mjx.json [--sizes 1024,8192,65536] [--budget-s 200]"""
-import argparse, json, os, sys, time
+import argparse, os, sys, time
 from pathlib import Path
 
 ENV_ID, FRAME_SKIP, RESET_NOISE = 'Hopper-v4', 4, 5e-3
@@ -39,8 +39,8 @@ class Record:
     "The JSON record, rewritten after every change."
     def __init__(self, path, **head): self.path, self.data = Path(path), dict(head, rows=[], errors=[])
     def write(self):
-        tmp = self.path.with_suffix('.tmp')
-        tmp.write_text(json.dumps(self.data, indent=1)); os.replace(tmp, self.path)
+        from ppo_trt.core.files import save_json  # atomic: a kill mid-write leaves the last whole record
+        save_json(self.path, self.data)
     def row(self, **r):
         self.data['rows'].append(r); self.data.pop('running', None); self.write(); say(row_line(r))
     def running(self, what):
