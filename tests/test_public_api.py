@@ -42,6 +42,7 @@ def test_public_names():
     with pytest.raises(AttributeError, match='no attribute'): ppo_trt.trian
     with pytest.raises(ImportError): exec('from ppo_trt import trian', {})
 
+@pytest.mark.slow  # a training, an export, a bench and an evaluation: 5.6 s (the quick suite keeps tests under 4.5 s)
 def test_the_stages_through_the_public_names(tmp_path):
     "train -> export -> bench -> evaluate -> export-c -> load, each through `ppo_trt.<name>`, on a tiny Hopper run."
     from ppo_trt.backends import registry
