@@ -7,6 +7,7 @@ from ppo_trt.export.tensorrt import check_engine, EngineError, FP16_TOL
 
 pytest.importorskip('tensorrt_rtx', reason='TensorRT-RTX is not installed: pip install "ppo_trt[trt-rtx]"')
 
+@pytest.mark.slow  # over 5 s: the quick suite keeps the README test command under 10 minutes
 @pytest.mark.parametrize('precision', ['fp32', pytest.param('fp16', marks=pytest.mark.slow)])
 def test_build_trt_rtx(run_copy, precision):
     r = ppo_trt('build', '--run-dir', run_copy, '--flavour', 'trt-rtx', '--precision', precision, '--max-batch', 1024)

@@ -113,6 +113,7 @@ def test_fast_mujoco_bad_input(tmp_path, args, needle):
     (['--env-threads', '1'], {'OMP_NUM_THREADS': '2'}, 2, 1, 'given (OMP_NUM_THREADS=2)'),
     pytest.param(['--torch-threads', '3', '--env-threads', '1'], {'OMP_NUM_THREADS': '2'}, 3, 1,
                  'given (--torch-threads)', marks=pytest.mark.slow)])
+@pytest.mark.slow  # over 5 s: the quick suite keeps the README test command under 10 minutes
 def test_thread_plan_applied_and_recorded(tmp_path, args, env, torch_threads, env_threads, why):
     "The trainer's threads come from the plan (explicit settings win) and train.json says which and why."
     import os, subprocess, shutil

@@ -96,6 +96,7 @@ def _typed(rec, change):
     return msgspec.convert(change(msgspec.to_builtins(rec)), type(rec))
 
 
+@pytest.mark.slow  # over 5 s: the quick suite keeps the README test command under 10 minutes
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason='the reference run is in a clone (nbs/_reference)')
 def test_every_record_string_is_shown_as_text():
     from ppo_trt.results.report import load_records, SECTIONS

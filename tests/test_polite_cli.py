@@ -72,6 +72,7 @@ def test_bench_progress_arrives_as_it_goes(run_copy):
     assert len(ort) == len(native) == 2, lines[:10]  # started, finished
     assert max(ort) <= min(native) and max(ort) < wall - 0.5  # in order, each as its backend finished
 
+@pytest.mark.slow  # over 5 s: the quick suite keeps the README test command under 10 minutes
 def test_evaluate_progress_per_phase_and_policy(run_copy):
     lines, wall, rc = timed_lines('evaluate', '--run-dir', run_copy, '--phases', 'nominal,noise', '--episodes', 1,
                                   '--backends', 'native', '--deadline-us', 1e6)

@@ -205,6 +205,7 @@ def test_markup_in_c_loop_text_is_escaped_and_report_fetches_nothing(run_copy):
 
 
 # ---- 2. no pickle from a file the user did not make here ------------------------------------------------------------
+@pytest.mark.slow  # over 5 s: the quick suite keeps the README test command under 10 minutes
 def test_policy_zip_pickle_never_runs(run_copy, tmp_path):
     "A payload in policy.zip's data: bench (sb3, torch), evaluate (torch) and export load the model, never the pickle."
     marker = tmp_path/'PWNED'

@@ -155,6 +155,7 @@ def test_export_c_of_a_recurrent_actor(actors, name, tmp_path):
     assert 'int ppo_policy_step_state(' in header and 'recurrent state: h_in->h_out [1, 1, 16]' in header
 
 
+@pytest.mark.slow  # over 5 s: the quick suite keeps the README test command under 10 minutes
 def test_external_data_beside_the_file_is_benched_with_it(tmp_path):
     "torch 2.13's exporter writes policy.onnx + policy.onnx.data: bench reads both, the bench folder's copy holds both."
     d = tmp_path/'deploy'; d.mkdir()
@@ -205,6 +206,7 @@ def _sb3_walker(d, algo='PPO'):
     return model, venv
 
 
+@pytest.mark.slow  # over 5 s: the quick suite keeps the README test command under 10 minutes
 @pytest.mark.parametrize('algo', ['PPO', 'A2C'])
 def test_imported_sb3_model_acts_as_predict(tmp_path, algo):
     "ppo-trt import of an SB3 model.zip + VecNormalize: policy.onnx's actions equal model.predict on normalised obs."
@@ -254,6 +256,7 @@ def _payload_marker(marker):
     return pickle.dumps(Evil())
 
 
+@pytest.mark.slow  # over 5 s: the quick suite keeps the README test command under 10 minutes
 def test_pickle_payloads_never_run_on_import(tmp_path):
     "A model.zip whose data carries a pickle that writes a file, and a VecNormalize pickle that would: never executed."
     import base64
