@@ -54,6 +54,7 @@ def test_holder_symlink_is_never_written_through(run_copy, tmp_path):
     assert _tree(user) == mine and (run_copy/HOLDER_NAME).is_symlink()
 
 
+@pytest.mark.slow  # over 4 s: the quick suite keeps the README test command under 10 minutes
 def test_leftover_partials_are_cleaned_without_following_links(run_copy, tmp_path):
     user = _user_folder(tmp_path)
     (run_copy/'.policy.onnx.partial-killed.onnx').write_bytes(b'half')   # a killed writer's temp file

@@ -51,6 +51,7 @@ def test_report_html(run_dir):
     assert 'max abs err' in html and 'Hopper-v4' in html
     for name in B.names(): assert f'<code>{name}</code>' in html
 
+@pytest.mark.slow  # over 4 s: the quick suite keeps the README test command under 10 minutes
 def test_runner_matches_sb3(run_dir):
     obs = np.load(run_dir/'export_obs.npy')
     ref = B.load('sb3', run_dir)(obs)

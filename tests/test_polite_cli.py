@@ -26,6 +26,7 @@ def reference_copy(tmp_path):
 
 # --json -------------------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # over 4 s: the quick suite keeps the README test command under 10 minutes
 def test_bench_json_is_one_document_on_stdout(run_copy):
     r = ppo_trt('bench', '--run-dir', run_copy, '--backends', 'ort,native', '--json', *QUICK_BENCH)
     assert r.returncode == 0, r.stderr[-2000:]

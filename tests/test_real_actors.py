@@ -67,6 +67,7 @@ def test_the_parser_fuses_what_the_exporters_write():
     assert dims == (74, 67) and (lstm.h_in, lstm.c_in) == (10, 42) and kinds(lstm.encoder) == ['sub', 'div']
 
 
+@pytest.mark.slow  # over 4 s: the quick suite keeps the README test command under 10 minutes
 @pytest.mark.parametrize('name', FEEDFORWARD + ['layernorm-opset18'])
 def test_every_cpu_backend_gives_ort_actions(name, saved):
     path = saved(name)

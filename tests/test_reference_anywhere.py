@@ -82,6 +82,7 @@ def test_compare_leaves_the_reference_untouched(tmp_path):
     assert refused.returncode == 2 and 'compare never writes there' in refused.stderr, refused.stderr
     assert _hashes(REFERENCE) == before
 
+@pytest.mark.slow  # over 4 s: the quick suite keeps the README test command under 10 minutes
 def test_doctor_does_not_advise_retraining_a_policy_only_folder(ref_copy):
     r = _ok(ppo_trt('doctor', '--run-dir', ref_copy))
     said = r.stdout[r.stdout.index('run folder'):]

@@ -138,6 +138,7 @@ def test_killed_stage_leaves_old_or_new_records_and_doctor_says_which(evaluated,
     assert not list(run.rglob(f'.*{PARTIAL}*'))
 
 
+@pytest.mark.slow  # over 4 s: the quick suite keeps the README test command under 10 minutes
 def test_interrupted_export_is_detected(run_copy):
     "The window between policy.onnx's rename and export.json's: every later stage refuses, doctor names it."
     import onnx
@@ -164,6 +165,7 @@ def test_writers_take_turns(run_copy):
     assert {'ort', 'native-c'} <= {r.backend for r in recs if r.ran}
 
 
+@pytest.mark.slow  # over 4 s: the quick suite keeps the README test command under 10 minutes
 def test_subset_bench_keeps_the_rest(run_copy):
     before = read_record(run_copy/'bench.json')
     r = ppo_trt('bench', '--run-dir', run_copy, '--backends', 'ort', *QUICK_BENCH)

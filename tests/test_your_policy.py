@@ -63,6 +63,7 @@ def actors(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # over 4 s: the quick suite keeps the README test command under 10 minutes
 def test_bench_and_export_c_take_an_actor_without_metadata(actors, tmp_path):
     "An Isaac-Lab-style actor (no metadata, obs -> actions, batch 1): bench and export-c exit 0 and say what they see."
     path = actors['isaac'][0]
@@ -84,6 +85,7 @@ def test_bench_and_export_c_take_an_actor_without_metadata(actors, tmp_path):
                                                                              'lstm2'))
 
 
+@pytest.mark.slow  # over 4 s: the quick suite keeps the README test command under 10 minutes
 def test_obs_file_and_box_are_recorded(actors, tmp_path):
     "Observations from --obs FILE.npy or --obs-range: the record says which."
     path = actors['cleanrl'][0]
