@@ -12,8 +12,8 @@ from ..export.deployment import deployable_module
 from .runner import Runner, Backend, Family, hot_path_shape, module_available, policy_source
 
 # %% auto #0
-__all__ = ['TORCH_CUDA_FIX', 'FAMILY', 'SB3Runner', 'TorchRunner', 'TorchCompileRunner', 'TorchCudaRunner',
-           'TorchCudaGraphRunner']
+__all__ = ['TORCH_CUDA_FIX', 'FAMILY', 'SB3Runner', 'TorchRunner', 'TorchCompileRunner', 'torch_cuda_ok', 'TorchCudaRunner',
+           'event_times', 'cuda_graph', 'TorchCudaGraphRunner']
 
 # %% ../../nbs/41_torch.ipynb #e8a17594
 def _trained(src, backend):
@@ -78,7 +78,7 @@ class TorchCompileRunner(Runner):
 TORCH_CUDA_FIX = ('install a CUDA build of torch on a machine with an NVIDIA GPU (pip install torch --index-url '
                   'https://download.pytorch.org/whl/cu130)')
 
-def _torch_cuda_ok():
+def torch_cuda_ok():
     "(True, '') when torch sees a CUDA GPU, else what is missing and the fix."
     ok, why = module_available('torch', FIXES['torch'])
     if not ok: return ok, why
@@ -117,10 +117,10 @@ class TorchCudaRunner(Runner):
         "Per-call device time of the module alone (CUDA events), inputs already on the device."
         t = self._torch
         x = t.zeros((batch, self.obs_dim), device='cuda')
-        return _event_times(lambda: self.module(x), iters, t)
+        return event_times(lambda: self.module(x), iters, t)
 
 # %% ../../nbs/41_torch.ipynb #6813a77a
-def _event_times(fn, iters, t):
+def event_times(fn, iters, t):
     "Device milliseconds of each of `iters` calls of `fn`, timed by CUDA events, as microseconds."
     with t.no_grad():
         for _ in range(20): fn()
@@ -130,7 +130,7 @@ def _event_times(fn, iters, t):
     return np.array([a.elapsed_time(b) * 1e3 for a, b in ev])
 
 # %% ../../nbs/41_torch.ipynb #09dc1021
-def _cuda_graph(t, fn, warmup=3):
+def cuda_graph(t, fn, warmup=3):
     "(graph, `fn`'s result in it): `fn` first run on a side stream (per torch's docs; compiles kernels), then captured."
     side = t.cuda.Stream(); side.wait_stream(t.cuda.current_stream())
     with t.cuda.stream(side):
@@ -148,7 +148,7 @@ class TorchCudaGraphRunner(TorchCudaRunner):
         t = self._torch
         s = super()._slot(b)
         s['din'] = t.zeros((b, self.obs_dim), device='cuda')
-        with t.no_grad(): s['graph'], s['dout'] = _cuda_graph(t, lambda: self.module(s['din']))
+        with t.no_grad(): s['graph'], s['dout'] = cuda_graph(t, lambda: self.module(s['din']))
         return s
     def run(self, obs):
         hot_path_shape(obs, self.obs_dim)
@@ -159,7 +159,7 @@ class TorchCudaGraphRunner(TorchCudaRunner):
         return s['out_np']
     def kernel_us(self, batch=1, iters=1000):
         s = self._slots.get(batch) or self._slot(batch)
-        return _event_times(s['graph'].replay, iters, self._torch)
+        return event_times(s['graph'].replay, iters, self._torch)
 
 # %% ../../nbs/41_torch.ipynb #b4936fc9
 FAMILY = Family('torch', (
@@ -167,6 +167,6 @@ FAMILY = Family('torch', (
             FIXES['stable-baselines3'], evaluated_by_default=False),
     Backend(TorchRunner, lambda: module_available('torch', FIXES['torch']), FIXES['torch']),
     Backend(TorchCompileRunner, lambda: module_available('torch', FIXES['torch']), FIXES['torch']),
-    Backend(TorchCudaRunner, _torch_cuda_ok, TORCH_CUDA_FIX, gpu=True),
-    Backend(TorchCudaGraphRunner, _torch_cuda_ok, TORCH_CUDA_FIX, gpu=True),
+    Backend(TorchCudaRunner, torch_cuda_ok, TORCH_CUDA_FIX, gpu=True),
+    Backend(TorchCudaGraphRunner, torch_cuda_ok, TORCH_CUDA_FIX, gpu=True),
 ))

@@ -8,7 +8,7 @@ import numpy as np
 from ..core.machine import package_version
 from ..export.triton_mlp import TRITON_FIX
 from .runner import Runner, Backend, Family, BackendUnavailable, hot_path_shape, policy_source
-from .torch import TORCH_CUDA_FIX, _torch_cuda_ok, _cuda_graph, _event_times
+from .torch import TORCH_CUDA_FIX, torch_cuda_ok, cuda_graph, event_times
 
 # %% auto #0
 __all__ = ['TRITON_HINT', 'FAMILY', 'TritonRunner', 'TritonTf32Runner']
@@ -16,7 +16,7 @@ __all__ = ['TRITON_HINT', 'FAMILY', 'TritonRunner', 'TritonTf32Runner']
 # %% ../../nbs/45_triton.ipynb #d8a7dc6b
 def _triton_ok():
     "(True, '') when Triton can compile for a CUDA GPU here, else what is missing and the fix."
-    ok, why = _torch_cuda_ok()
+    ok, why = torch_cuda_ok()
     if not ok: return ok, why
     from ppo_trt.export.triton_mlp import import_triton, triton_interpreted
     triton, why = import_triton()
@@ -49,13 +49,13 @@ class TritonRunner(Runner):
         s = dict(hin=t.zeros((b, self.obs_dim), pin_memory=True), hout=t.zeros((b, self.act_dim), pin_memory=True))
         self.pol.check(s['hin'], s['hout'], self._params)
         s['in_np'], s['out_np'] = s['hin'].numpy(), s['hout'].numpy()
-        if b <= self.zero_copy_max_batch: s['graph'] = _cuda_graph(t, lambda: fwd(s['hin'], s['hout']), warmup=1)[0]
+        if b <= self.zero_copy_max_batch: s['graph'] = cuda_graph(t, lambda: fwd(s['hin'], s['hout']), warmup=1)[0]
         else:
             s['din'], s['dout'] = t.zeros((b, self.obs_dim), device='cuda'), t.zeros((b, self.act_dim), device='cuda')
             def io():
                 s['din'].copy_(s['hin'], non_blocking=True); fwd(s['din'], s['dout'])
                 s['hout'].copy_(s['dout'], non_blocking=True)
-            s['graph'] = _cuda_graph(t, io, warmup=1)[0]
+            s['graph'] = cuda_graph(t, io, warmup=1)[0]
         self._slots[b] = s
         return s
     def run(self, obs):
@@ -69,8 +69,8 @@ class TritonRunner(Runner):
         "Per-call device time of the kernel alone (CUDA events), inputs and outputs already on the device."
         t = self._torch
         x, out = t.zeros((batch, self.obs_dim), device='cuda'), t.zeros((batch, self.act_dim), device='cuda')
-        g = _cuda_graph(t, lambda: self.pol.forward(x, out, self._params, check=False), warmup=1)[0]
-        return _event_times(g.replay, iters, t)
+        g = cuda_graph(t, lambda: self.pol.forward(x, out, self._params, check=False), warmup=1)[0]
+        return event_times(g.replay, iters, t)
 
 # %% ../../nbs/45_triton.ipynb #4ef5f4bc
 class TritonTf32Runner(TritonRunner):

@@ -21,7 +21,7 @@ __all__ = ['STATUS', 'SEQ_EPISODE', 'SEQ_FALLBACK_EVERY', 'TEST_TOL', 'TEST_PROG
            'LIBRARY_MARKER', 'MADE_BY', 'STRICT', 'BENCH_LINES', 'LIMIT_LINES', 'c_string', 'c_comment',
            'check_c_metadata', 'library_program', 'library_kernel', 'contract_comment', 'StateLayout', 'state_layout',
            'library_header', 'library_source', 'history_sequence', 'state_sequence', 'test_vectors', 'template_text',
-           'library_code', 'library_files', 'install_c_library', 'write_c_library', 'compiler_missing',
+           'library_code', 'library_files', 'write_files', 'install_c_library', 'write_c_library', 'compiler_missing',
            'build_and_test', 'parse_bench', 'bench_c_library']
 
 # %% ../../nbs/36_c_library.ipynb #fcfaf184
@@ -427,7 +427,7 @@ def _entry_point(history, state):
     return 'ppo_policy_step' if history else 'ppo_policy_step_state' if state is not None else 'ppo_policy_act'
 
 # %% ../../nbs/36_c_library.ipynb #f5dd152c
-def _write_files(folder, files):
+def write_files(folder, files):
     "Write {name: text} into `folder`; an OSError names the file (a full disk otherwise says only 'No space left')."
     for name, text in files.items():
         try: (Path(folder)/name).write_text(text, encoding='utf-8')
@@ -444,7 +444,7 @@ def install_c_library(onnx_path, obs, dest, cc=None):
                     files={n: hashlib.sha256(t.encode()).hexdigest() for n, t in files.items()})
     with staging(dest) as stage:
         (stage/'lib').mkdir()
-        _write_files(stage/'lib', {**files, 'manifest.json': json.dumps(manifest, indent=2) + '\n'})
+        write_files(stage/'lib', {**files, 'manifest.json': json.dumps(manifest, indent=2) + '\n'})
         test = build_and_test(stage/'lib', cc) if cc else None  # in the new folder: the installed one stays till then
         if test and not test['ok']:
             raise PpoTrtError(f"the new C library's test failed ({test['output'] or 'it printed nothing'}); "

@@ -11,7 +11,8 @@ from .c_library import STRICT, template_text
 
 # %% auto #0
 __all__ = ['ARM_GCC', 'ARM_SIZE', 'M4_FLAGS', 'STARTUP', 'LINKER_SCRIPT', 'QEMU', 'QEMU_BOARD', 'arm_toolchain_missing',
-           'cortex_m4_build', 'section_sizes', 'stack_bytes', 'cortex_m4_size', 'qemu_missing', 'run_on_qemu']
+           'cortex_m4_build', 'section_sizes', 'flash_ram', 'stack_bytes', 'cortex_m4_size', 'qemu_missing',
+           'run_on_qemu']
 
 # %% ../../nbs/37_cortex_m.ipynb #08ced94b
 ARM_GCC, ARM_SIZE = 'arm-none-eabi-gcc', 'arm-none-eabi-size'
@@ -60,7 +61,7 @@ def section_sizes(obj, size=ARM_SIZE):
         if kind: out[kind] += int(size)
     return out
 
-def _flash_ram(s):
+def flash_ram(s):
     "Flash and static RAM bytes of section sizes `s`: .data is stored in flash and copied to RAM."
     return dict(flash_bytes=s['code'] + s['const'] + s['data'], ram_bytes=s['data'] + s['bss'])
 
@@ -84,7 +85,7 @@ def cortex_m4_size(folder):
     built = cortex_m4_build(folder)
     s = section_sizes(built['object'])
     return dict(target='cortex-m4f', flags=' '.join(M4_FLAGS), code_bytes=s['code'], const_bytes=s['const'],
-                **_flash_ram(s),
+                **flash_ram(s),
                 stack_bytes={f: stack_bytes(built['callgraph'], f) for f in ('ppo_policy_act', 'ppo_policy_act_batch')},
                 warnings=built['warnings'])
 
@@ -124,4 +125,4 @@ def run_on_qemu(folder, timeout=300):
     except subprocess.TimeoutExpired:
         raise PpoTrtError(f'the test firmware did not finish on {QEMU} -M {QEMU_BOARD} in {timeout} s') from None
     return dict(ok=t.returncode == 0, status=t.returncode, output=(t.stdout + t.stderr).strip(), board=QEMU_BOARD,
-                firmware=_flash_ram(section_sizes(elf)))
+                firmware=flash_ram(section_sizes(elf)))

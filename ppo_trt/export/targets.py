@@ -11,7 +11,7 @@ import numpy as np
 from ..core.files import PpoTrtError, BadInputError
 from .c_library import STRICT, template_text
 from .cortex_m import (ARM_GCC, ARM_SIZE, M4_FLAGS, QEMU, QEMU_BOARD, STARTUP, LINKER_SCRIPT, qemu_missing,
-                                     section_sizes, stack_bytes, _flash_ram)
+                                     section_sizes, stack_bytes, flash_ram)
 
 # %% auto #0
 __all__ = ['AARCH64', 'CORTEX_M4F', 'TARGETS', 'TEST_LINE', 'COUNT_PROGRAM', 'MARK', 'LIB_SOURCES', 'M4_DIR', 'M4_WARN',
@@ -262,10 +262,10 @@ def m4_sizes(folder):
     "Flash and static RAM bytes of LIB/cortex-m4f's library object, the stack of a call, and the test firmware's."
     out = Path(folder)/M4_DIR
     s = section_sizes(out/'ppo_policy.o')
-    return dict(code_bytes=s['code'], const_bytes=s['const'], **_flash_ram(s),
+    return dict(code_bytes=s['code'], const_bytes=s['const'], **flash_ram(s),
                 stack_bytes=stack_bytes(out/'ppo_policy.ci', 'ppo_policy_act'),
                 stack_bytes_batch=stack_bytes(out/'ppo_policy.ci', 'ppo_policy_act_batch'),
-                firmware=_flash_ram(section_sizes(out/'test_ppo_policy.elf')))
+                firmware=flash_ram(section_sizes(out/'test_ppo_policy.elf')))
 
 # %% ../../nbs/38_arm_targets.ipynb #398e710e
 def realtime_estimate(t, instructions, period_s):

@@ -49,7 +49,7 @@ def hopper_constants(env_id='Hopper-v4'):
 
 # %% ../../nbs/53_c_loop.ipynb #89fe4d25
 from ..core.files import policy_sha256, shown
-from ..export.c_library import c_string, _write_files
+from ..export.c_library import c_string, write_files
 
 # %% ../../nbs/53_c_loop.ipynb #2a8e4b25
 def _c_literal(v):
@@ -122,7 +122,7 @@ def build_c_loop(run_dir, out=None, cc='gcc'):
     with staging(dest) as stage:
         build, warnings = stage/'c_loop', []
         build.mkdir()
-        _write_files(build, sources)
+        write_files(build, sources)
         for cmd in commands:
             r = subprocess.run(cmd, cwd=build, capture_output=True, text=True)
             if r.returncode: raise PpoTrtError(f'{cc} could not build the C loop (exit status {r.returncode}): '

@@ -14,7 +14,7 @@ from ..core.records import HilRecord, locked, record, require_fresh, session
 from ..export.onnx import onnx_metadata
 from ..export.c_library import STRICT
 from ppo_trt.export.cortex_m import ARM_GCC, M4_FLAGS, QEMU, QEMU_BOARD, STARTUP, LINKER_SCRIPT, section_sizes, \
-    _flash_ram
+    flash_ram
 from ..export.targets import AARCH64, FIRMWARE, M4_WARN, TARGETS, target_missing, tool_version
 from .c_loop import (POLICY_CFLAGS, LOOP_CFLAGS, C_LOOP_MARKER, C_LOOP_MADE_BY, c_loop_sources,
                                     c_loop_missing, mujoco_c_api, read_trace, check_against_gymnasium)
@@ -433,7 +433,7 @@ def build_hil(run_dir, target, out=None, cc='gcc'):
         device = section_sizes(build/DEVICE_EXE[target], AARCH64.size if target == 'aarch64' else 'arm-none-eabi-size')
         manifest = dict(made_by=C_LOOP_MADE_BY, target=target, onnx_sha256=sha256_file(onnx_path), cc=cc,
                         mujoco_library=str(lib), commands=[' '.join(c) for c in commands],
-                        device_bytes=_flash_ram(device), files={n: sha256_file(build/n) for n in sources})
+                        device_bytes=flash_ram(device), files={n: sha256_file(build/n) for n in sources})
         (build/'manifest.json').write_text(json.dumps(manifest, indent=2) + '\n', encoding='utf-8')
         install_folder(build, dest, C_LOOP_MARKER, C_LOOP_MADE_BY, stage)
     return dict(manifest, path=str(dest))
