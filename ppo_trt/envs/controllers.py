@@ -4,15 +4,15 @@
 
 # %% ../../nbs/12_controllers.ipynb #e09c1cea
 from __future__ import annotations
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, astuple
 import numpy as np
 from ..core.files import BadInputError
 from .specs import env_spec, env_ids
 from .gym import make_env
 
 # %% auto #0
-__all__ = ['FALLBACKS', 'PIDController', 'Channel', 'PIDBaseline', 'hopper_channels', 'pid_baseline', 'ZeroPolicy', 'HoldPolicy',
-           'fallback_policy', 'fallback_kind', 'run_episode', 'rollout_returns', 'tune_hopper']
+__all__ = ['FALLBACKS', 'PIDController', 'Channel', 'PIDBaseline', 'HopperGait', 'hopper_channels', 'pid_baseline', 'ZeroPolicy',
+           'HoldPolicy', 'fallback_policy', 'fallback_kind', 'run_episode', 'rollout_returns', 'tune_hopper']
 
 # %% ../../nbs/12_controllers.ipynb #a9a7188d
 class PIDController:
@@ -94,8 +94,23 @@ class PIDBaseline:
         return self.act(obs), None
 
 # %% ../../nbs/12_controllers.ipynb #70798329
-def hopper_channels(amplitude, freq_hz, kp, kd, torso_kp, torso_kd, phase_leg, phase_foot, lean):
-    "Hopper joint PD channels (obs 2-4 angles, 8-10 rates -> actions 0-2) with oscillating setpoints."
+@dataclass(frozen=True)
+class HopperGait:
+    "Hopper's gait: joint PD gains, the torso feedforward, the setpoints' oscillation (what `tune_hopper` searches)."
+    amplitude: float   # of each joint's setpoint oscillation (rad)
+    freq_hz: float     # its frequency
+    kp: float          # joint PD gains
+    kd: float
+    torso_kp: float    # the thigh's feedforward from the torso's angle and rate
+    torso_kd: float
+    phase_leg: float   # the leg's and foot's oscillation phases, relative to the thigh's
+    phase_foot: float
+    lean: float        # the thigh's setpoint
+
+# %% ../../nbs/12_controllers.ipynb #47a074be
+def hopper_channels(gait):
+    "Hopper joint PD channels (obs 2-4 angles, 8-10 rates -> actions 0-2) with oscillating setpoints: `gait`'s."
+    amplitude, freq_hz, kp, kd, torso_kp, torso_kd, phase_leg, phase_foot, lean = astuple(gait)
     return [Channel(2, 0, kp, 0, kd, 8, lean, amplitude, freq_hz, 0.0, feedforward={1: -torso_kp, 7: -torso_kd}),
             Channel(3, 1, kp, 0, kd, 9, 0.0, amplitude, freq_hz, phase_leg),
             Channel(4, 2, kp, 0, kd, 10, 0.0, amplitude, freq_hz, phase_foot)]
@@ -173,12 +188,12 @@ def tune_hopper(n=60, episodes=2, seed=0):
     "Random search for Hopper gait parameters; (best params, held-out mean return over 10 episodes)."
     rng = np.random.default_rng(seed)
     space = dict(amplitude=(0, .5), freq_hz=(.5, 4), kp=(1, 20), kd=(.05, 1.5), torso_kp=(0, 3), torso_kd=(0, .5),
-                 phase_leg=(-np.pi, np.pi), phase_foot=(-np.pi, np.pi), lean=(-.3, .3))  # hopper_channels' arguments
+                 phase_leg=(-np.pi, np.pi), phase_foot=(-np.pi, np.pi), lean=(-.3, .3))  # `HopperGait`'s fields
     (lo, hi), best, best_r = np.array(list(space.values())).T, None, -np.inf
     for _ in range(n):
         params = dict(zip(space, map(float, rng.uniform(lo, hi))))
-        r = rollout_returns(pid_baseline('Hopper-v4', hopper_channels(**params)), 'Hopper-v4', episodes,
+        r = rollout_returns(pid_baseline('Hopper-v4', hopper_channels(HopperGait(**params))), 'Hopper-v4', episodes,
                             seed=seed).mean()
         if r > best_r: best, best_r = params, r
-    return best, float(rollout_returns(pid_baseline('Hopper-v4', hopper_channels(**best)), 'Hopper-v4', 10,
+    return best, float(rollout_returns(pid_baseline('Hopper-v4', hopper_channels(HopperGait(**best))), 'Hopper-v4', 10,
                                        seed=100).mean())

@@ -8,6 +8,7 @@ import contextlib, hashlib, importlib.machinery, importlib.util, json, os, shuti
     tempfile, threading, time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 import numpy as np
 from ..core.files import atomic_path, atomic_write_text, error_line, save_json, user_cache
 from ..core.machine import cpu_model
@@ -18,9 +19,9 @@ from .numba_kernel import TANH_CLAMP, TANH_P, TANH_Q
 # %% auto #0
 __all__ = ['CFLAGS', 'PAD', 'DOT', 'ROWS', 'MAYBE_UNUSED', 'EXP_LO', 'EXP_HI', 'EXP_LOG2E', 'EXP_ROUND', 'EXP_LN2', 'EXP_P',
            'EXP_BIAS', 'PPO_FMA', 'AVX512', 'AVX2', 'SSE2', 'ISAS', 'HSUM8', 'X86_PRELUDE', 'NEON_PRELUDE', 'NEON',
-           'STACK_SCRATCH_MAX', 'SIGMOID', 'NATIVE_C_CACHE_MAX', 'c_toolchain', 'c_float', 'Isa', 'scratch_width',
-           'kernel_arithmetic', 'kernel_stack_bytes', 'kernel_source', 'generate_c', 'CPolicy', 'evict_cache',
-           'compile_c_policy']
+           'STACK_SCRATCH_MAX', 'SIGMOID', 'NATIVE_C_CACHE_MAX', 'c_toolchain', 'c_float', 'Isa', 'CLayer',
+           'scratch_width', 'kernel_arithmetic', 'kernel_stack_bytes', 'kernel_source', 'generate_c', 'CPolicy',
+           'evict_cache', 'compile_c_policy']
 
 # %% ../../nbs/34_c_kernel.ipynb #cac7d082
 CFLAGS = ('-O3', '-march=native', '-fno-math-errno', '-fno-trapping-math', '-ffp-contract=fast', '-fPIC', '-shared',
@@ -348,9 +349,19 @@ def _simd_input(isa, src, dst, n, ews, const):
                          f'{P}_store_ps({dst} + {full}, h);')
     return lines
 
+# %% ../../nbs/34_c_kernel.ipynb #f7dea648
+class CLayer(NamedTuple):
+    "A layer as its C generators take it: the C names of its weights and bias, its widths, the ops after it."
+    W: str          # packed [inputs][padded width] (a wide layer), or transposed [outputs][padded inputs]
+    b: str          # the bias, padded to whole vectors
+    n_in: int       # inputs
+    width: int      # outputs
+    ews: tuple = ()  # elementwise ops after it, constants padded (`_ew_padded`)
+
 # %% ../../nbs/34_c_kernel.ipynb #2db95982
-def _simd_dense_row(isa, src, dst, W, b, n_in, width, ews, const):
+def _simd_dense_row(isa, src, dst, layer, const):
     "C of one row of a wide layer and its ops: tiles of output vectors times K partial sums, all in registers."
+    W, b, n_in, width, ews = layer
     L, P = isa.lanes, isa.p
     pw, k = _pad(width), _partials(width)
     vec = max(v for v in range(1, pw // L + 1) if pw // L % v == 0 and v * k <= max(isa.acc, k))
@@ -374,8 +385,9 @@ def _simd_dense_row(isa, src, dst, W, b, n_in, width, ews, const):
     return lines + ['}']
 
 # %% ../../nbs/34_c_kernel.ipynb #6b8e38e7
-def _simd_dense_rows(isa, src, dst, W, b, n_in, width, ews, const):
+def _simd_dense_rows(isa, src, dst, layer, const):
     "C of ROWS rows of a wide layer: ROWS x rows_vec output vectors per tile, the partial sums one after another."
+    W, b, n_in, width, ews = layer
     L, P = isa.lanes, isa.p
     pw, k = _pad(width), _partials(width)
     vec = max(v for v in range(1, isa.rows_vec + 1) if pw // L % v == 0)
@@ -408,8 +420,9 @@ def _simd_dense_rows(isa, src, dst, W, b, n_in, width, ews, const):
     return lines + ['        }', '    }', '}']
 
 # %% ../../nbs/34_c_kernel.ipynb #6538e5aa
-def _simd_dot_row(isa, src, src_padded, dst, Wt, b, n_in, width, ews, const):
+def _simd_dot_row(isa, src, src_padded, dst, layer, const):
     "C of one row of a narrow layer: output o's 8 partial sums as 8 lanes (of one register, or SSE's two), folded."
+    Wt, b, n_in, width, ews = layer  # a narrow layer's weights are transposed
     pn, wide = _pad(n_in), isa.lanes >= DOT
     vt, P = ('__m256', '_mm256') if wide else (isa.vt, isa.p)
     parts = [''] if wide else ['l', 'h']  # the AVX register, or two 4-lane ones (SSE, NEON)
@@ -444,8 +457,9 @@ def _simd_dot_row(isa, src, src_padded, dst, Wt, b, n_in, width, ews, const):
     return lines + ['}']
 
 # %% ../../nbs/34_c_kernel.ipynb #0f1c5cc3
-def _plain_dense_row(src, dst, W, b, n_in, width, ews, const):
+def _plain_dense_row(src, dst, layer, const):
     "C99 of one row of a wide layer and its ops: K partial sums (the first in `dst`), K inputs per pass."
+    W, b, n_in, width, ews = layer
     pw, k = _pad(width), _partials(width)
     main = n_in // k * k
     part = lambda j: dst if j == 0 else f'p[{j - 1}]'
@@ -464,8 +478,9 @@ def _plain_dense_row(src, dst, W, b, n_in, width, ews, const):
             '}']
 
 # %% ../../nbs/34_c_kernel.ipynb #9f483dd7
-def _plain_dot_row(src, dst, Wt, b, n_in, width, ews, const):
+def _plain_dot_row(src, dst, layer, const):
     "C99 of one row of a narrow layer: output o's 8 partial sums, inputs j, j + 8, ..., as the vector code's lanes."
+    Wt, b, n_in, width, ews = layer  # a narrow layer's weights are transposed
     tree = ' '.join(f'p[{j}] += p[{h}];' for j, h in _tree(DOT))
     return [f'for (int o = 0; o < {width}; o++) {{',
             f'    float p[{DOT}] = {{{b}[o]}};  /* partial sum j: inputs j, j + {DOT}, ... */',
@@ -554,12 +569,14 @@ def _simd_kernels(isa, plan, dims, s, const, name='forward', rows_too=True):
             rows += [f'for (int r = 0; r < {ROWS}; r++) {{',
                      *_indent(_simd_input(isa, src_r('r'), dst_r('r'), obs, ews, const)), '}']
         elif Wt is not None:
-            row += _simd_dot_row(isa, src, si > 0, dst, Wt, b, n_in, width, ews, const)
+            layer = CLayer(Wt, b, n_in, width, ews)
+            row += _simd_dot_row(isa, src, si > 0, dst, layer, const)
             rows += [f'for (int r = 0; r < {ROWS}; r++)',
-                     *_simd_dot_row(isa, src_r('r'), si > 0, dst_r('r'), Wt, b, n_in, width, ews, const)]
+                     *_simd_dot_row(isa, src_r('r'), si > 0, dst_r('r'), layer, const)]
         else:
-            row += _simd_dense_row(isa, src, dst, W, b, n_in, width, ews, const)
-            rows += _simd_dense_rows(isa, src_r, dst_r, W, b, n_in, width, ews, const)
+            layer = CLayer(W, b, n_in, width, ews)
+            row += _simd_dense_row(isa, src, dst, layer, const)
+            rows += _simd_dense_rows(isa, src_r, dst_r, layer, const)
         src, src_r = dst, dst_r
     one = [f"static void {name}_row(const float *restrict x, float *restrict y{s['row_args']}) {{",
            *s['row_decl'], '    (void)s0; (void)s1;', *_indent(row), f'    memcpy(y, {src}, {act} * sizeof(float));',
@@ -580,8 +597,8 @@ def _plain_kernels(plan, dims, s, const, name='forward', rows_too=True):
             row += _norm_c(src, dst, width, dense.eps)
             if ews: row += _ew_lines(lambda j: f'{dst}[{j}]', lambda j: f'{dst}[{j}]', ews, width, const)
         elif dense is None: row += _ew_lines(lambda j: f'{dst}[{j}]', lambda j: f'x[{j}]', ews, width, const)
-        elif Wt is not None: row += _plain_dot_row(src, dst, Wt, b, n_in, width, ews, const)
-        else: row += _plain_dense_row(src, dst, W, b, n_in, width, ews, const)
+        elif Wt is not None: row += _plain_dot_row(src, dst, CLayer(Wt, b, n_in, width, ews), const)
+        else: row += _plain_dense_row(src, dst, CLayer(W, b, n_in, width, ews), const)
         src = dst
     one = [f"static void {name}_row(const float *restrict x, float *restrict y{s['row_args']}) {{",
            *s['row_decl'], '    (void)s0; (void)s1;', *_indent(row), f'    memcpy(y, {src}, {act} * sizeof(float));',
@@ -598,11 +615,10 @@ def _cell_dense(isa, src, dst, dense, const):
     W, b = _packed(dense)
     if width < DOT:
         Wt, b = const(_transposed(dense), 'Wt'), const(b, 'b')
-        return (_simd_dot_row(isa, src, True, dst, Wt, b, n_in, width, [], const) if isa else
-                _plain_dot_row(src, dst, Wt, b, n_in, width, [], const))
-    W, b = const(W, 'W'), const(b, 'b')
-    return (_simd_dense_row(isa, src, dst, W, b, n_in, width, [], const) if isa else
-            _plain_dense_row(src, dst, W, b, n_in, width, [], const))
+        layer = CLayer(Wt, b, n_in, width)
+        return _simd_dot_row(isa, src, True, dst, layer, const) if isa else _plain_dot_row(src, dst, layer, const)
+    layer = CLayer(const(W, 'W'), const(b, 'b'), n_in, width)
+    return _simd_dense_row(isa, src, dst, layer, const) if isa else _plain_dense_row(src, dst, layer, const)
 
 # %% ../../nbs/34_c_kernel.ipynb #7c1d0a03
 SIGMOID = ['PPO_MAYBE_UNUSED static inline float ppo_sigmoid(float v) { return 1.0f / (1.0f + fast_expf(-v)); }']

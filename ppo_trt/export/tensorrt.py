@@ -162,9 +162,9 @@ def find_trtexec():
     return p if p and Path(p).exists() else None
 
 # %% ../../nbs/32_tensorrt.ipynb #f0ea346d
-def trtexec_command(trtexec, onnx_path, engine_path, obs_dim, precision='fp32', min_batch=1, opt_batch=1,
-                    max_batch=4096, cache=None):
-    "The trtexec command line for our build."
+def trtexec_command(trtexec, onnx_path, engine_path, obs_dim, precision='fp32', batches=(1, 1, 4096), cache=None):
+    "The trtexec command line for our build: `batches` are the profile's (min, opt, max) batch sizes."
+    min_batch, opt_batch, max_batch = batches
     shape = lambda b: f'obs:{b}x{obs_dim}'
     cmd = [str(trtexec), f'--onnx={onnx_path}', f'--saveEngine={engine_path}', f'--minShapes={shape(min_batch)}',
            f'--optShapes={shape(opt_batch)}', f'--maxShapes={shape(max_batch)}']
@@ -185,8 +185,8 @@ def build_with_trtexec(run_dir, precision='fp32', min_batch=1, opt_batch=1, max_
     require_fresh(run, 'build')
     engine_path = run.root/engine_name('trtexec', precision)
     with atomic_path(engine_path) as tmp:
-        cmd = trtexec_command(exe, onnx_path, tmp, onnx_metadata(onnx_path)['obs_dim'], precision, min_batch, opt_batch,
-                              max_batch, run.root/'timing.trtexec.cache')
+        cmd = trtexec_command(exe, onnx_path, tmp, onnx_metadata(onnx_path)['obs_dim'], precision,
+                              (min_batch, opt_batch, max_batch), run.root/'timing.trtexec.cache')
         res = subprocess.run(cmd, capture_output=True, text=True)
         atomic_write_text(run.root/f'build.trtexec.{precision}.log', ' '.join(cmd) + '\n' + res.stdout + res.stderr)
         if res.returncode:

@@ -5,6 +5,7 @@
 # %% ../../nbs/53_c_loop.ipynb #383f7658
 from __future__ import annotations
 import hashlib, json, math, shutil, subprocess, tempfile
+from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 import numpy as np
@@ -23,8 +24,8 @@ from .evaluate import evaluate_phase
 # %% auto #0
 __all__ = ['C_LOOP_ENVS', 'QVEL_CLIP', 'POLICY_CFLAGS', 'LOOP_CFLAGS', 'C_LOOP_MARKER', 'C_LOOP_MADE_BY', 'TRACE_SCALARS',
            'CHECK_TOL', 'ORT_TOL', 'hopper_constants', 'env_header', 'loop_template', 'mujoco_c_api', 'c_loop_missing',
-           'c_loop_sources', 'build_c_loop', 'run_c_loop', 'read_trace', 'check_against_gymnasium', 'check_against_ort',
-           'fallback_check', 'python_returns', 'c_loop', 'print_c_loop']
+           'c_loop_sources', 'build_c_loop', 'LoopRun', 'run_c_loop', 'read_trace', 'check_against_gymnasium',
+           'check_against_ort', 'fallback_check', 'python_returns', 'c_loop', 'print_c_loop']
 
 # %% ../../nbs/53_c_loop.ipynb #07881e3d
 C_LOOP_ENVS = ('Hopper-v4',)  # the envs whose observation, reward, termination and reset c_loop.c computes
@@ -135,14 +136,27 @@ def build_c_loop(run_dir, out=None, cc='gcc'):
         install_folder(build, dest, C_LOOP_MARKER, C_LOOP_MADE_BY, stage)
     return dict(manifest, path=str(dest), exe=str(dest/'c_loop'))
 
+# %% ../../nbs/53_c_loop.ipynb #eda9c5bd
+@dataclass(frozen=True)
+class LoopRun:
+    "One run of the C loop: episodes from `seed` on until `episodes` have ended and `steps` have run."
+    seed: int = 0
+    episodes: int = 1
+    steps: int = 0
+    trace: str | Path | None = None  # a file for every reset and step (see `read_trace`)
+    inject_nan: int | None = None    # the control step handed a NaN observation, once
+    def command(self, exe):
+        "The command line of the built loop `exe` for this run."
+        cmd = [str(exe), '--seed', str(self.seed), '--episodes', str(self.episodes), '--steps', str(self.steps)]
+        if self.trace is not None: cmd += ['--trace', str(self.trace)]
+        if self.inject_nan is not None: cmd += ['--inject-nan', str(self.inject_nan)]
+        return cmd
+
 # %% ../../nbs/53_c_loop.ipynb #56577fe0
 def run_c_loop(exe, seed=0, episodes=1, steps=0, trace=None, inject_nan=None):
     "Run the built C loop (episodes from `seed` on, until `episodes` have ended and `steps` have run): its JSON."
     if not Path(exe).is_file(): raise BadInputError(f'{exe} does not exist: build it with `ppo-trt c-loop`')
-    cmd = [str(exe), '--seed', str(seed), '--episodes', str(episodes), '--steps', str(steps)]
-    if trace is not None: cmd += ['--trace', str(trace)]
-    if inject_nan is not None: cmd += ['--inject-nan', str(inject_nan)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(LoopRun(seed, episodes, steps, trace, inject_nan).command(exe), capture_output=True, text=True)
     if r.returncode: raise PpoTrtError(f'the C loop failed (exit {r.returncode}): {r.stderr.strip()[-500:] or "-"}')
     try: return json.loads(r.stdout)
     except ValueError: raise PpoTrtError(f'the C loop printed no JSON summary: {r.stdout[-300:]!r}') from None

@@ -17,7 +17,7 @@ from ppo_trt.export.cortex_m import ARM_GCC, M4_FLAGS, QEMU, QEMU_BOARD, STARTUP
     flash_ram
 from ..export.targets import AARCH64, FIRMWARE, M4_WARN, TARGETS, target_missing, tool_version
 from .c_loop import (POLICY_CFLAGS, LOOP_CFLAGS, C_LOOP_MARKER, C_LOOP_MADE_BY, c_loop_sources,
-                                    c_loop_missing, mujoco_c_api, read_trace, check_against_gymnasium)
+                                    c_loop_missing, mujoco_c_api, read_trace, check_against_gymnasium, LoopRun)
 from ..backends import registry as B
 
 # %% auto #0
@@ -539,13 +539,10 @@ LINK_TIMEOUT_MS = 2000  # a call's wait for its answer: generous, for an emulato
                         # is ~1-10 ms, but a loaded 2-core box stalled QEMU for over 500 ms); a real link waits less
                         # than the control period
 
-def run_linked(folder, target, seed=0, episodes=1, steps=0, trace=None, inject_nan=None, corrupt_call=None,
-               timeout_ms=LINK_TIMEOUT_MS, exe='c_loop_link'):
-    "Run `folder`'s host loop (`exe`) with the policy on the emulated device: the loop's JSON, with `link` counters."
+def run_linked(folder, target, loop=LoopRun(), corrupt_call=None, timeout_ms=LINK_TIMEOUT_MS, exe='c_loop_link'):
+    "Run `folder`'s host loop (`exe`) as `loop` says, the policy on the emulated device: its JSON, `link` counters."
     folder = Path(folder)
-    cmd = [str(folder/exe), '--seed', str(seed), '--episodes', str(episodes), '--steps', str(steps)]
-    if trace is not None: cmd += ['--trace', str(trace)]
-    if inject_nan is not None: cmd += ['--inject-nan', str(inject_nan)]
+    cmd = loop.command(folder/exe)
     with tempfile.TemporaryDirectory(prefix='ppo_link_stats_') as d:
         env = {**os.environ, 'PPO_LINK_STATS': str(Path(d)/'link.json'), 'PPO_LINK_TIMEOUT_MS': str(timeout_ms),
                'PPO_LINK_CORRUPT_CALL': str(-1 if corrupt_call is None else corrupt_call)}
@@ -572,8 +569,9 @@ def action_differences(trace, run_dir):
 def fallback_run(folder, target, env_id='Hopper-v4', seed=0, step=10, how='corrupt', timeout_ms=LINK_TIMEOUT_MS):
     "Corrupt the frame of control step `step` (`how='corrupt'`) or send a NaN observation there ('nan'): the checks."
     with tempfile.TemporaryDirectory() as d:
-        ran = run_linked(folder, target, seed, episodes=0, steps=step + 2, trace=Path(d)/'t.bin', timeout_ms=timeout_ms,
-                         **(dict(corrupt_call=step) if how == 'corrupt' else dict(inject_nan=step)))
+        loop = LoopRun(seed, episodes=0, steps=step + 2, trace=Path(d)/'t.bin',
+                       inject_nan=None if how == 'corrupt' else step)
+        ran = run_linked(folder, target, loop, corrupt_call=step if how == 'corrupt' else None, timeout_ms=timeout_ms)
         tr = read_trace(Path(d)/'t.bin')
     rows = np.flatnonzero(tr['t'] > 0)
     at, after = rows[step], rows[step + 1]
@@ -602,9 +600,9 @@ def c_loop_target(run_dir, target, episodes=2, seed=0, cc='gcc', inject_step=10,
     built = build_hil(run.root, target, cc=cc)
     folder, env_id = Path(built['path']), onnx_metadata(run.path('onnx'))['env_id']
     with tempfile.TemporaryDirectory() as d:
-        ran = run_linked(folder, target, seed, episodes, trace=Path(d)/'t.bin', timeout_ms=timeout_ms)
+        ran = run_linked(folder, target, LoopRun(seed, episodes, trace=Path(d)/'t.bin'), timeout_ms=timeout_ms)
         tr = read_trace(Path(d)/'t.bin')
-    native = run_linked(folder, target, seed, episodes, exe='c_loop')
+    native = run_linked(folder, target, LoopRun(seed, episodes), exe='c_loop')
     check, diff = check_against_gymnasium(tr, env_id, seed), action_differences(tr, run.root)
     with device(folder, target) as sock: kernel = ask(sock, encode_frame('K', 0), answers=1)[0][2].decode()
     fallbacks = {how: fallback_run(folder, target, env_id, seed, inject_step, how, timeout_ms)
