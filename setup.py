@@ -41,7 +41,7 @@ setuptools.setup(
     packages=setuptools.find_packages(include=['ppo_trt', 'ppo_trt.*']),
     include_package_data=True,
     package_data={'ppo_trt': ['templates/*.ipynb', 'templates/*.c', 'templates/docs/*', 'templates/c_library/*',
-                               'templates/cortex_m/*', 'templates/targets/*']},
+                               'templates/cortex_m/*', 'templates/targets/*', 'templates/hil/*']},
     install_requires=reqs('requirements'),
     extras_require={'dev': reqs('dev_requirements'), 'docs': reqs('docs_requirements'), 'gpu': reqs('gpu_requirements'),
                     'trt': reqs('trt_requirements'), 'trt-rtx': reqs('trt_rtx_requirements'),

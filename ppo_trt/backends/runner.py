@@ -124,35 +124,47 @@ class HistoryRunner(Runner):
     def history(self):
         "Each row's last k actions [B, k * act_dim], newest first (None before the first call)."
         return None if self.wide is None else self.wide[:, self.obs_dim:]
-    def reset(self):
-        "Forget every row's history (call at episode start); a batch of another size may follow."
-        self.wide, self.pending, self.has_pending = None, None, False
-        if hasattr(self.inner, 'reset'): self.inner.reset()
-    def _rows(self, rows):
-        "Start the memory for `rows` rows, or check that the batch is the one it holds."
-        if self.wide is None:
-            self.wide = np.zeros((rows, self.inner.obs_dim), np.float32)
-            self.pending = np.zeros((rows, self.act_dim), np.float32)
-        elif rows != len(self.wide):
-            raise BadInputError(f'this policy keeps a history for {len(self.wide)} rows but got {rows}; call '
-                                'reset() before starting episodes with another batch size')
-    def commit(self, actions):
-        "The actions [B, act_dim] really applied this step, if not the ones the policy gave (a fallback's)."
-        actions = np.asarray(actions, np.float32).reshape(-1, self.act_dim)
-        self._rows(len(actions))
-        np.clip(actions, self.low, self.high, out=self.pending); self.has_pending = True
-    def run(self, obs):
-        self._rows(len(obs))
-        if self.has_pending:  # the previous step's actions become the newest (numpy copes with the overlap)
-            history = self.wide[:, self.obs_dim:]
-            history[:, self.act_dim:] = history[:, :-self.act_dim]
-            history[:, :self.act_dim] = self.pending
-        self.wide[:, :self.obs_dim] = obs
-        out = self.inner.run(self.wide)
-        out = out.copy() if self.inner.reuses_output else out
-        np.clip(out, self.low, self.high, out=self.pending); self.has_pending = True
-        return out
     def close(self): self.inner.close()
+
+# %% ../../nbs/40_runner.ipynb #b3e70725
+@patch
+def _rows(self: HistoryRunner, rows):
+    "Start the memory for `rows` rows, or check that the batch is the one it holds."
+    if self.wide is None:
+        self.wide = np.zeros((rows, self.inner.obs_dim), np.float32)
+        self.pending = np.zeros((rows, self.act_dim), np.float32)
+    elif rows != len(self.wide):
+        raise BadInputError(f'this policy keeps a history for {len(self.wide)} rows but got {rows}; call '
+                            'reset() before starting episodes with another batch size')
+
+# %% ../../nbs/40_runner.ipynb #5867a073
+@patch
+def run(self: HistoryRunner, obs):
+    self._rows(len(obs))
+    if self.has_pending:  # the previous step's actions become the newest (numpy copes with the overlap)
+        history = self.wide[:, self.obs_dim:]
+        history[:, self.act_dim:] = history[:, :-self.act_dim]
+        history[:, :self.act_dim] = self.pending
+    self.wide[:, :self.obs_dim] = obs
+    out = self.inner.run(self.wide)
+    out = out.copy() if self.inner.reuses_output else out
+    np.clip(out, self.low, self.high, out=self.pending); self.has_pending = True
+    return out
+
+# %% ../../nbs/40_runner.ipynb #1403c79c
+@patch
+def commit(self: HistoryRunner, actions):
+    "The actions [B, act_dim] really applied this step, if not the ones the policy gave (a fallback's)."
+    actions = np.asarray(actions, np.float32).reshape(-1, self.act_dim)
+    self._rows(len(actions))
+    np.clip(actions, self.low, self.high, out=self.pending); self.has_pending = True
+
+# %% ../../nbs/40_runner.ipynb #d2d61a5a
+@patch
+def reset(self: HistoryRunner):
+    "Forget every row's history (call at episode start); a batch of another size may follow."
+    self.wide, self.pending, self.has_pending = None, None, False
+    if hasattr(self.inner, 'reset'): self.inner.reset()
 
 # %% ../../nbs/40_runner.ipynb #67d0b4b3
 class RecurrentRunner(Runner):

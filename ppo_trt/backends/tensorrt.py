@@ -5,6 +5,7 @@
 # %% ../../nbs/46_tensorrt_runners.ipynb #fefd3370
 from __future__ import annotations
 import numpy as np
+from fastcore.basics import patch
 from ..core.run_folder import RunDir
 from ..core.files import BadInputError
 from ..core.records import load_artifact
@@ -69,23 +70,6 @@ class TrtRunner(Runner):
         super().__init__(src.meta['obs_dim'], src.meta['act_dim'],
                          provider=f"{rec.module} {rec.version} engine {mine[0]}", engine=mine[0],
                          versions={rec.module: rec.version, 'cuda-python': package_version('cuda-python')})
-    def _host(self, shape):
-        n = int(np.prod(shape)) * 4
-        ptr = _cuda_call(self._cudart.cudaMallocHost(n), 'cudaMallocHost')
-        return ptr, np.ctypeslib.as_array((self._ct.c_float * int(np.prod(shape))).from_address(ptr)).reshape(shape)
-    def _slot(self, b):
-        if self.max_batch and b > self.max_batch:
-            raise BadInputError(f'batch {b} exceeds the engine profile max_batch {self.max_batch}; '
-                                'rebuild with --max-batch')
-        cr = self._cudart
-        (hin_p, hin), (hout_p, hout) = self._host((b, self.obs_dim)), self._host((b, self.act_dim))
-        din, dout = (_cuda_call(cr.cudaMalloc(n * 4), 'cudaMalloc') for n in (b * self.obs_dim, b * self.act_dim))
-        self._slots[b] = s = dict(hin=hin, hout=hout, hin_p=hin_p, hout_p=hout_p, din=din, dout=dout,
-                                  nin=b * self.obs_dim * 4, nout=b * self.act_dim * 4)
-        return s
-    def _bind(self, s, b):
-        self.ctx.set_input_shape('obs', (b, self.obs_dim))
-        self.ctx.set_tensor_address('obs', s['din']); self.ctx.set_tensor_address('action', s['dout'])
     def run(self, obs):
         hot_path_shape(obs, self.obs_dim)
         b = obs.shape[0]
@@ -98,24 +82,60 @@ class TrtRunner(Runner):
         cr.cudaMemcpyAsync(s['hout_p'], s['dout'], s['nout'], cr.cudaMemcpyKind.cudaMemcpyDeviceToHost, st)
         _cuda_call(cr.cudaStreamSynchronize(st), 'cudaStreamSynchronize')
         return s['hout']
-    def kernel_us(self, batch=1, iters=1000):
-        "Per-call device time of `execute_async_v3` alone (CUDA events on the runner's stream)."
-        cr, st = self._cudart, self.stream
-        s = self._slots.get(batch) or self._slot(batch)
-        self._bind(s, batch)
-        for _ in range(20): self.ctx.execute_async_v3(st)
-        ev = [(_cuda_call(cr.cudaEventCreate(), 'cudaEventCreate'), _cuda_call(cr.cudaEventCreate(), 'cudaEventCreate'))
-              for _ in range(iters)]
-        for a, e in ev: cr.cudaEventRecord(a, st); self.ctx.execute_async_v3(st); cr.cudaEventRecord(e, st)
-        _cuda_call(cr.cudaStreamSynchronize(st), 'cudaStreamSynchronize')
-        out = np.array([_cuda_call(cr.cudaEventElapsedTime(a, e), 'cudaEventElapsedTime') * 1e3 for a, e in ev])
-        for a, e in ev: cr.cudaEventDestroy(a); cr.cudaEventDestroy(e)
-        return out
-    def close(self):
-        cr = self._cudart
-        for s in self._slots.values():
-            cr.cudaFree(s['din']); cr.cudaFree(s['dout']); cr.cudaFreeHost(s['hin_p']); cr.cudaFreeHost(s['hout_p'])
-        self._slots = {}
+
+# %% ../../nbs/46_tensorrt_runners.ipynb #1f639664
+@patch
+def _host(self: TrtRunner, shape):
+    "(pointer, NumPy view) of new pinned host memory for a float32 array of `shape`."
+    n = int(np.prod(shape)) * 4
+    ptr = _cuda_call(self._cudart.cudaMallocHost(n), 'cudaMallocHost')
+    return ptr, np.ctypeslib.as_array((self._ct.c_float * int(np.prod(shape))).from_address(ptr)).reshape(shape)
+
+# %% ../../nbs/46_tensorrt_runners.ipynb #9c0a008c
+@patch
+def _slot(self: TrtRunner, b):
+    "The host and device buffers of batch size `b`, made once."
+    if self.max_batch and b > self.max_batch:
+        raise BadInputError(f'batch {b} exceeds the engine profile max_batch {self.max_batch}; '
+                            'rebuild with --max-batch')
+    cr = self._cudart
+    (hin_p, hin), (hout_p, hout) = self._host((b, self.obs_dim)), self._host((b, self.act_dim))
+    din, dout = (_cuda_call(cr.cudaMalloc(n * 4), 'cudaMalloc') for n in (b * self.obs_dim, b * self.act_dim))
+    self._slots[b] = s = dict(hin=hin, hout=hout, hin_p=hin_p, hout_p=hout_p, din=din, dout=dout,
+                              nin=b * self.obs_dim * 4, nout=b * self.act_dim * 4)
+    return s
+
+# %% ../../nbs/46_tensorrt_runners.ipynb #ba48b025
+@patch
+def _bind(self: TrtRunner, s, b):
+    "Point the execution context at slot `s`'s device buffers for a batch of `b`."
+    self.ctx.set_input_shape('obs', (b, self.obs_dim))
+    self.ctx.set_tensor_address('obs', s['din']); self.ctx.set_tensor_address('action', s['dout'])
+
+# %% ../../nbs/46_tensorrt_runners.ipynb #d8e6c893
+@patch
+def kernel_us(self: TrtRunner, batch=1, iters=1000):
+    "Per-call device time of `execute_async_v3` alone (CUDA events on the runner's stream)."
+    cr, st = self._cudart, self.stream
+    s = self._slots.get(batch) or self._slot(batch)
+    self._bind(s, batch)
+    for _ in range(20): self.ctx.execute_async_v3(st)
+    ev = [(_cuda_call(cr.cudaEventCreate(), 'cudaEventCreate'), _cuda_call(cr.cudaEventCreate(), 'cudaEventCreate'))
+          for _ in range(iters)]
+    for a, e in ev: cr.cudaEventRecord(a, st); self.ctx.execute_async_v3(st); cr.cudaEventRecord(e, st)
+    _cuda_call(cr.cudaStreamSynchronize(st), 'cudaStreamSynchronize')
+    out = np.array([_cuda_call(cr.cudaEventElapsedTime(a, e), 'cudaEventElapsedTime') * 1e3 for a, e in ev])
+    for a, e in ev: cr.cudaEventDestroy(a); cr.cudaEventDestroy(e)
+    return out
+
+# %% ../../nbs/46_tensorrt_runners.ipynb #a22d5acb
+@patch
+def close(self: TrtRunner):
+    "Free every batch size's buffers."
+    cr = self._cudart
+    for s in self._slots.values():
+        cr.cudaFree(s['din']); cr.cudaFree(s['dout']); cr.cudaFreeHost(s['hin_p']); cr.cudaFreeHost(s['hout_p'])
+    self._slots = {}
 
 # %% ../../nbs/46_tensorrt_runners.ipynb #c8c67283
 class TrtRtxRunner(TrtRunner):

@@ -5,6 +5,7 @@
 # %% ../../nbs/45_triton.ipynb #a7a19e93
 from __future__ import annotations
 import numpy as np
+from fastcore.basics import patch
 from ..core.machine import package_version
 from ..export.triton_mlp import TRITON_FIX
 from .runner import Runner, Backend, Family, BackendUnavailable, hot_path_shape, policy_source
@@ -43,21 +44,6 @@ class TritonRunner(Runner):
                          kernel=f'generated source {self.pol.key} (in memory)',
                          versions={'triton': triton.__version__, 'torch': package_version('torch'),
                                    'cuda': torch.version.cuda})
-    def _slot(self, b):
-        # no host queries inside a capture
-        t, fwd = self._torch, (lambda x, out: self.pol.forward(x, out, self._params, check=False))
-        s = dict(hin=t.zeros((b, self.obs_dim), pin_memory=True), hout=t.zeros((b, self.act_dim), pin_memory=True))
-        self.pol.check(s['hin'], s['hout'], self._params)
-        s['in_np'], s['out_np'] = s['hin'].numpy(), s['hout'].numpy()
-        if b <= self.zero_copy_max_batch: s['graph'] = cuda_graph(t, lambda: fwd(s['hin'], s['hout']), warmup=1)[0]
-        else:
-            s['din'], s['dout'] = t.zeros((b, self.obs_dim), device='cuda'), t.zeros((b, self.act_dim), device='cuda')
-            def io():
-                s['din'].copy_(s['hin'], non_blocking=True); fwd(s['din'], s['dout'])
-                s['hout'].copy_(s['dout'], non_blocking=True)
-            s['graph'] = cuda_graph(t, io, warmup=1)[0]
-        self._slots[b] = s
-        return s
     def run(self, obs):
         hot_path_shape(obs, self.obs_dim)
         s = self._slots.get(obs.shape[0]) or self._slot(obs.shape[0])
@@ -65,12 +51,34 @@ class TritonRunner(Runner):
         s['graph'].replay()
         self._torch.cuda.current_stream().synchronize()
         return s['out_np']
-    def kernel_us(self, batch=1, iters=1000):
-        "Per-call device time of the kernel alone (CUDA events), inputs and outputs already on the device."
-        t = self._torch
-        x, out = t.zeros((batch, self.obs_dim), device='cuda'), t.zeros((batch, self.act_dim), device='cuda')
-        g = cuda_graph(t, lambda: self.pol.forward(x, out, self._params, check=False), warmup=1)[0]
-        return event_times(g.replay, iters, t)
+
+# %% ../../nbs/45_triton.ipynb #001fb004
+@patch
+def _slot(self: TritonRunner, b):
+    "The pinned buffers and CUDA graph of batch size `b`, made once."
+    # no host queries inside a capture
+    t, fwd = self._torch, (lambda x, out: self.pol.forward(x, out, self._params, check=False))
+    s = dict(hin=t.zeros((b, self.obs_dim), pin_memory=True), hout=t.zeros((b, self.act_dim), pin_memory=True))
+    self.pol.check(s['hin'], s['hout'], self._params)
+    s['in_np'], s['out_np'] = s['hin'].numpy(), s['hout'].numpy()
+    if b <= self.zero_copy_max_batch: s['graph'] = cuda_graph(t, lambda: fwd(s['hin'], s['hout']), warmup=1)[0]
+    else:
+        s['din'], s['dout'] = t.zeros((b, self.obs_dim), device='cuda'), t.zeros((b, self.act_dim), device='cuda')
+        def io():
+            s['din'].copy_(s['hin'], non_blocking=True); fwd(s['din'], s['dout'])
+            s['hout'].copy_(s['dout'], non_blocking=True)
+        s['graph'] = cuda_graph(t, io, warmup=1)[0]
+    self._slots[b] = s
+    return s
+
+# %% ../../nbs/45_triton.ipynb #246db072
+@patch
+def kernel_us(self: TritonRunner, batch=1, iters=1000):
+    "Per-call device time of the kernel alone (CUDA events), inputs and outputs already on the device."
+    t = self._torch
+    x, out = t.zeros((batch, self.obs_dim), device='cuda'), t.zeros((batch, self.act_dim), device='cuda')
+    g = cuda_graph(t, lambda: self.pol.forward(x, out, self._params, check=False), warmup=1)[0]
+    return event_times(g.replay, iters, t)
 
 # %% ../../nbs/45_triton.ipynb #4ef5f4bc
 class TritonTf32Runner(TritonRunner):

@@ -193,6 +193,9 @@ def launch_shape(n):
     if n < 65536: return 64, 4
     return 128, 4
 
+# %% ../../nbs/35_triton_mlp.ipynb #b76b3dc5
+from fastcore.basics import patch
+
 # %% ../../nbs/35_triton_mlp.ipynb #b4bee4fa
 @dataclass
 class TritonPolicy:
@@ -206,27 +209,6 @@ class TritonPolicy:
     key: str                    # sha256 prefix of the source
     interpreted: bool
     _on: dict = field(default_factory=dict, repr=False)
-    def params_on(self, device):
-        "The packed parameters as a tensor on `device` (made once)."
-        import torch
-        dev = torch.device(device)
-        if dev not in self._on: self._on[dev] = torch.as_tensor(self.params, device=dev)
-        return self._on[dev]
-    def check(self, x, out, params):
-        "Refuse tensors the kernel would misread, with the fix."
-        import torch
-        for what, t, cols in (('x', x, self.obs_dim), ('out', out, self.act_dim)):
-            if not isinstance(t, torch.Tensor):
-                raise BadInputError(f'{what} must be a torch tensor, got {type(t).__name__}')
-            if t.dtype != torch.float32 or t.dim() != 2 or t.shape[1] != cols or not t.is_contiguous():
-                raise BadInputError(f'{what} must be a contiguous float32 tensor of shape [B, {cols}], '
-                                    f'got {t.dtype} {tuple(t.shape)}'
-                                    f'{"" if t.is_contiguous() else " (not contiguous: call .contiguous())"}')
-            if t.device != params.device and not (params.device.type == 'cuda' and t.device.type == 'cpu'
-                                                  and t.is_pinned()):
-                raise BadInputError(f'{what} is on {t.device} but the parameters are on {params.device}; '
-                                    f'move it there or, for a GPU, pass pinned host memory (tensor.pin_memory())')
-        if out.shape[0] != x.shape[0]: raise BadInputError(f'x has {x.shape[0]} rows but out has {out.shape[0]}')
     def forward(self, x, out, params=None, check=True):
         "Write the actions for `x` [B, obs_dim] into `out` [B, act_dim] with one kernel launch; returns `out`."
         params = self.params_on('cpu' if self.interpreted else 'cuda') if params is None else params
@@ -236,10 +218,40 @@ class TritonPolicy:
         self.kernel[(-(-n // bm),)](x, out, params, n, BM=bm, PREC='ieee' if self.precision == 'fp32' else 'tf32',
                                     num_warps=warps)
         return out
-    def __call__(self, x):
-        "Actions for `x` [B, obs_dim] (float32, on the parameters' device) as a new tensor, like a torch module."
-        params = self.params_on(x.device)
-        return self.forward(x, x.new_empty((x.shape[0], self.act_dim)), params)
+
+# %% ../../nbs/35_triton_mlp.ipynb #e5b65387
+@patch
+def params_on(self: TritonPolicy, device):
+    "The packed parameters as a tensor on `device` (made once)."
+    import torch
+    dev = torch.device(device)
+    if dev not in self._on: self._on[dev] = torch.as_tensor(self.params, device=dev)
+    return self._on[dev]
+
+# %% ../../nbs/35_triton_mlp.ipynb #8a56c891
+@patch
+def check(self: TritonPolicy, x, out, params):
+    "Refuse tensors the kernel would misread, with the fix."
+    import torch
+    for what, t, cols in (('x', x, self.obs_dim), ('out', out, self.act_dim)):
+        if not isinstance(t, torch.Tensor):
+            raise BadInputError(f'{what} must be a torch tensor, got {type(t).__name__}')
+        if t.dtype != torch.float32 or t.dim() != 2 or t.shape[1] != cols or not t.is_contiguous():
+            raise BadInputError(f'{what} must be a contiguous float32 tensor of shape [B, {cols}], '
+                                f'got {t.dtype} {tuple(t.shape)}'
+                                f'{"" if t.is_contiguous() else " (not contiguous: call .contiguous())"}')
+        if t.device != params.device and not (params.device.type == 'cuda' and t.device.type == 'cpu'
+                                              and t.is_pinned()):
+            raise BadInputError(f'{what} is on {t.device} but the parameters are on {params.device}; '
+                                f'move it there or, for a GPU, pass pinned host memory (tensor.pin_memory())')
+    if out.shape[0] != x.shape[0]: raise BadInputError(f'x has {x.shape[0]} rows but out has {out.shape[0]}')
+
+# %% ../../nbs/35_triton_mlp.ipynb #02e23973
+@patch
+def __call__(self: TritonPolicy, x):
+    "Actions for `x` [B, obs_dim] (float32, on the parameters' device) as a new tensor, like a torch module."
+    params = self.params_on(x.device)
+    return self.forward(x, x.new_empty((x.shape[0], self.act_dim)), params)
 
 # %% ../../nbs/35_triton_mlp.ipynb #a034b17b
 PRECISIONS = ('fp32', 'tf32')
