@@ -7,24 +7,25 @@ from __future__ import annotations
 import hashlib, json, os, platform, shutil, sys, tempfile, time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 import msgspec
 import numpy as np
-from .run_folder import ARTIFACTS, RunDir, check_env_id, check_timesteps
+from .run_folder import ARTIFACT_TABLE, ARTIFACTS, RunDir, artifact, check_env_id, check_timesteps
 from .files import (PARTIAL, PpoTrtError, BadArtifactError, BadInputError, MissingArtifactError,
-                                atomic_write_text, save_json, sha256_file, inside, leftovers, foreign_files, policy_sha256,
+                                atomic_write_text, load_json, save_json, sha256_file, inside, leftovers, foreign_files, policy_sha256,
                                 shown)
 from .machine import ThreadPlan, probe, machine_summary, package_version
 
 # %% auto #0
-__all__ = ['EnvId', 'SCHEMAS', 'MACHINE_ID_VAR', 'LOCK_NAME', 'HOLDER_NAME', 'REPORT_INPUTS', 'STAGE_PARENTS', 'DERIVED',
-           'ConfigRecord', 'ObsNormRecord', 'TrainRecord', 'BestRecord', 'Parity', 'TensorSpec', 'ExportRecord',
-           'EngineProfile', 'EngineRecord', 'Stats', 'HotPath', 'LatencyWindow', 'BenchRecord', 'Session',
-           'BenchSettingsRecord', 'TimerOverhead', 'BenchFile', 'Event', 'PhaseRecord', 'Gate', 'DelayCurve',
-           'EvaluateFile', 'Curve', 'Returns', 'ResidualStudyRecord', 'EnvBenchRow', 'EnvBenchError', 'EnvBenchRecord',
-           'LoopStats', 'GymCheck', 'Fallback', 'CLoopRecord', 'CTargetRecord', 'HilRecord', 'policy_only',
-           'fix_command', 'policy_only_advice', 'read_record', 'load_artifact', 'record', 'machine_id', 'session',
-           'session_id', 'RunFolderBusy', 'remove_partial', 'run_lock', 'locked', 'lineage_problems', 'require_fresh',
+__all__ = ['EnvId', 'EngineRecords', 'SCHEMAS', 'SWEEP_VERSION', 'MACHINE_ID_VAR', 'LOCK_NAME', 'HOLDER_NAME', 'REPORT_INPUTS',
+           'STAGE_PARENTS', 'DERIVED', 'ConfigRecord', 'ObsNormRecord', 'TrainRecord', 'BestRecord', 'Parity',
+           'TensorSpec', 'ExportRecord', 'EngineProfile', 'EngineRecord', 'Stats', 'HotPath', 'LatencyWindow',
+           'BenchRecord', 'Session', 'BenchSettingsRecord', 'TimerOverhead', 'BenchFile', 'Event', 'PhaseRecord',
+           'Gate', 'DelayCurve', 'EvaluateFile', 'Curve', 'Returns', 'ResidualStudyRecord', 'EnvBenchRow',
+           'EnvBenchError', 'EnvBenchRecord', 'LoopStats', 'GymCheck', 'Fallback', 'CLoopRecord', 'CTargetRecord',
+           'HilRecord', 'SweepSettings', 'SweepRun', 'SweepFile', 'read_sweep', 'policy_only', 'fix_command',
+           'policy_only_advice', 'read_record', 'load_artifact', 'record', 'machine_id', 'session', 'session_id',
+           'RunFolderBusy', 'remove_partial', 'run_lock', 'locked', 'lineage_problems', 'require_fresh',
            'derived_paths', 'remove_derived']
 
 # %% ../../nbs/03_records.ipynb #53e13962
@@ -439,12 +440,6 @@ class EnvBenchRecord(_Record):
     gpu: str | None = None
     created: str = ''
 
-SCHEMAS = {  # artifact name (config.ARTIFACTS, or a file name) -> (schema, current version)
-    'config': (ConfigRecord, 1), 'obs_norm': (ObsNormRecord, 1), 'train_record': (TrainRecord, 2),
-    'export_record': (ExportRecord, 2), 'build_record': (dict[str, EngineRecord], 1), 'bench_record': (BenchFile, 2),
-    'evaluate_record': (EvaluateFile, 2), 'checkpoints/best.json': (BestRecord, 1),
-}
-
 # %% ../../nbs/03_records.ipynb #575b9f9e
 class LoopStats(msgspec.Struct):
     "Timing of a C loop in ns, as the C program measured it (clock_gettime; nearest-rank percentiles)."
@@ -550,13 +545,91 @@ class HilRecord(_Record):
     session: Session | None = None
 
 
+# %% ../../nbs/03_records.ipynb #7c520504
+EngineRecords = dict[str, EngineRecord]  # build.json: {engine file: its record}
+
+SCHEMAS = {a.name or a.file: (globals()[a.schema], a.version)  # the schema column names this module's classes
+           for a in ARTIFACT_TABLE if a.schema}
+
+# %% ../../nbs/03_records.ipynb #cb175189
+class SweepSettings(_Part, forbid_unknown_fields=True):
+    "What a sweep was asked to do (`studies.sweep.sweep_settings`): a later sweep in its folder must ask the same."
+    env_id: EnvId
+    fast: bool
+    preset_name: str | None  # SB3's preset; None for fast PPO
+    timesteps: int | None
+    train_kwargs: dict
+    randomize: str           # the randomized variants' ranges, in canonical text
+    phases: list[str]
+    episodes: int
+    eval_seed: int
+    backend: str
+    deadline_us: float
+    delay_steps: list[int]
+    seeds: list[int]
+    variants: list[str]
+    rrls: list[str] | None = None  # the RRLS sets scored (absent in sweeps before --rrls)
+
+# %% ../../nbs/03_records.ipynb #882401bf
+class SweepRun(_Part, forbid_unknown_fields=True):
+    "One finished run's summary in sweep.json (`studies.sweep.run_result`)."
+    variant: str
+    seed: int
+    dir: str
+    returns: dict[str, float]      # {phase: PPO's mean held-out return}
+    pid_returns: dict[str, float]  # {phase: the PID baseline's}
+    train_wall_s: float
+    steps_per_s: float
+    timesteps: int
+    final_eval_mean: float
+    env_backend: str
+    delay_returns: list[float]
+    pid_delay_returns: list[float]
+    evaluated: str
+    learning_curve: list[tuple[int, float]]  # [timesteps, evaluated mean return]
+    curriculum: dict | None = None
+    teacher_student: dict | None = None  # absent in sweeps before teacher-student
+    rrls: dict | None = None             # absent in sweeps before --rrls
+
+# %% ../../nbs/03_records.ipynb #f39b8c9d
+class SweepFile(_Record, kw_only=True, forbid_unknown_fields=True):
+    "sweep.json: a sweep's settings, every finished run's summary, the failures, and the aggregates once complete."
+    status: Literal['running', 'failed', 'complete']
+    settings: SweepSettings
+    created: str
+    ppo_trt: str | None
+    machine: str | None = None  # absent in sweeps before it
+    ray: dict                   # Ray's version, then the cluster it ran on (`studies.sweep.cluster_info`)
+    runs: dict[str, SweepRun]
+    failed: dict[str, str]      # {run: why it failed}
+    updated: str | None = None
+    rrls_pid: dict | None = None    # the PID baseline on the RRLS sets
+    aggregates: dict | None = None  # IQM with CIs per variant and phase (`studies.sweep.aggregate`), once complete
+
+SWEEP_VERSION = 1  # sweep.json's schema_version
+
+# %% ../../nbs/03_records.ipynb #e8d1be6b
+def read_sweep(path):
+    "sweep.json at `path` as written (a dict), after `SweepFile` checked it; one line naming the problem if not."
+    path = Path(path)
+    rec = load_json(path)
+    if not isinstance(rec, dict) or 'settings' not in rec or 'runs' not in rec:
+        raise BadInputError(f'{path} does not hold a sweep record (settings and runs); run `ppo-trt sweep` to make one')
+    got = rec.get('schema_version', 1)
+    if isinstance(got, int) and got > SWEEP_VERSION:
+        raise BadArtifactError(f'{path} was written by a newer ppo_trt (schema {got}, this one reads up to '
+                               f'{SWEEP_VERSION}); upgrade ppo_trt to read it')
+    try: msgspec.convert(rec, SweepFile)
+    except (msgspec.ValidationError, RecursionError) as e:
+        raise BadArtifactError(f'{path} does not hold a valid sweep record ({e}); it was altered or not written by '
+                               'ppo_trt: restore it, or run `ppo-trt sweep` again into another --out') from None
+    return rec
+
 # %% ../../nbs/03_records.ipynb #cb6700cd
 def _stage_of(name):
-    "The `ppo-trt` command that writes artifact `name`."
-    if name in ARTIFACTS: return ARTIFACTS[name][1]
-    if name == 'c_loop.json' or name.startswith('c_loop_'): return 'c-loop'
-    if name.startswith('c_target_'): return 'export-c'
-    return 'train' if name.startswith('checkpoints') else 'run'
+    "The `ppo-trt` command that writes artifact `name` (the artifact table's stage column); `run` for a file not in it."
+    a = artifact(name)
+    return a.stage if a else 'run'
 
 # %% ../../nbs/03_records.ipynb #39cae58e
 def policy_only(root):
@@ -580,13 +653,10 @@ def policy_only_advice(root):
 
 # %% ../../nbs/03_records.ipynb #ba8ce41e
 def _schema_of(name, path):
+    "(schema, version) of artifact `name` at `path` from the artifact table, or (None, None) for a file it lacks."
     if name in SCHEMAS: return SCHEMAS[name]
-    if path.name.startswith('residual_study_'): return ResidualStudyRecord, 1
-    if path.name.startswith('env_bench_'): return EnvBenchRecord, 1
-    if path.name == 'c_loop.json': return CLoopRecord, 1
-    if path.name.startswith('c_loop_'): return HilRecord, 1
-    if path.name.startswith('c_target_'): return CTargetRecord, 1
-    return None, None
+    a = artifact(path.name)
+    return SCHEMAS[a.name or a.file] if a and a.schema else (None, None)
 
 # %% ../../nbs/03_records.ipynb #3ac95031
 def read_record(path, name=None, root=None):
@@ -805,7 +875,7 @@ def lineage_problems(run):
     return out
 
 # %% ../../nbs/03_records.ipynb #091838fb
-REPORT_INPUTS = ('policy.onnx', 'export.json', 'train.json', 'bench.json', 'evaluate.json', 'build.json')
+REPORT_INPUTS = tuple(a.file for a in ARTIFACT_TABLE if a.report_input)  # the artifact table's report_input column
 
 def _report_links(run):
     "report.ipynb against the records it was rendered from (their hashes are in its metadata)."
@@ -819,9 +889,7 @@ def _report_links(run):
              f'ppo-trt report --run-dir {run.root}')] if changed else []
 
 # %% ../../nbs/03_records.ipynb #7c9a7662
-STAGE_PARENTS = {'export': ('policy',), 'build': ('policy', 'onnx'), 'bench': ('policy', 'onnx'),
-                 'evaluate': ('policy', 'onnx'), 'report': ('policy', 'onnx'), 'enjoy': ('policy', 'onnx'),
-                 'c-loop': ('policy', 'onnx'), 'export-c': ('policy', 'onnx')}
+STAGE_PARENTS = {a.stage: a.parents for a in ARTIFACT_TABLE if a.parents}  # the table's parents column, by stage
 
 def require_fresh(run, stage):
     "Raise `BadArtifactError` with the command to run if a parent of `stage` is stale or unreadable."
@@ -839,11 +907,7 @@ def require_fresh(run, stage):
     return True
 
 # %% ../../nbs/03_records.ipynb #d3bc52bf
-DERIVED = ('config.json', 'policy.zip', 'obs_norm.json', 'train_log.csv', 'train.json', 'checkpoints', 'fast_agent.pt',
-           'policy.onnx', 'policy.fp16.onnx', 'export_obs.npy', 'export.json', 'build.json', 'policy.*.engine',
-           'build.*.log', 'timing.*.cache', 'bench.json', 'evaluate.json', 'report.ipynb', 'report.html',
-           'episode.gif', 'episode.mp4', 'native', 'ort_trt_cache', 'c_policy', 'c_loop',
-           'c_loop.json', 'rrls.json', 'c_policy_*', 'c_target_*.json', 'c_loop_*')
+DERIVED = tuple(a.file for a in ARTIFACT_TABLE if a.derived)  # the artifact table's derived column
 
 def derived_paths(run):
     "Everything in the run folder that was made from its policy (or by training it)."

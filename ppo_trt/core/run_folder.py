@@ -5,35 +5,79 @@
 # %% ../../nbs/01_run_folder.ipynb #0b8a1686
 from __future__ import annotations
 import importlib, json, re
+from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import NamedTuple
 from .files import (PpoTrtError, MissingArtifactError, BadArtifactError, BadInputError, inside,
                                 shown)
 
 # %% auto #0
-__all__ = ['DEFAULT_ENV_ID', 'FAST_ENV_ID', 'ARTIFACTS', 'OPTIONAL_STAGES', 'ENV_ID_RE', 'default_run_dir', 'RunDir',
-           'check_env_id', 'check_timesteps']
+__all__ = ['DEFAULT_ENV_ID', 'FAST_ENV_ID', 'ARTIFACT_TABLE', 'ARTIFACTS', 'OPTIONAL_STAGES', 'ENV_ID_RE', 'Artifact', 'artifact',
+           'default_run_dir', 'RunDir', 'check_env_id', 'check_timesteps']
 
 # %% ../../nbs/01_run_folder.ipynb #534cbf4f
 DEFAULT_ENV_ID = 'Hopper-v4'
 FAST_ENV_ID = 'CartPole-v1'  # the fast trainer's: a batched torch env that trains in seconds
 
-ARTIFACTS = {  # name: (file name, stage that writes it)
-    'config':        ('config.json',    'train'),
-    'policy':        ('policy.zip',     'train'),
-    'obs_norm':      ('obs_norm.json',  'train'),
-    'train_log':     ('train_log.csv',  'train'),
-    'train_record':  ('train.json',     'train'),
-    'checkpoints':   ('checkpoints',    'train'),
-    'onnx':          ('policy.onnx',    'export'),
-    'export_obs':    ('export_obs.npy', 'export'),
-    'export_record': ('export.json',    'export'),
-    'build_record':  ('build.json',     'build'),
-    'bench_record':  ('bench.json',     'bench'),
-    'evaluate_record': ('evaluate.json', 'evaluate'),
-    'report':        ('report.html',    'report'),
-}
+class Artifact(NamedTuple):
+    "One row of the artifact table: a file of the run folder (or a glob of several), who writes it, what reads it."
+    file: str                   # its name in the run folder, or a glob of several
+    stage: str                  # the `ppo-trt` command that writes it
+    parents: tuple = ()         # what it is made from: `require_fresh` checks them before its stage runs
+    name: str | None = None     # the key a stage asks for it by (`RunDir.path`); None: known by its file name
+    schema: str | None = None   # the `core.records` schema a JSON record is read with, by name
+    version: int | None = None  # the newest schema version this ppo_trt writes and reads
+    derived: bool = True        # made from the policy (or by training it): training again removes it
+    report_input: bool = False  # the report shows it: when it changes, the report is stale
 
+# %% ../../nbs/01_run_folder.ipynb #5904b789
+_P, _PO = ('policy',), ('policy', 'onnx')
+
+ARTIFACT_TABLE = (
+    # file                       stage         parents name               schema                 version
+    Artifact('config.json',      'train',      (),     'config',          'ConfigRecord',        1),
+    Artifact('policy.zip',       'train',      (),     'policy'),
+    Artifact('obs_norm.json',    'train',      (),     'obs_norm',        'ObsNormRecord',       1),
+    Artifact('train_log.csv',    'train',      (),     'train_log'),
+    Artifact('train.json',       'train',      (),     'train_record',    'TrainRecord',         2, report_input=True),
+    Artifact('checkpoints',      'train',      (),     'checkpoints'),
+    Artifact('checkpoints/best.json', 'train', (),     None,              'BestRecord',          1,
+             derived=False),  # removed with its folder
+    Artifact('fast_agent.pt',    'train'),  # fast PPO's whole agent, critic included
+    Artifact('policy.onnx',      'export',     _P,     'onnx',            report_input=True),
+    Artifact('export_obs.npy',   'export',     _P,     'export_obs'),
+    Artifact('export.json',      'export',     _P,     'export_record',   'ExportRecord',        2, report_input=True),
+    Artifact('policy.fp16.onnx', 'build',      _PO),
+    Artifact('build.json',       'build',      _PO,    'build_record',    'EngineRecords',       1, report_input=True),
+    Artifact('policy.*.engine',  'build',      _PO),
+    Artifact('build.*.log',      'build',      _PO),
+    Artifact('timing.*.cache',   'build',      _PO),
+    Artifact('bench.json',       'bench',      _PO,    'bench_record',    'BenchFile',           2, report_input=True),
+    Artifact('native',           'bench',      _PO),  # what the native backends compiled
+    Artifact('ort_trt_cache',    'bench',      _PO),  # ONNX Runtime's TensorRT engines
+    Artifact('evaluate.json',    'evaluate',   _PO,    'evaluate_record', 'EvaluateFile',        2, report_input=True),
+    Artifact('report.ipynb',     'report',     _PO),
+    Artifact('report.html',      'report',     _PO,    'report'),
+    Artifact('episode.gif',      'enjoy',      _PO),
+    Artifact('episode.mp4',      'enjoy',      _PO),
+    Artifact('c_policy',         'export-c',   _PO),
+    Artifact('c_policy_*',       'export-c',   _PO),
+    Artifact('c_target_*.json',  'export-c',   _PO,    None,              'CTargetRecord',       1),
+    Artifact('c_loop',           'c-loop',     _PO),
+    Artifact('c_loop.json',      'c-loop',     _PO,    None,              'CLoopRecord',         1),
+    Artifact('c_loop_*',         'c-loop',     _PO,    None,              'HilRecord',           1),
+    Artifact('rrls.json',        'sweep'),  # checks its policy.onnx's hash itself (`studies.rrls.rrls_fresh`)
+    Artifact('residual_study_*.json', 'residual-study', (), None,             'ResidualStudyRecord', 1, derived=False),
+    Artifact('env_bench_*.json', 'env-bench',  (),     None,              'EnvBenchRecord',      1, derived=False),
+)
+
+# %% ../../nbs/01_run_folder.ipynb #1ce6f156
+ARTIFACTS = {a.name: (a.file, a.stage) for a in ARTIFACT_TABLE if a.name}  # name: (file name, stage that writes it)
 OPTIONAL_STAGES = ('build', 'evaluate')  # build needs TensorRT; a run is complete without either
+
+def artifact(key):
+    "The artifact table's row for `key` (an artifact's name, its file name, or a file its glob matches), or None."
+    return next((a for a in ARTIFACT_TABLE if key in (a.name, a.file) or fnmatchcase(key, a.file)), None)
 
 def default_run_dir(env_id=DEFAULT_ENV_ID):
     "The run folder used when none is given: `runs/<env-id>-ppo`."

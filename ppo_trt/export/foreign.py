@@ -530,8 +530,8 @@ def adopted_path(path, opts=AdoptOptions()):
 # %% ../../nbs/39_foreign.ipynb #3b485308
 import json, zipfile
 from ..core.files import save_json, json_text
-from ..core.run_folder import RunDir, RunConfig
-from ..core.records import TrainRecord, record, locked
+from ..core.run_folder import RunDir
+from ..core.records import ConfigRecord, TrainRecord, record, locked
 from ..core.checkpoint import (ObsNorm, SB3_MEMBERS, SB3_KEYS, read_sb3_zip, read_vecnormalize, load_sb3_model,
                                      sb3_algorithm)
 from .onnx import export, plain_deployment, check_policy_env
@@ -654,7 +654,7 @@ def _import_records(run, z, norm, s, origin):
     steps = int(z.settings.get('num_timesteps') or 0)
     norm.check(obs_dim, 'the VecNormalize statistics')
     norm.save(run.path('obs_norm'))
-    RunConfig(env_id=s.env_id, seed=s.seed, timesteps=max(steps, 1), preset='imported').save(run.root)
+    ConfigRecord(env_id=s.env_id, seed=s.seed, timesteps=max(steps, 1), preset='imported').save(run.root)
     mean, std = _returns(run, norm, s)
     sp = z.objects['action_space']
     save_json(run.path('train_record'), record(

@@ -484,13 +484,11 @@ def run_on_ray(out, settings, todo, on_done, progress=True, con=None):
 
 # %% ../../nbs/70_sweep.ipynb #82c9f925
 def load_sweep(sweep):
-    "A sweep record: `sweep` itself (a dict), or read from a sweep.json or the folder that holds one."
+    "A sweep record: `sweep` itself (a dict), or a sweep.json (or the folder holding one) read through its schema."
+    from ppo_trt.core.records import read_sweep  # `SweepFile` checks it: unknown keys, wrong types, newer versions
     if isinstance(sweep, dict): return sweep
     p = Path(sweep)
-    rec = load_json(p/'sweep.json' if p.is_dir() else p)
-    if not isinstance(rec, dict) or 'settings' not in rec or 'runs' not in rec:
-        raise BadInputError(f'{p} does not hold a sweep record (settings and runs); run `ppo-trt sweep` to make one')
-    return rec
+    return read_sweep(p/'sweep.json' if p.is_dir() else p)
 
 # %% ../../nbs/70_sweep.ipynb #f1d88b98
 def _previous_sweep(out):
@@ -507,8 +505,10 @@ def _say(con, progress, msg):
 
 # %% ../../nbs/70_sweep.ipynb #3eb86188
 def _save(out, rec):
-    "Write sweep.json atomically, stamped with the time."
+    "Write sweep.json atomically, stamped with the time, once its schema (`core.records.SweepFile`) has checked it."
+    from ppo_trt.core.records import SweepFile, record
     rec['updated'] = time.strftime('%Y-%m-%dT%H:%M:%S%z')
+    record(SweepFile, **rec)  # a record the readers would refuse is a bug here: it raises before anything is written
     return save_json(out/'sweep.json', rec)
 
 # %% ../../nbs/70_sweep.ipynb #313961c3
