@@ -120,7 +120,8 @@ def _add_bench(p):
                    help='comma-separated (default: all); see `ppo-trt doctor`')
     add_options(p, BenchSettings, ['warmup', 'iters', 'batches'], checks)
     sla = next(f for f in dataclasses.fields(BenchSettings) if f.name == 'sla_us')
-    p.add_argument('--sla-ms', type=number(float, above=0), default=sla.default / 1e3, help=f"{sla.metadata['help']}, in ms")
+    p.add_argument('--sla-ms', type=number(float, above=0), default=sla.default / 1e3,
+                   help=f"{sla.metadata['help']}, in ms")
     add_options(p, BenchSettings, ['closed_loop_steps', 'sweep_seconds', 'threads', 'pin_cpu'], checks)
     p.add_argument('--soak', action='store_true', help='also soak each backend: --soak-calls batch-1 calls in windows')
     p.add_argument('--soak-calls', type=number(int, 1, 100 * MAX_CALLS), default=SOAK_CALLS, help='calls per soak')
@@ -161,22 +162,10 @@ def _add_build(p):
 
 # %% ../nbs/90_cli.ipynb #f34d6c55
 def _add_evaluate(p):
+    "evaluate's flags: generated from `EvalSettings`."
+    from ppo_trt.measure.evaluate import EvalSettings
     _add_env(p)
-    p.add_argument('--backends', type=name_list, default=None,
-                   help='default: every backend but sb3 (torch is the reference)')
-    p.add_argument('--phases', type=name_list, default=None,
-                   help='default: all (nominal,noise,delay,push,mass,friction,actuator,trip)')
-    p.add_argument('--episodes', type=number(int, 1, MAX_EPISODES), default=20, help='episodes per phase and policy')
-    p.add_argument('--seed', type=number(int, 0), default=0, help='first episode seed')
-    p.add_argument('--deadline-us', type=number(float, above=0), default=None,
-                   help='per-step inference deadline (default: the bench SLA)')
-    p.add_argument('--residual-run', type=Path, default=None,
-                   help='also evaluate this residual run (same env) in every phase')
-    p.add_argument('--replace', action='store_true',
-                   help="start evaluate.json over instead of merging this run's results into it")
-    p.add_argument('--fallback', choices=['auto', 'pid', 'zero', 'hold'], default='auto',
-                   help="the safe loop's fallback and the baseline beside PPO: the env's PID preset, the zero action, "
-                        'or the last action held; auto: pid where the env has a preset, else zero')
+    add_options(p, EvalSettings)
 
 # %% ../nbs/90_cli.ipynb #910c3270
 def _add_import(p):
@@ -668,12 +657,11 @@ def cmd_bench(a):
 
 # %% ../nbs/90_cli.ipynb #c277b7f0
 def cmd_evaluate(a):
-    from ppo_trt.measure.evaluate import evaluate, print_evaluation
+    "evaluate: an `EvalSettings` from the flags; the table; where the record went."
+    from ppo_trt.measure.evaluate import evaluate, print_evaluation, EvalSettings
     rd = _run_dir(a)
     live = sys.stdout.isatty()  # a progress bar on a terminal; piped, a line per phase and policy as it finishes
-    rep = evaluate(rd, a.backends, a.phases, a.episodes, a.seed, a.deadline_us, progress=live,
-                   residual_run=a.residual_run, env_id=a.env_id, replace=a.replace, say=None if live else _say,
-                   fallback=a.fallback)
+    rep = evaluate(rd, from_args(EvalSettings, a, env_id=a.env_id, progress=live, say=None if live else _say))
     print_evaluation(rep)
     _say(f"wrote {RunDir(rd).path('evaluate_record')}")
     return rep
@@ -865,48 +853,25 @@ def _add_sweep(sub):
     p = sub.add_parser('sweep', help='seeds x variants on Ray: train -> export -> evaluate, IQM with 95 %% CIs',
                        description='train, export and evaluate every (seed, variant) as a Ray task; aggregate with '
                                    "rliable into OUT/sweep.json", formatter_class=_Help)
-    p.add_argument('--env-id', default=default_env_id('sweep'), help='gymnasium env id (a PID baseline must exist for it)')
-    p.add_argument('--seeds', type=number(int, 1, 1000), default=5, help='training seeds 0 .. N-1')
-    p.add_argument('--variants', default='nominal,randomized',
-                   help='any of nominal, randomized, randomized+history (the policy also sees its last actions), '
-                        'randomized+history+critic+curriculum (--fast: privileged critic, range curriculum), '
-                        'randomized+history+critic+adr (--fast: ADR), teacher-student (--fast: privileged teacher '
-                        'with ADR, history student)')
-    p.add_argument('--randomize', default=None, metavar='SPEC',
-                   help='the randomized variant\'s ranges (default: all, every disturbance the env can take)')
-    p.add_argument('--fast', action='store_true', help='train with fast PPO (EnvPool on MuJoCo) instead of SB3')
-    p.add_argument('--timesteps', type=positive_timesteps, default=None,
-                   help="timesteps per run (default: the trainer's preset)")
-    p.add_argument('--preset', default='seed', help='SB3 training preset (without --fast)')
-    p.add_argument('--phases', default=None,
-                   help='evaluation phases, comma-separated (default: those of nominal,noise,delay,push,mass,friction '
-                        'the env can take)')
-    p.add_argument('--episodes', type=number(int, 1, MAX_EPISODES), default=10,
-                   help='held-out evaluation episodes per phase')
-    p.add_argument('--rrls', action='store_true',
-                   help='also score every run and PID on the RRLS Hopper uncertainty sets (worst case and average)')
+    from ppo_trt.studies.sweep import SweepConfig
+    add_options(p, SweepConfig, ['env_id', 'seeds', 'variants', 'randomize', 'fast', 'timesteps', 'preset_name',
+                                 'phases', 'episodes', 'rrls'])
     p.add_argument('--out', type=Path, default=None, help='sweep folder (default: sweeps/<env-id>)')
-    p.add_argument('--address', default=None,
-                   help='Ray cluster address (default: $RAY_ADDRESS, else a local Ray on this machine)')
-    p.add_argument('--num-cpus', type=number(int, 1, 4096), default=None,
-                   help='CPUs of the local Ray (default: all): one run per CPU')
+    add_options(p, SweepConfig, ['address', 'num_cpus'])
     p.add_argument('--no-wait', action='store_true', help=argparse.SUPPRESS)  # deprecated: see cmd_sweep
     return p
 
 # %% ../nbs/90_cli.ipynb #7d576e8b
 def cmd_sweep(a):
-    from ppo_trt.studies.sweep import sweep, print_sweep
+    from ppo_trt.studies.sweep import sweep, print_sweep, SweepConfig
     if a.no_wait: print(terminal_line('[ppo-trt] --no-wait is deprecated for sweep and changes nothing: a sweep never '
                                       'waits for a busy --out, it stops at once; drop the flag'), file=sys.stderr)
     out = a.out or Path('sweeps')/a.env_id
     _say(f"sweep of {a.env_id}: seeds 0..{a.seeds - 1} x {a.variants} ({'fast PPO' if a.fast else 'SB3'}) into {out}")
-    rec = sweep(out, env_id=a.env_id, seeds=a.seeds, variants=a.variants, fast=a.fast, timesteps=a.timesteps,
-                randomize=a.randomize, address=a.address, episodes=a.episodes, preset_name=a.preset,
-                num_cpus=a.num_cpus, rrls=a.rrls, **(dict(phases=a.phases) if a.phases else {}))
+    rec = sweep(out, from_args(SweepConfig, a))
     print_sweep(rec)
     _say(f"wrote {out/'sweep.json'}")
     return rec
-
 
 # %% ../nbs/90_cli.ipynb #a3e19074
 def _stage_args(a, command, run_dir):

@@ -67,8 +67,8 @@ def option(default=None, help='', **flag):
 # %% ../../nbs/05_options.ipynb #0d8a596b
 def configured(cls, config=None, options=None):
     "`config` (default `cls()`) with `options` replacing its fields; an unknown option is one line naming the known."
-    options = options or {}
-    known = [f.name for f in dataclasses.fields(cls)]
+    options, known = dict(options or {}), [f.name for f in dataclasses.fields(cls)]
+    if isinstance(config, str) and known[0] == 'env_id': config, options = None, dict(env_id=config, **options)
     if unknown := [k for k in options if k not in known]:
         raise BadInputError(f"{cls.__name__} has no option {', '.join(map(repr, unknown))}; "
                             f"choose from {', '.join(known)}")

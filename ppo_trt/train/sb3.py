@@ -98,7 +98,8 @@ def _make_log_callback(eval_env, run, c, t0, steps0, say=None, planned=None):
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import sync_envs_normalization
-    log_path, best_dir, eval_freq, n_eval_episodes = run.path('train_log'), run.path('checkpoints'), c.eval_freq, c.n_eval_episodes
+    log_path, best_dir = run.path('train_log'), run.path('checkpoints')
+    eval_freq, n_eval_episodes = c.eval_freq, c.n_eval_episodes
     class TrainLogCallback(BaseCallback):
         "Every `eval_freq` steps: evaluate, append a row to train_log.csv, keep the best policy so far, `say` a line."
         best = _best_logged(run)
