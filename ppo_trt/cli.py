@@ -367,6 +367,16 @@ def _check_fast_flags(a):
                             '(or --fast)')
 
 # %% ../nbs/90_cli.ipynb #0f98fb1b
+def _train_residual(run_dir, c, force):
+    "A residual on `c.expert`: `train_residual` wraps the env and calls `train` back with the residual settings."
+    from dataclasses import fields
+    from ppo_trt.studies.residual import train_residual
+    own = ('env_id', 'expert', 'residual_scale', 'append_expert_obs', 'zero_init', 'residual', 'wrap_env',
+           'init_model', 'spec')
+    rest = {f.name: getattr(c, f.name) for f in fields(c) if f.name not in own}
+    return train_residual(run_dir, env_id=c.env_id, expert=c.expert, residual_scale=c.residual_scale,
+                          append_expert_obs=c.append_expert_obs, zero_init=c.zero_init, force=force, **rest)
+
 def cmd_train(a):
     "train: an `SB3TrainConfig` from the flags (its env's spec resolved once), or the fast trainer with --fast."
     from ppo_trt.train.sb3 import train, SB3TrainConfig
@@ -376,7 +386,7 @@ def cmd_train(a):
     config = from_args(SB3TrainConfig, a, env_id=env_id, spec=env_spec(env_id), progress=True)  # bad id: one line
     _say(f'training {env_id} (preset {config.preset_name}) into {rd}')
     if config.expert: _say(f'residual on expert {config.expert} (scale {config.residual_scale})')
-    r = train(rd, config, force=a.force)
+    r = _train_residual(rd, config, a.force) if config.expert else train(rd, config, force=a.force)
     _say(f"trained {r.timesteps:,} steps in {r.wall_s:.0f} s ({r.steps_per_s:,.0f} steps/s); "
          f"kept the policy of step {r.kept_timesteps:,} ({r.keep}): return on {r.final_eval_episodes} "
          f"held-out episodes {r.final_eval_mean:.1f} ± {r.final_eval_std:.1f}")

@@ -326,22 +326,14 @@ def _resolved(c):
                    eval_freq=c.eval_freq or max(min(timesteps // 20, 10_000), p['ppo']['n_steps']),
                    checkpoint_freq=c.checkpoint_freq or max(timesteps // 4, p['ppo']['n_steps']))
 
-# %% ../../nbs/20_train.ipynb #6e6b22c6
-def _train_on_expert(run_dir, c, force):
-    "A residual on `c.expert`: `train_residual` wraps the env and calls `train` back with the residual settings."
-    from ppo_trt.studies.residual import train_residual
-    own = ('env_id', 'expert', 'residual_scale', 'append_expert_obs', 'zero_init', 'residual', 'wrap_env',
-           'init_model', 'spec')
-    rest = {f.name: getattr(c, f.name) for f in fields(c) if f.name not in own}
-    return train_residual(run_dir, env_id=c.env_id, expert=c.expert, residual_scale=c.residual_scale,
-                          append_expert_obs=c.append_expert_obs, zero_init=c.zero_init, force=force, **rest)
-
 # %% ../../nbs/20_train.ipynb #2ed5dd42
 @locked('train')
 def train(run_dir, config=None, force=False, **options):
     "Train PPO in `run_dir` as `config` (an `SB3TrainConfig`) asks, `options` replacing its fields -> train.json."
     c = configured(SB3TrainConfig, config, options)
-    if c.expert is not None: return _train_on_expert(run_dir, c, force)
+    if c.expert is not None:
+        raise BadInputError('an expert trains a residual: call ppo_trt.studies.residual.train_residual (or ppo-trt '
+                            'train --expert), which calls train back with the residual settings')
     quiet_gym_warnings()
     c, p = _resolved(c), preset(c.preset_name)
     run = RunDir(run_dir); run.root.mkdir(parents=True, exist_ok=True)
