@@ -12,60 +12,17 @@ from .core.run_folder import (DEFAULT_ENV_ID, FAST_ENV_ID, ARTIFACTS, OPTIONAL_S
 from .core.records import load_artifact, lineage_problems, run_lock, LOCK_NAME, HOLDER_NAME
 from .core.records import policy_only, policy_only_advice
 from .export.onnx import onnx_metadata
+from .core.options import (number, number_list, positive_timesteps, name_list, add_options, from_args,
+                                  MAX_BATCH, MAX_CALLS, MIN_EVAL_FREQ, MAX_EPISODES)
 from . import __version__
 
 # %% auto #0
-__all__ = ['MAX_BATCH', 'MAX_CALLS', 'MIN_EVAL_FREQ', 'MAX_EPISODES', 'DEFAULT_ENV_IDS', 'JSON_COMMANDS', 'READ_ONLY', 'OWN_LOCK',
-           'C_TARGETS', 'FAST_ONLY', 'ENV_STATE_BYTES', 'BENCH_MARKER', 'BENCH_MADE_BY', 'COMMANDS', 'number',
-           'number_list', 'default_env_id', 'parser', 'writable_run_dir', 'cmd_train', 'cmd_export', 'cmd_export_c',
-           'cmd_c_loop', 'cmd_build', 'bench_file_dir', 'policy_bytes', 'CommandFailed', 'bench_failures', 'cmd_bench',
-           'cmd_evaluate', 'cmd_import', 'cmd_residual_study', 'cmd_env_bench', 'cmd_report', 'cmd_advise',
-           'run_folder_rows', 'cmd_doctor', 'cmd_enjoy', 'cmd_docs', 'cmd_sweep', 'cmd_run', 'cmd_compare', 'main']
-
-# %% ../nbs/90_cli.ipynb #5ac301a7
-MAX_BATCH = 1 << 24  # the largest batch policy.onnx's dynamic axis allows
-MAX_CALLS = 10_000_000  # timed or warmup calls per backend: past this a bench is hours, not a setting
-MIN_EVAL_FREQ = 256  # timesteps between evaluations: fewer and evaluating takes longer than training
-MAX_EPISODES = 10_000  # episodes per evaluation or phase: past this it is days of stepping, not a setting
-
-def number(kind=int, lo=None, hi=None, above=None):
-    "An argparse type: a finite `kind` number >= `lo` (or > `above`) and <= `hi`, or a one-line error saying the range."
-    def parse(s):
-        try: v = kind(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
-                                             f"got {s!r}") from None
-        if kind is float and not math.isfinite(v):
-            raise argparse.ArgumentTypeError(f'expected a finite number, got {s!r}')
-        if (lo is not None and v < lo) or (above is not None and v <= above) or (hi is not None and v > hi):
-            rng = ' and '.join(x for x in (lo is not None and f'>= {lo:,}', above is not None and f'> {above:g}',
-                                           hi is not None and f'<= {hi:,}') if x)
-            raise argparse.ArgumentTypeError(f'must be {rng}, got {s}')
-        return v
-    parse.__name__ = kind.__name__
-    return parse
-
-# %% ../nbs/90_cli.ipynb #ff47e2e0
-def number_list(kind=int, lo=1, hi=None):
-    "An argparse type: comma-separated numbers, each checked like `number`."
-    one = number(kind, lo, hi)
-    def parse(s):
-        vals = tuple(one(x) for x in s.split(',') if x.strip())
-        if not vals: raise argparse.ArgumentTypeError(f'expected comma-separated numbers, got {s!r}')
-        return vals
-    return parse
-
-# %% ../nbs/90_cli.ipynb #65d45346
-def _positive_timesteps(s):
-    try: return check_timesteps(int(s))
-    except (ValueError, BadInputError):
-        raise argparse.ArgumentTypeError(f'expected a positive integer, got {s!r}') from None
-
-# %% ../nbs/90_cli.ipynb #32742271
-def _name_list(s):
-    names = [x.strip() for x in s.split(',') if x.strip()]
-    if not names: raise argparse.ArgumentTypeError(f'expected comma-separated names, got {s!r}')
-    return names
+__all__ = ['DEFAULT_ENV_IDS', 'BENCH_CHECKS', 'JSON_COMMANDS', 'READ_ONLY', 'OWN_LOCK', 'C_TARGETS', 'FAST_ONLY',
+           'ENV_STATE_BYTES', 'FAST_FROM_FLAGS', 'BENCH_MARKER', 'BENCH_MADE_BY', 'COMMANDS', 'default_env_id',
+           'parser', 'writable_run_dir', 'cmd_train', 'cmd_export', 'cmd_export_c', 'cmd_c_loop', 'cmd_build',
+           'bench_file_dir', 'policy_bytes', 'CommandFailed', 'bench_failures', 'cmd_bench', 'cmd_evaluate',
+           'cmd_import', 'cmd_residual_study', 'cmd_env_bench', 'cmd_report', 'cmd_advise', 'run_folder_rows',
+           'cmd_doctor', 'cmd_enjoy', 'cmd_docs', 'cmd_sweep', 'cmd_run', 'cmd_compare', 'main']
 
 # %% ../nbs/90_cli.ipynb #43d531a1
 def _add_common(p, writes=True):
@@ -85,46 +42,20 @@ def _add_env(p, default=None, what='the env of the run folder\'s policy: a diffe
 
 
 # %% ../nbs/90_cli.ipynb #ef0a1bc1
-def _defaults(cls):
-    "({field: default}, {field: help}) of a settings dataclass: the one place a command's flags take theirs from."
-    fields = dataclasses.fields(cls)
-    return {f.name: f.default for f in fields}, {f.name: f.metadata.get('help', '') for f in fields}
-
+def _fast_config_class():
+    "`FastTrainConfig`, from the one place cli.py imports it (the fast trainer's module)."
+    from ppo_trt.throughput.fast_ppo import FastTrainConfig
+    return FastTrainConfig
 
 # %% ../nbs/90_cli.ipynb #a0a6e1b1
 def _add_train(p):
-    "train's flags: defaults (and help) from the fast trainer's `FastTrainConfig`, SB3's own from its `train`."
-    import inspect
-    from ppo_trt.throughput.fast_ppo import FastTrainConfig
-    from ppo_trt.train.sb3 import train
-    (d, h), sb3 = _defaults(FastTrainConfig), {k: v.default for k, v in inspect.signature(train).parameters.items()}
-    _add_env(p, None, f'env id with a spec in ppo_trt.envs.specs (default: {DEFAULT_ENV_ID}; --fast: {FAST_ENV_ID})')
-    p.add_argument('--seed', type=number(int, 0), default=d['seed'], help=h['seed'])
-    p.add_argument('--timesteps', type=_positive_timesteps, default=None,
-                   help="total timesteps (default: the preset's)")
-    p.add_argument('--preset', default=sb3['preset_name'],
-                   help='seed (SB3 defaults, 200k steps), zoo (RL-Zoo Hopper), smoke (tests)')
-    p.add_argument('--resume', action='store_true', help='continue from the last checkpoint in the run folder')
+    "train's flags: generated from `SB3TrainConfig` (the fast trainer shares them), then the fast trainer's own."
+    from ppo_trt.train.sb3 import SB3TrainConfig
+    add_options(p, SB3TrainConfig, ['env_id', 'seed', 'timesteps', 'preset_name', 'resume'])
     p.add_argument('--force', action='store_true',
                    help="train again from scratch, deleting everything made from the old policy")
-    p.add_argument('--eval-freq', type=number(int, MIN_EVAL_FREQ), default=None,
-                   help='timesteps between evaluations (default: timesteps/20, <= 10000)')
-    p.add_argument('--eval-episodes', type=number(int, 1, MAX_EPISODES), default=sb3['n_eval_episodes'],
-                   help='episodes per evaluation')
-    p.add_argument('--keep', choices=['best', 'last'], default=sb3['keep'],
-                   help='deploy the best-evaluated policy seen in training or the last one')
-    p.add_argument('--expert', default=None,
-                   help='train a residual on this expert: zero, pid, a run folder, its policy.zip or a policy.onnx')
-    p.add_argument('--residual-scale', type=number(float, above=0), default=d['residual_scale'],
-                   help=h['residual_scale'])
-    p.add_argument('--append-expert-obs', action='store_true',
-                   help='show the agent the expert action (stateless experts only)')
-    p.add_argument('--no-zero-init', action='store_true',
-                   help='do not zero the last layer (by default the agent starts as the expert)')
-    p.add_argument('--randomize', default=None, metavar='SPEC',
-                   help="randomize every training episode: phases (noise, delay, mass, friction, push) or 'all', "
-                        "each with an optional range, e.g. 'noise,delay=0:2,mass=0.8:1.2'")
-    p.add_argument('--history', type=number(int, 0, 16), default=d['history'], metavar='K', help=h['history'])
+    add_options(p, SB3TrainConfig, ['eval_freq', 'n_eval_episodes', 'keep', 'expert', 'residual_scale',
+                                    'append_expert_obs', 'zero_init', 'randomize', 'history'])
     p.add_argument('--privileged-critic', action='store_true',
                    help='--fast with --randomize: the critic also sees what each episode drew (never deployed)')
     p.add_argument('--curriculum', action='store_true',
@@ -141,9 +72,7 @@ def _add_train(p):
                    'Pendulum-v1, MountainCarContinuous-v0) or MuJoCo on EnvPool (Hopper-v4, Walker2d-v4, ...)')
     p.add_argument('--env-threads', type=number(int, 1, 1024), default=None,
                    help='--fast on MuJoCo: EnvPool threads stepping the envs (default: one per core not busy)')
-    p.add_argument('--torch-threads', type=number(int, 1, 1024), default=None,
-                   help='torch intra-op threads (default: $OMP_NUM_THREADS if set, else the thread plan: 1 for SB3, '
-                        'the cores not busy for --fast; train.json records it)')
+    add_options(p, SB3TrainConfig, ['torch_threads'])
     p.add_argument('--device', default=None, help='--fast: torch device (cpu, cuda, cuda:N; default: cpu)')
     p.add_argument('--num-envs', type=number(int, 1, MAX_BATCH), default=None,
                    help='--fast: batched envs (default: the env preset)')
@@ -178,28 +107,28 @@ def _add_adopt(p):
     p.add_argument('--action-name', default=None, help='a foreign actor ONNX: its action output, where ambiguous')
 
 # %% ../nbs/90_cli.ipynb #7960d193
+BENCH_CHECKS = dict(warmup=number(int, 0, MAX_CALLS), iters=number(int, 10, MAX_CALLS),
+                    batches=number_list(int, 1, MAX_BATCH), closed_loop_steps=number(int, 0, MAX_CALLS),
+                    sweep_seconds=number(float, hi=60, above=0), threads=number(int, 1, 1024), pin_cpu=number(int, 0),
+                    soak_window=number(int, 1, MAX_CALLS))  # the ranges bench's flags accept
+
 def _add_bench(p):
+    "bench's flags: generated from `BenchSettings` (defaults and help), with `BENCH_CHECKS`' ranges."
     from ppo_trt.measure.bench import BenchSettings, SOAK_CALLS
-    d, h = _defaults(BenchSettings)
-    p.add_argument('--backends', type=_name_list, default=None,
+    checks = {k: dict(type=v) for k, v in BENCH_CHECKS.items()}
+    p.add_argument('--backends', type=name_list, default=None,
                    help='comma-separated (default: all); see `ppo-trt doctor`')
-    p.add_argument('--warmup', type=number(int, 0, MAX_CALLS), default=d['warmup'], help=h['warmup'])
-    p.add_argument('--iters', type=number(int, 10, MAX_CALLS), default=d['iters'], help=h['iters'])
-    p.add_argument('--batches', type=number_list(int, 1, MAX_BATCH), default=d['batches'], help=h['batches'])
-    p.add_argument('--sla-ms', type=number(float, above=0), default=d['sla_us'] / 1e3, help=f"{h['sla_us']}, in ms")
-    p.add_argument('--closed-loop-steps', type=number(int, 0, MAX_CALLS), default=d['closed_loop_steps'],
-                   help=h['closed_loop_steps'])
-    p.add_argument('--sweep-seconds', type=number(float, hi=60, above=0), default=d['sweep_seconds'],
-                   help=h['sweep_seconds'])
-    p.add_argument('--threads', type=number(int, 1, 1024), default=d['threads'], help=h['threads'])
-    p.add_argument('--pin-cpu', type=number(int, 0), default=d['pin_cpu'], help=h['pin_cpu'])
+    add_options(p, BenchSettings, ['warmup', 'iters', 'batches'], checks)
+    sla = next(f for f in dataclasses.fields(BenchSettings) if f.name == 'sla_us')
+    p.add_argument('--sla-ms', type=number(float, above=0), default=sla.default / 1e3,
+                   help=f"{sla.metadata['help']}, in ms")
+    add_options(p, BenchSettings, ['closed_loop_steps', 'sweep_seconds', 'threads', 'pin_cpu'], checks)
     p.add_argument('--soak', action='store_true', help='also soak each backend: --soak-calls batch-1 calls in windows')
     p.add_argument('--soak-calls', type=number(int, 1, 100 * MAX_CALLS), default=SOAK_CALLS, help='calls per soak')
-    p.add_argument('--soak-window', type=number(int, 1, MAX_CALLS), default=d['soak_window'], help=h['soak_window'])
+    add_options(p, BenchSettings, ['soak_window'], checks)
     p.add_argument('--replace', action='store_true',
                    help="start bench.json over instead of merging this run's records into it")
     _add_obs(p)
-
 
 # %% ../nbs/90_cli.ipynb #56887432
 JSON_COMMANDS = ('bench', 'evaluate', 'doctor')  # `--json`: the record as one JSON document on stdout
@@ -233,22 +162,10 @@ def _add_build(p):
 
 # %% ../nbs/90_cli.ipynb #f34d6c55
 def _add_evaluate(p):
+    "evaluate's flags: generated from `EvalSettings`."
+    from ppo_trt.measure.evaluate import EvalSettings
     _add_env(p)
-    p.add_argument('--backends', type=_name_list, default=None,
-                   help='default: every backend but sb3 (torch is the reference)')
-    p.add_argument('--phases', type=_name_list, default=None,
-                   help='default: all (nominal,noise,delay,push,mass,friction,actuator,trip)')
-    p.add_argument('--episodes', type=number(int, 1, MAX_EPISODES), default=20, help='episodes per phase and policy')
-    p.add_argument('--seed', type=number(int, 0), default=0, help='first episode seed')
-    p.add_argument('--deadline-us', type=number(float, above=0), default=None,
-                   help='per-step inference deadline (default: the bench SLA)')
-    p.add_argument('--residual-run', type=Path, default=None,
-                   help='also evaluate this residual run (same env) in every phase')
-    p.add_argument('--replace', action='store_true',
-                   help="start evaluate.json over instead of merging this run's results into it")
-    p.add_argument('--fallback', choices=['auto', 'pid', 'zero', 'hold'], default='auto',
-                   help="the safe loop's fallback and the baseline beside PPO: the env's PID preset, the zero action, "
-                        'or the last action held; auto: pid where the env has a preset, else zero')
+    add_options(p, EvalSettings)
 
 # %% ../nbs/90_cli.ipynb #910c3270
 def _add_import(p):
@@ -267,7 +184,7 @@ def _add_import(p):
 def _add_residual_study(p):
     _add_env(p, None, f"env id (default: {DEFAULT_ENV_IDS['residual-study']})")
     p.add_argument('--seed', type=number(int, 0), default=0, help='seed of both trainings')
-    p.add_argument('--timesteps', type=_positive_timesteps, default=None,
+    p.add_argument('--timesteps', type=positive_timesteps, default=None,
                    help="timesteps of each training (default: the preset's)")
     p.add_argument('--preset', default='seed', help='training preset')
     p.add_argument('--eval-freq', type=number(int, MIN_EVAL_FREQ), default=None, help='timesteps between evaluations')
@@ -427,11 +344,10 @@ def _require_env(rd, command):
 
 # %% ../nbs/90_cli.ipynb #62fe35ae
 def _bench_settings(a):
+    "The `BenchSettings` of bench's flags: each field from its flag, the few that differ converted."
     from ppo_trt.measure.bench import BenchSettings, DEFAULT_BATCHES
-    return BenchSettings(warmup=a.warmup, iters=a.iters, batches=a.batches or DEFAULT_BATCHES, sla_us=a.sla_ms * 1e3,
-                         closed_loop_steps=a.closed_loop_steps, sweep_seconds=a.sweep_seconds, threads=a.threads,
-                         pin_cpu=a.pin_cpu, soak_calls=a.soak_calls if a.soak else 0, soak_window=a.soak_window,
-                         obs_file=a.obs, obs_range=a.obs_range)
+    return from_args(BenchSettings, a, batches=a.batches or DEFAULT_BATCHES, sla_us=a.sla_ms * 1e3,
+                     soak_calls=a.soak_calls if a.soak else 0, obs_file=a.obs, obs_range=a.obs_range)
 
 # %% ../nbs/90_cli.ipynb #e7575ef3
 def _say(msg): print(terminal_line(f'[ppo-trt] {msg}'), flush=True)  # names from files: control characters escaped
@@ -451,22 +367,26 @@ def _check_fast_flags(a):
                             '(or --fast)')
 
 # %% ../nbs/90_cli.ipynb #0f98fb1b
+def _train_residual(run_dir, c, force):
+    "A residual on `c.expert`: `train_residual` wraps the env and calls `train` back with the residual settings."
+    from dataclasses import fields
+    from ppo_trt.studies.residual import train_residual
+    own = ('env_id', 'expert', 'residual_scale', 'append_expert_obs', 'zero_init', 'residual', 'wrap_env',
+           'init_model', 'spec')
+    rest = {f.name: getattr(c, f.name) for f in fields(c) if f.name not in own}
+    return train_residual(run_dir, env_id=c.env_id, expert=c.expert, residual_scale=c.residual_scale,
+                          append_expert_obs=c.append_expert_obs, zero_init=c.zero_init, force=force, **rest)
+
 def cmd_train(a):
-    from ppo_trt.train.sb3 import train
+    "train: an `SB3TrainConfig` from the flags (its env's spec resolved once), or the fast trainer with --fast."
+    from ppo_trt.train.sb3 import train, SB3TrainConfig
     from ppo_trt.envs.specs import env_spec
     if a.fast: return _train_fast(a)
     env_id, rd = _env_id(a), _run_dir(a)
-    env_spec(env_id)  # an unknown id: one line, before "training ..." is said
-    kw = dict(env_id=env_id, seed=a.seed, timesteps=a.timesteps, preset_name=a.preset,
-              resume=a.resume, force=a.force, eval_freq=a.eval_freq, n_eval_episodes=a.eval_episodes, keep=a.keep,
-              progress=True, randomize=a.randomize, torch_threads=a.torch_threads, history=a.history)
-    _say(f'training {env_id} (preset {a.preset}) into {rd}')
-    if a.expert:
-        from ppo_trt.studies.residual import train_residual
-        _say(f'residual on expert {a.expert} (scale {a.residual_scale})')
-        r = train_residual(rd, expert=a.expert, residual_scale=a.residual_scale, append_expert_obs=a.append_expert_obs,
-                           zero_init=not a.no_zero_init, **kw)
-    else: r = train(rd, **kw)
+    config = from_args(SB3TrainConfig, a, env_id=env_id, spec=env_spec(env_id), progress=True)  # bad id: one line
+    _say(f'training {env_id} (preset {config.preset_name}) into {rd}')
+    if config.expert: _say(f'residual on expert {config.expert} (scale {config.residual_scale})')
+    r = _train_residual(rd, config, a.force) if config.expert else train(rd, config, force=a.force)
     _say(f"trained {r.timesteps:,} steps in {r.wall_s:.0f} s ({r.steps_per_s:,.0f} steps/s); "
          f"kept the policy of step {r.kept_timesteps:,} ({r.keep}): return on {r.final_eval_episodes} "
          f"held-out episodes {r.final_eval_mean:.1f} ± {r.final_eval_std:.1f}")
@@ -531,9 +451,12 @@ def _check_num_envs(env_id, st):
     check_memory(st.num_envs * per_env, '--num-envs', st.num_envs, per_env)
 
 # %% ../nbs/90_cli.ipynb #0b68941b
+FAST_FROM_FLAGS = ('timesteps', 'seed', 'expert', 'residual_scale', 'compile', 'cudagraphs', 'randomize',
+                   'torch_threads', 'history', 'privileged_critic')  # `FastTrainConfig` fields named as their flags
+
 def _train_fast(a):
     import dataclasses
-    from ppo_trt.throughput.fast_ppo import FastTrainConfig, fast_train, fast_preset
+    from ppo_trt.throughput.fast_ppo import fast_train, fast_preset
     env_id, device, rd = _env_id(a), a.device or 'cpu', _run_dir(a)
     st = fast_preset(env_id)['settings']
     if a.num_envs: st = dataclasses.replace(st, num_envs=a.num_envs)
@@ -545,11 +468,8 @@ def _train_fast(a):
     _say(f'fast on-device PPO on {env_id} ({st.num_envs} envs on {device}) into {rd}')
     if a.adr and (a.curriculum or a.curriculum_return is not None):
         raise BadInputError('--adr is a curriculum of its own: drop --curriculum / --curriculum-return or --adr')
-    config = FastTrainConfig(env_id=env_id, timesteps=a.timesteps, seed=a.seed, device=device, settings=st,
-                             expert=a.expert, residual_scale=a.residual_scale, compile=a.compile,
-                             cudagraphs=a.cudagraphs, randomize=a.randomize, num_threads=a.env_threads,
-                             torch_threads=a.torch_threads, history=a.history, privileged_critic=a.privileged_critic,
-                             curriculum=_curriculum(a))
+    config = from_args(_fast_config_class(), a, FAST_FROM_FLAGS, env_id=env_id, device=device, settings=st,
+                       num_threads=a.env_threads, curriculum=_curriculum(a))
     r = fast_train(rd, config, force=a.force)
     _say(f"{r.timesteps:,} steps in {r.wall_s:.1f} s ({r.steps_per_s:,.0f} steps/s, env + inference + "
          f"training; envs: {r.env_backend}; {_threads_line(r.thread_plan)}); "
@@ -747,12 +667,11 @@ def cmd_bench(a):
 
 # %% ../nbs/90_cli.ipynb #c277b7f0
 def cmd_evaluate(a):
-    from ppo_trt.measure.evaluate import evaluate, print_evaluation
+    "evaluate: an `EvalSettings` from the flags; the table; where the record went."
+    from ppo_trt.measure.evaluate import evaluate, print_evaluation, EvalSettings
     rd = _run_dir(a)
     live = sys.stdout.isatty()  # a progress bar on a terminal; piped, a line per phase and policy as it finishes
-    rep = evaluate(rd, a.backends, a.phases, a.episodes, a.seed, a.deadline_us, progress=live,
-                   residual_run=a.residual_run, env_id=a.env_id, replace=a.replace, say=None if live else _say,
-                   fallback=a.fallback)
+    rep = evaluate(rd, from_args(EvalSettings, a, env_id=a.env_id, progress=live, say=None if live else _say))
     print_evaluation(rep)
     _say(f"wrote {RunDir(rd).path('evaluate_record')}")
     return rep
@@ -920,7 +839,7 @@ def _add_compare(sub):
     p.add_argument('--run-dir', type=Path, default=None,
                    help='the folder compare makes and writes (default: runs/compare-<reference name>)')
     p.add_argument('--no-wait', action='store_true', help='fail at once if another ppo-trt process is writing it')
-    p.add_argument('--backends', type=_name_list, default=None,
+    p.add_argument('--backends', type=name_list, default=None,
                    help="comma-separated (default: all but those that run the trained model: the reference's "
                         'policy.zip is loaded only for sb3, torch, ... named here)')
     p.add_argument('--settings', choices=['reference', 'default'], default='reference',
@@ -944,48 +863,25 @@ def _add_sweep(sub):
     p = sub.add_parser('sweep', help='seeds x variants on Ray: train -> export -> evaluate, IQM with 95 %% CIs',
                        description='train, export and evaluate every (seed, variant) as a Ray task; aggregate with '
                                    "rliable into OUT/sweep.json", formatter_class=_Help)
-    p.add_argument('--env-id', default=default_env_id('sweep'), help='gymnasium env id (a PID baseline must exist for it)')
-    p.add_argument('--seeds', type=number(int, 1, 1000), default=5, help='training seeds 0 .. N-1')
-    p.add_argument('--variants', default='nominal,randomized',
-                   help='any of nominal, randomized, randomized+history (the policy also sees its last actions), '
-                        'randomized+history+critic+curriculum (--fast: privileged critic, range curriculum), '
-                        'randomized+history+critic+adr (--fast: ADR), teacher-student (--fast: privileged teacher '
-                        'with ADR, history student)')
-    p.add_argument('--randomize', default=None, metavar='SPEC',
-                   help='the randomized variant\'s ranges (default: all, every disturbance the env can take)')
-    p.add_argument('--fast', action='store_true', help='train with fast PPO (EnvPool on MuJoCo) instead of SB3')
-    p.add_argument('--timesteps', type=_positive_timesteps, default=None,
-                   help="timesteps per run (default: the trainer's preset)")
-    p.add_argument('--preset', default='seed', help='SB3 training preset (without --fast)')
-    p.add_argument('--phases', default=None,
-                   help='evaluation phases, comma-separated (default: those of nominal,noise,delay,push,mass,friction '
-                        'the env can take)')
-    p.add_argument('--episodes', type=number(int, 1, MAX_EPISODES), default=10,
-                   help='held-out evaluation episodes per phase')
-    p.add_argument('--rrls', action='store_true',
-                   help='also score every run and PID on the RRLS Hopper uncertainty sets (worst case and average)')
+    from ppo_trt.studies.sweep import SweepConfig
+    add_options(p, SweepConfig, ['env_id', 'seeds', 'variants', 'randomize', 'fast', 'timesteps', 'preset_name',
+                                 'phases', 'episodes', 'rrls'])
     p.add_argument('--out', type=Path, default=None, help='sweep folder (default: sweeps/<env-id>)')
-    p.add_argument('--address', default=None,
-                   help='Ray cluster address (default: $RAY_ADDRESS, else a local Ray on this machine)')
-    p.add_argument('--num-cpus', type=number(int, 1, 4096), default=None,
-                   help='CPUs of the local Ray (default: all): one run per CPU')
+    add_options(p, SweepConfig, ['address', 'num_cpus'])
     p.add_argument('--no-wait', action='store_true', help=argparse.SUPPRESS)  # deprecated: see cmd_sweep
     return p
 
 # %% ../nbs/90_cli.ipynb #7d576e8b
 def cmd_sweep(a):
-    from ppo_trt.studies.sweep import sweep, print_sweep
+    from ppo_trt.studies.sweep import sweep, print_sweep, SweepConfig
     if a.no_wait: print(terminal_line('[ppo-trt] --no-wait is deprecated for sweep and changes nothing: a sweep never '
                                       'waits for a busy --out, it stops at once; drop the flag'), file=sys.stderr)
     out = a.out or Path('sweeps')/a.env_id
     _say(f"sweep of {a.env_id}: seeds 0..{a.seeds - 1} x {a.variants} ({'fast PPO' if a.fast else 'SB3'}) into {out}")
-    rec = sweep(out, env_id=a.env_id, seeds=a.seeds, variants=a.variants, fast=a.fast, timesteps=a.timesteps,
-                randomize=a.randomize, address=a.address, episodes=a.episodes, preset_name=a.preset,
-                num_cpus=a.num_cpus, rrls=a.rrls, **(dict(phases=a.phases) if a.phases else {}))
+    rec = sweep(out, from_args(SweepConfig, a))
     print_sweep(rec)
     _say(f"wrote {out/'sweep.json'}")
     return rec
-
 
 # %% ../nbs/90_cli.ipynb #a3e19074
 def _stage_args(a, command, run_dir):

@@ -91,11 +91,13 @@ def test_cli_refuses_without_fast_in_one_line(tmp_path):
 
 def test_sweep_refuses_critic_and_curriculum_with_sb3():
     with pytest.raises(BadInputError, match='fast PPO only'):
-        sweep_settings('Hopper-v4', 2, 'nominal,randomized+history+critic+curriculum', fast=False)
+        sweep_settings('Hopper-v4', seeds=2, variants='nominal,randomized+history+critic+curriculum',
+                       fast=False)
 
 
 def test_sweep_variant_trains_with_every_addition(tmp_path):
-    settings = sweep_settings('Hopper-v4', 1, 'randomized+history+critic+curriculum', fast=True, timesteps=4096)
+    settings = sweep_settings('Hopper-v4', seeds=1, variants='randomized+history+critic+curriculum', fast=True,
+                              timesteps=4096)
     rec = train_policy(tmp_path/'run', dict(settings, train_kwargs=dict(final_eval_episodes=1)),
                        'randomized+history+critic+curriculum', 0)
     assert rec.history_actions == 3 and rec.privileged_critic and rec.curriculum['threshold'] == 2000.0

@@ -93,14 +93,15 @@ def test_refusals(tmp_path):
     fast_train(tmp_path/'pend', env_id='Pendulum-v1', timesteps=1024, progress=False, final_eval_episodes=1)
     with pytest.raises(BadInputError, match="RRLS sets here are Hopper's"): rrls_evaluate(tmp_path/'pend')
     with pytest.raises(BadInputError, match='drop --rrls'):
-        sweep_settings('InvertedPendulum-v4', 1, 'nominal', fast=True, rrls=True)
+        sweep_settings('InvertedPendulum-v4', seeds=1, variants='nominal', fast=True, rrls=True)
 
 
 def test_sweep_settings_keep_older_sweeps_resumable():
     "rrls is a run setting; a sweep without it records None, as sweeps made before it (no key) read back."
     assert 'rrls' in RUN_SETTINGS
-    new = sweep_settings('Hopper-v4', 1, 'nominal', fast=True, timesteps=4096)
+    new = sweep_settings('Hopper-v4', seeds=1, variants='nominal', fast=True, timesteps=4096)
     old = {k: v for k, v in new.items() if k != 'rrls'}
     check_same_settings(old, new)
     with pytest.raises(BadInputError, match='rrls'):
-        check_same_settings(old, sweep_settings('Hopper-v4', 1, 'nominal', fast=True, timesteps=4096, rrls=True))
+        check_same_settings(old, sweep_settings('Hopper-v4', seeds=1, variants='nominal', fast=True, timesteps=4096,
+                                                rrls=True))

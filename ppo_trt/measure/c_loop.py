@@ -19,7 +19,7 @@ from ..export.onnx import onnx_metadata
 from ..export.c_kernel import CFLAGS
 from ..export.c_library import STRICT, compiler_missing, library_kernel, library_code
 from ..backends import registry as B
-from .evaluate import evaluate_phase
+from .evaluate import evaluate_phase, Contenders
 
 # %% auto #0
 __all__ = ['C_LOOP_ENVS', 'QVEL_CLIP', 'POLICY_CFLAGS', 'LOOP_CFLAGS', 'C_LOOP_MARKER', 'C_LOOP_MADE_BY', 'TRACE_SCALARS',
@@ -249,8 +249,8 @@ def python_returns(run_dir, seeds, backends=('native-c', 'ort')):
     for n in backends:
         try: runners[n] = B.load(n, run.root)
         except B.BackendUnavailable: pass  # this machine lacks it: the others are compared
-    res = evaluate_phase(env_id, 'nominal', PHASES['nominal'][1], list(seeds), pid_baseline(env_id), {}, runners,
-                         math.inf, '')
+    res = evaluate_phase(env_id, 'nominal', PHASES['nominal'][1], list(seeds),
+                         Contenders(pid_baseline(env_id), {}, runners), math.inf, '')
     return {k: [float(x) for x in v] for k, v in res.returns.items()}
 
 # %% ../../nbs/53_c_loop.ipynb #02d073a6

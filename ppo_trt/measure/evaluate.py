@@ -5,6 +5,8 @@
 # %% ../../nbs/51_evaluate.ipynb #01a023cc
 from __future__ import annotations
 import time
+from dataclasses import dataclass
+from pathlib import Path
 import msgspec
 import numpy as np
 from ..core.run_folder import RunDir
@@ -20,10 +22,12 @@ from ..backends import registry as B
 from .bench import records_by, trained_model_missing
 from ..envs.controllers import pid_baseline, run_episode, fallback_policy, fallback_kind
 from ..envs.gym import skipped_phases
+from fastcore.basics import patch
+from ..core.options import option, configured, number, name_list, MAX_EPISODES
 
 # %% auto #0
-__all__ = ['BACKEND_FAULTS', 'DELAY_STEPS', 'MAX_EPISODES', 'ControlLoop', 'delay_curve', 'merge_evaluation', 'fallback_label',
-           'evaluate_phase', 'evaluated_env', 'evaluate', 'sla_words', 'print_evaluation']
+__all__ = ['BACKEND_FAULTS', 'DELAY_STEPS', 'ControlLoop', 'delay_curve', 'merge_evaluation', 'fallback_label', 'Contenders',
+           'evaluate_phase', 'evaluated_env', 'EvalSettings', 'evaluate', 'sla_words', 'print_evaluation']
 
 # %% ../../nbs/51_evaluate.ipynb #9a6b607a
 BACKEND_FAULTS = ('deadline', 'nonfinite', 'bad-input')  # event kinds that count against a backend
@@ -41,44 +45,57 @@ class ControlLoop:
         self.tripped, self.trip_signal, self.events, self.t, self.last_good_obs = False, False, [], 0, None
         for part in (self.fallback, self.runner):
             if hasattr(part, 'reset'): part.reset()
-    def notify(self, info):
-        "Take the env's step info: a trip signalled there takes effect at the next step."
-        self.trip_signal = bool(info.get('trip', False))
-    def predict(self, obs, state=None, episode_start=None, deterministic=True):
-        "SB3-style `(action, None)`: one control step, so `run_episode` can drive the loop like any policy."
-        return self.step(obs, self.trip_signal), None
-    def _event(self, kind, latency_ns=None):
-        self.events.append(Event(step=self.t, kind=kind, latency_us=None if latency_ns is None else latency_ns / 1e3))
-    def _policy(self, x):
-        "The policy's action for the checked observation `x` [1, obs_dim], or None after logging why it cannot be used."
-        t0 = time.perf_counter_ns()
-        try: a = self.runner(x)[0]
-        except BadInputError:
-            self._event('bad-input', time.perf_counter_ns() - t0); return None
-        dt = time.perf_counter_ns() - t0
-        kind = 'nonfinite' if not np.isfinite(a).all() else 'deadline' if dt > self.deadline_ns else None
-        if kind: self._event(kind, dt)
-        return None if kind else a
-    def step(self, obs, trip=False):
-        "The action for `obs` this control step: the policy's or, on an event, the fallback's; never NaN or inf."
-        t_start = time.perf_counter()
-        x = np.asarray(obs, np.float32).reshape(1, -1)
-        obs_ok = bool(np.isfinite(x).all())
-        if obs_ok: self.last_good_obs = obs
-        held = obs if obs_ok else self.last_good_obs
-        # keeps the fallback's state current
-        safe = None if held is None else self.fallback.predict(held, deterministic=True)[0]
-        if trip and not self.tripped: self.tripped = True; self._event('trip')
-        if not obs_ok and not self.tripped: self._event('bad-obs')
-        action = None if self.tripped or not obs_ok else self._policy(x)
-        if action is None: action = safe
-        if action is None or not np.isfinite(action).all():
-            self._event('unsafe-fallback'); action = np.zeros(self.runner.act_dim, np.float32)  # actuators off
-        if hasattr(self.runner, 'commit'): self.runner.commit(action)  # a policy with a memory keeps what was applied
-        if hasattr(self.fallback, 'commit'): self.fallback.commit(action)  # a hold fallback holds it
-        if self.realtime and self.period_s: time.sleep(max(0.0, self.period_s - (time.perf_counter() - t_start)))
-        self.t += 1
-        return action
+
+# %% ../../nbs/51_evaluate.ipynb #2285c489
+@patch
+def notify(self: ControlLoop, info):
+    "Take the env's step info: a trip signalled there takes effect at the next step."
+    self.trip_signal = bool(info.get('trip', False))
+
+@patch
+def predict(self: ControlLoop, obs, state=None, episode_start=None, deterministic=True):
+    "SB3-style `(action, None)`: one control step, so `run_episode` can drive the loop like any policy."
+    return self.step(obs, self.trip_signal), None
+
+# %% ../../nbs/51_evaluate.ipynb #bf98d33d
+@patch
+def _event(self: ControlLoop, kind, latency_ns=None):
+    self.events.append(Event(step=self.t, kind=kind, latency_us=None if latency_ns is None else latency_ns / 1e3))
+
+@patch
+def _policy(self: ControlLoop, x):
+    "The policy's action for the checked observation `x` [1, obs_dim], or None after logging why it cannot be used."
+    t0 = time.perf_counter_ns()
+    try: a = self.runner(x)[0]
+    except BadInputError:
+        self._event('bad-input', time.perf_counter_ns() - t0); return None
+    dt = time.perf_counter_ns() - t0
+    kind = 'nonfinite' if not np.isfinite(a).all() else 'deadline' if dt > self.deadline_ns else None
+    if kind: self._event(kind, dt)
+    return None if kind else a
+
+# %% ../../nbs/51_evaluate.ipynb #4ac7857e
+@patch
+def step(self: ControlLoop, obs, trip=False):
+    "The action for `obs` this control step: the policy's or, on an event, the fallback's; never NaN or inf."
+    t_start = time.perf_counter()
+    x = np.asarray(obs, np.float32).reshape(1, -1)
+    obs_ok = bool(np.isfinite(x).all())
+    if obs_ok: self.last_good_obs = obs
+    held = obs if obs_ok else self.last_good_obs
+    # keeps the fallback's state current
+    safe = None if held is None else self.fallback.predict(held, deterministic=True)[0]
+    if trip and not self.tripped: self.tripped = True; self._event('trip')
+    if not obs_ok and not self.tripped: self._event('bad-obs')
+    action = None if self.tripped or not obs_ok else self._policy(x)
+    if action is None: action = safe
+    if action is None or not np.isfinite(action).all():
+        self._event('unsafe-fallback'); action = np.zeros(self.runner.act_dim, np.float32)  # actuators off
+    if hasattr(self.runner, 'commit'): self.runner.commit(action)  # a policy with a memory keeps what was applied
+    if hasattr(self.fallback, 'commit'): self.fallback.commit(action)  # a hold fallback holds it
+    if self.realtime and self.period_s: time.sleep(max(0.0, self.period_s - (time.perf_counter() - t_start)))
+    self.t += 1
+    return action
 
 # %% ../../nbs/51_evaluate.ipynb #775f7e27
 def _gates(rep, bench, policy_sha256=None):
@@ -176,9 +193,16 @@ def fallback_label(kind):
     "How tables name a fallback: PID, or `zero fallback`."
     return 'PID' if kind == 'pid' else f'{kind} fallback'
 
-def evaluate_phase(env_id, phase, params, seeds, pid, extra, runners, deadline_us, sid,
-                   advance=lambda policy, returns: None):
-    "One phase: PID, any extra policies, every runner in the safe control loop, same `seeds`; `advance` after each."
+@dataclass
+class Contenders:
+    "Who plays a phase: the fallback (alone, and in the safe loop), extra policies, the runners in the safe loop."
+    fallback: object
+    extra: dict
+    runners: dict
+
+def evaluate_phase(env_id, phase, params, seeds, who, deadline_us, sid, advance=lambda policy, returns: None):
+    "One phase: `who`'s fallback, extra policies, runners in the safe control loop, same `seeds`; `advance` after each."
+    pid, extra, runners = who.fallback, who.extra, who.runners
     env = make_phase_env(env_id, phase, **params)
     base = fallback_kind(pid)
     returns, viol, events = {base: [run_episode(env, pid, s)[0] for s in seeds]}, {}, {}
@@ -198,7 +222,7 @@ def evaluate_phase(env_id, phase, params, seeds, pid, extra, runners, deadline_u
 
 # %% ../../nbs/51_evaluate.ipynb #6c2a2209
 from ..export.onnx import policy_metadata
-MAX_EPISODES = 10_000  # per phase and policy: more is days of stepping, not a setting
+# MAX_EPISODES (per phase and policy: more is days of stepping, not a setting): ppo_trt.core.options
 
 # %% ../../nbs/51_evaluate.ipynb #4df9ba60
 def evaluated_env(run, meta, env_id=None):
@@ -214,36 +238,60 @@ def evaluated_env(run, meta, env_id=None):
     if mine is None: check_policy_env(meta, env_id)  # its widths are the env's, or one line
     return mine or env_id
 
+# %% ../../nbs/51_evaluate.ipynb #4468455f
+@dataclass
+class EvalSettings:
+    "What an evaluation is asked to do: `evaluate`'s settings and `ppo-trt evaluate`'s flags (each field's help)."
+    backend_names: list | None = option(None, 'default: every backend but sb3 (torch is the reference)',
+                                        flag='--backends', type=name_list)
+    phases: list | None = option(None, 'default: all (nominal,noise,delay,push,mass,friction,actuator,trip)',
+                                 type=name_list)
+    episodes: int = option(20, 'episodes per phase and policy', type=number(int, 1, MAX_EPISODES))
+    seed: int = option(0, 'first episode seed', type=number(int, 0))
+    deadline_us: float | None = option(None, 'per-step inference deadline (default: the bench SLA)',
+                                       type=number(float, above=0))
+    residual_run: Path | None = option(None, 'also evaluate this residual run (same env) in every phase', type=Path)
+    replace: bool = option(False, "start evaluate.json over instead of merging this run's results into it")
+    fallback: str = option('auto', "the safe loop's fallback and the baseline beside PPO: the env's PID preset, the "
+                           "zero action, or the last action held; auto: pid where the env has a preset, else zero",
+                           choices=['auto', 'pid', 'zero', 'hold'])
+    env_id: str | None = None         # the env of a policy that names none (--env-id); else it must be the policy's
+    overrides: dict | None = None     # per phase, parameters replacing PHASES' own, e.g. {'trip': {'step': 5}}
+    delay_steps: tuple = DELAY_STEPS  # actuation delays of the delay curve (empty: no curve)
+    progress: bool = True             # a progress bar
+    say: object = None                # a function given each progress line
+
+# %% ../../nbs/51_evaluate.ipynb #c9efa5de
 @locked('evaluate')
-def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, deadline_us=None, overrides=None,
-             progress=True, delay_steps=DELAY_STEPS, residual_run=None, env_id=None, replace=False, say=None,
-             fallback='auto'):
-    "Evaluate per phase and backend vs the fallback (and a residual run); merge into evaluate.json; `say` progress."
+def evaluate(run_dir, settings=None, **options):
+    "Evaluate per phase and backend vs the fallback as `settings` (`EvalSettings`) asks, `options` replacing fields."
+    if isinstance(settings, (list, tuple)): settings, options = None, dict(backend_names=settings, **options)
+    s = configured(EvalSettings, settings, options)
     run = RunDir(run_dir)
-    env_id = evaluated_env(run, policy_metadata(run.require('onnx')), env_id)  # types and ranges checked
+    env_id = evaluated_env(run, policy_metadata(run.require('onnx')), s.env_id)  # types and ranges checked
     require_fresh(run, 'evaluate')
-    say = say or (lambda msg: None)
-    left_out = {} if phases else skipped_phases(env_id)
-    phases = check_phases(phases or env_phases(env_id), env_id)
+    say, episodes, seed, delay_steps = s.say or (lambda msg: None), s.episodes, s.seed, s.delay_steps
+    left_out = {} if s.phases else skipped_phases(env_id)
+    phases = check_phases(s.phases or env_phases(env_id), env_id)
     if not 1 <= episodes <= MAX_EPISODES:
         raise BadInputError(f'episodes must be from 1 to {MAX_EPISODES:,}, got {episodes:,}: use a smaller --episodes')
-    old = None if replace or not run.has('evaluate_record') else load_artifact(run, 'evaluate_record')
+    old = None if s.replace or not run.has('evaluate_record') else load_artifact(run, 'evaluate_record')
     bench = load_artifact(run, 'bench_record') if run.has('bench_record') else None
-    deadline_us = deadline_us or (bench.settings.sla_us if bench else 1000.0)
-    names = [B.check_name(n) for n in (backend_names or [n for n, b in B.backends().items() if b.evaluated_by_default])]
+    deadline_us = s.deadline_us or (bench.settings.sla_us if bench else 1000.0)
+    names = [B.check_name(n) for n in (s.backend_names or [n for n, b in B.backends().items() if b.evaluated_by_default])]
     ref = 'ort' if policy_only(run) else 'torch'  # the trained model where there is one, else policy.onnx in ORT
     runners, skipped = _load_runners(run, [ref] + [n for n in names if n != ref])
     if ref not in runners: raise PpoTrtError(f'the reference backend {ref} cannot run here: {skipped[ref]}')
-    extra = {'residual': _residual_policy(residual_run, env_id)} if residual_run is not None else {}
+    extra = {'residual': _residual_policy(s.residual_run, env_id)} if s.residual_run is not None else {}
     onnx_sha = policy_sha256(run.path('onnx'))
     sess = session(onnx_sha); sid = session_id(sess)
-    results, pid = [], fallback_policy(fallback, env_id)  # one object: run_episode / ControlLoop reset it every episode
+    results, pid = [], fallback_policy(s.fallback, env_id)  # one object: run_episode / ControlLoop reset it every episode
     for line in [env_spec(env_id).note, *(f'phase {p} skipped: {why}' for p, why in left_out.items())]:
         if line: say(line)
     say(f"evaluating {', '.join(runners)} against {fallback_label(fallback_kind(pid))}: {len(phases)} phase(s) x "
         f"{episodes} episode(s)")
     from rich.progress import Progress
-    with Progress(transient=True, disable=not progress) as bar:
+    with Progress(transient=True, disable=not s.progress) as bar:
         total, done = len(phases) * (len(runners) + 1), []
         task = bar.add_task('evaluate', total=total)
         def tick(phase, policy, rets):
@@ -251,9 +299,10 @@ def evaluate(run_dir, backend_names=None, phases=None, episodes=20, seed=0, dead
             say(f'evaluate {phase}: {policy} {np.mean(rets):.1f} mean return over {len(rets)} episode(s) '
                 f'({len(done)}/{total})')
         for ph in phases:
-            params = {**PHASES[ph][1], **((overrides or {}).get(ph, {}))}
-            results.append(evaluate_phase(env_id, ph, params, [seed + i for i in range(episodes)], pid, extra, runners,
-                                          deadline_us, sid, lambda policy, rets, ph=ph: tick(ph, policy, rets)))
+            params = {**PHASES[ph][1], **((s.overrides or {}).get(ph, {}))}
+            results.append(evaluate_phase(env_id, ph, params, [seed + i for i in range(episodes)],
+                                          Contenders(pid, extra, runners), deadline_us, sid,
+                                          lambda policy, rets, ph=ph: tick(ph, policy, rets)))
     if delay_steps:
         say(f'delay curve: PPO on {ref} and {fallback_label(fallback_kind(pid))} at {len(delay_steps)} actuation '
             'delays ...')

@@ -8,6 +8,7 @@ import json, os, shutil, socket, sys, tempfile, time, warnings
 from contextlib import contextmanager, redirect_stderr
 from rich.markup import escape
 from pathlib import Path
+from dataclasses import dataclass
 import numpy as np
 from ..core.files import BadInputError, PpoTrtError, PARTIAL, load_json, save_json
 from ..core.run_folder import DEFAULT_ENV_ID, RunDir, check_timesteps
@@ -22,17 +23,18 @@ from ..export.onnx import export
 from ..measure.evaluate import evaluate, DELAY_STEPS
 from ..backends import registry as B
 from .rrls import RRLS_SETS, rrls_evaluate, rrls_fresh, rrls_pid, RRLS_FILE
+from ..core.options import option, configured, number, positive_timesteps, MAX_EPISODES
 
 # %% auto #0
-__all__ = ['HELD_OUT_SEED', 'VARIANTS', 'COMPARISONS', 'DEFAULT_VARIANTS', 'DEFAULT_PHASES', 'MAX_SEED', 'RUN_SETTINGS', 'TARGET',
-           'RRLS_PUBLISHED', 'RRLS_PUBLISHED_NOTE', 'check_seeds', 'check_variants', 'check_address', 'randomize_spec',
-           'history_actions', 'sweep_settings', 'check_same_settings', 'run_name', 'run_finished', 'reusable_stages',
-           'train_policy', 'install_run', 'remove_partials', 'run_one', 'run_result', 'iqm_estimates',
-           'improvement_probability', 'score_matrix', 'learning_curve_iqm', 'aggregate', 'cluster_info',
-           'captured_stderr', 'ray_failure', 'ray_session', 'in_flight', 'task_error', 'run_on_ray', 'load_sweep',
-           'sweep', 'sweep_rows', 'sweep_table', 'print_sweep', 'plot_sweep', 'plot_sweep_delay', 'plot_sweep_curves',
-           'plot_sweep_curriculum', 'target_check', 'target_table', 'rrls_rows', 'gap_rows', 'adr_levels',
-           'plot_adr_ranges', 'robust_findings']
+__all__ = ['HELD_OUT_SEED', 'VARIANTS', 'COMPARISONS', 'DEFAULT_VARIANTS', 'DEFAULT_PHASES', 'MAX_SEED', 'VARIANTS_HELP',
+           'RUN_SETTINGS', 'TARGET', 'RRLS_PUBLISHED', 'RRLS_PUBLISHED_NOTE', 'check_seeds', 'check_variants',
+           'check_address', 'randomize_spec', 'history_actions', 'SweepConfig', 'sweep_settings', 'check_same_settings',
+           'run_name', 'run_finished', 'reusable_stages', 'train_policy', 'install_run', 'remove_partials', 'run_one',
+           'run_result', 'iqm_estimates', 'improvement_probability', 'score_matrix', 'learning_curve_iqm', 'aggregate',
+           'cluster_info', 'captured_stderr', 'ray_failure', 'ray_session', 'in_flight', 'task_error', 'run_on_ray',
+           'load_sweep', 'sweep', 'sweep_rows', 'sweep_table', 'print_sweep', 'plot_sweep', 'plot_sweep_delay',
+           'plot_sweep_curves', 'plot_sweep_curriculum', 'target_check', 'target_table', 'rrls_rows', 'gap_rows',
+           'adr_levels', 'plot_adr_ranges', 'robust_findings']
 
 # %% ../../nbs/70_sweep.ipynb #79fb66ac
 HELD_OUT_SEED = HELD_OUT_SEED_OFFSET  # the first evaluation episode seed of every run: no training selects on it
@@ -111,35 +113,68 @@ def history_actions(settings):
     delay = (parse_randomize(settings['randomize']) or {}).get('delay')
     return max(1, int(delay[1])) if delay else 3
 
+# %% ../../nbs/70_sweep.ipynb #fffd370d
+VARIANTS_HELP = ('any of nominal, randomized, randomized+history (the policy also sees its last actions), '
+                 'randomized+history+critic+curriculum (--fast: privileged critic, range curriculum), '
+                 'randomized+history+critic+adr (--fast: ADR), teacher-student (--fast: privileged teacher '
+                 'with ADR, history student)')
+
+@dataclass
+class SweepConfig:
+    "What a sweep is asked to do: `sweep`'s settings and `ppo-trt sweep`'s flags (each field's help)."
+    env_id: str = option(DEFAULT_ENV_ID, 'gymnasium env id (a PID baseline must exist for it)')
+    seeds: int = option(5, 'training seeds 0 .. N-1', type=number(int, 1, 1000))
+    variants: object = option(DEFAULT_VARIANTS, VARIANTS_HELP, cli_default=','.join(DEFAULT_VARIANTS))
+    randomize: object = option(None, "the randomized variant's ranges (default: all, every disturbance the env can "
+                               'take)', metavar='SPEC')
+    fast: bool = option(False, 'train with fast PPO (EnvPool on MuJoCo) instead of SB3')
+    timesteps: int | None = option(None, "timesteps per run (default: the trainer's preset)", type=positive_timesteps)
+    preset_name: str = option('seed', 'SB3 training preset (without --fast)', flag='--preset')
+    phases: object = option(None, 'evaluation phases, comma-separated (default: those of nominal,noise,delay,push,'
+                            'mass,friction the env can take)')
+    episodes: int = option(10, 'held-out evaluation episodes per phase', type=number(int, 1, MAX_EPISODES))
+    rrls: bool = option(False, 'also score every run and PID on the RRLS Hopper uncertainty sets (worst case and '
+                        'average)')
+    address: str | None = option(None, 'Ray cluster address (default: $RAY_ADDRESS, else a local Ray on this machine)')
+    num_cpus: int | None = option(None, 'CPUs of the local Ray (default: all): one run per CPU',
+                                  type=number(int, 1, 4096))
+    backend: str = 'ort'             # the backend every run is evaluated on
+    deadline_us: float = 1e6         # the safe loop's deadline (generous: a sweep measures control, not latency)
+    train_kwargs: dict | None = None # more options of the trainer, the same for every run
+    delay_steps: tuple = DELAY_STEPS # the delay curve's actuation delays (empty: none)
+    reps: int = 2000                 # bootstrap resamples of the confidence intervals
+    progress: bool = True            # a line per finished run
+    con: object = None               # the rich console those lines go to
+
 # %% ../../nbs/70_sweep.ipynb #b8cc9259
-def sweep_settings(env_id=DEFAULT_ENV_ID, seeds=5, variants=DEFAULT_VARIANTS, fast=False, timesteps=None, randomize=None,
-                   phases=None, episodes=10, preset_name='seed', backend='ort', deadline_us=1e6,
-                   train_kwargs=None, delay_steps=DELAY_STEPS, rrls=False):
-    "The checked settings of a sweep, as recorded in sweep.json (default `phases`: those of `DEFAULT_PHASES` it takes)."
-    seeds, variants = check_seeds(seeds), check_variants(variants)
+def sweep_settings(config=None, **options):
+    "The checked settings of a sweep (`SweepConfig`, `options` replacing its fields) as sweep.json records them."
+    c = configured(SweepConfig, config, options)
+    env_id, episodes, fast = c.env_id, c.episodes, c.fast
+    seeds, variants = check_seeds(c.seeds), check_variants(c.variants)
     if env_spec(env_id).pid is None:
         raise BadInputError(f'sweep evaluates every policy beside the PID fallback, which exists for '
                             f'{", ".join(env_ids("pid"))} only, not {env_id}; use --env-id Hopper-v4')
-    phases = check_phases(env_phases(env_id, DEFAULT_PHASES) if phases is None else phases, env_id)
+    phases = check_phases(env_phases(env_id, DEFAULT_PHASES) if c.phases is None else c.phases, env_id)
     if isinstance(episodes, bool) or not isinstance(episodes, (int, np.integer)) or episodes < 1:
         raise BadInputError(f'episodes must be an integer >= 1, got {episodes!r}')
-    if timesteps is not None: check_timesteps(timesteps)
+    if c.timesteps is not None: check_timesteps(c.timesteps)
     if not fast:
-        preset(preset_name)
+        preset(c.preset_name)
         fast_only = [v for v in variants if {'critic', 'curriculum', 'adr', 'teacher-student'} & set(v.split('+'))]
         if fast_only:
             raise BadInputError(f'{", ".join(fast_only)} trains with fast PPO only (a privileged critic, a '
                                 'curriculum, ADR and teacher-student are fast_ppo options): add --fast, or drop the '
                                 'variant')
-    if rrls and env_id not in ('Hopper-v4', 'Hopper-v5'):
+    if c.rrls and env_id not in ('Hopper-v4', 'Hopper-v5'):
         raise BadInputError(f'--rrls scores Hopper policies on the RRLS Hopper sets, not {env_id} policies: '
                             'drop --rrls')
-    backend = B.check_name(backend)
-    delay_steps = sorted({int(k) for k in delay_steps if int(k) == k and 0 <= k <= 50}) if delay_steps else []
-    return dict(env_id=env_id, fast=bool(fast), preset_name=None if fast else preset_name, timesteps=timesteps,
-                train_kwargs=dict(train_kwargs or {}), randomize=randomize_spec(randomize, env_id),
+    backend, steps = B.check_name(c.backend), c.delay_steps
+    delay_steps = sorted({int(k) for k in steps if int(k) == k and 0 <= k <= 50}) if steps else []
+    return dict(env_id=env_id, fast=bool(fast), preset_name=None if fast else c.preset_name, timesteps=c.timesteps,
+                train_kwargs=dict(c.train_kwargs or {}), randomize=randomize_spec(c.randomize, env_id),
                 phases=phases, episodes=int(episodes), eval_seed=HELD_OUT_SEED, backend=backend,
-                deadline_us=float(deadline_us), delay_steps=delay_steps, rrls=list(RRLS_SETS) if rrls else None,
+                deadline_us=float(c.deadline_us), delay_steps=delay_steps, rrls=list(RRLS_SETS) if c.rrls else None,
                 seeds=seeds, variants=list(variants))
 
 # %% ../../nbs/70_sweep.ipynb #98641f87
@@ -518,14 +553,12 @@ def _result_line(name, result, settings):
     return f'{name}: return {rets} (trained {result["train_wall_s"]:.0f} s, {result["steps_per_s"]:,.0f} steps/s)'
 
 # %% ../../nbs/70_sweep.ipynb #9331b5cc
-def sweep(out_dir, env_id=DEFAULT_ENV_ID, seeds=5, variants=DEFAULT_VARIANTS, fast=False, timesteps=None, randomize=None,
-          address=None, phases=None, episodes=10, preset_name='seed', backend='ort', deadline_us=1e6,
-          num_cpus=None, reps=2000, train_kwargs=None, delay_steps=DELAY_STEPS, progress=True, con=None, rrls=False):
-    "Train, export and evaluate every (seed, variant) on Ray into `out_dir/runs`; aggregate into `out_dir/sweep.json`."
+def sweep(out_dir, config=None, **options):
+    "Every (seed, variant) of `config` (`SweepConfig`, `options` replacing fields) trained on Ray into `out_dir`."
     from ppo_trt.measure.bench import console
-    settings = sweep_settings(env_id, seeds, variants, fast, timesteps, randomize, phases, episodes, preset_name,
-                              backend, deadline_us, train_kwargs, delay_steps, rrls)
-    address, out, con = check_address(address), Path(out_dir).absolute(), con or console()
+    c = configured(SweepConfig, config, options)
+    settings, progress, reps, num_cpus = sweep_settings(c), c.progress, c.reps, c.num_cpus
+    address, out, con = check_address(c.address), Path(out_dir).absolute(), c.con or console()
     with run_lock(out, 'ppo-trt sweep', wait=False, no_wait_flag=False):
         old = _previous_sweep(out)
         if old: check_same_settings(old['settings'], settings, out/'sweep.json')

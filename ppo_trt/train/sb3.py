@@ -5,10 +5,10 @@
 # %% ../../nbs/20_train.ipynb #7be35b10
 from __future__ import annotations
 import csv, re, sys, time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 import numpy as np
-from ..core.run_folder import RunDir, check_timesteps
+from ..core.run_folder import RunDir, check_timesteps, DEFAULT_ENV_ID, FAST_ENV_ID
 from ..core.files import (BadInputError, BadArtifactError, PpoTrtError, atomic_path, save_json, sha256_file,
                                 error_line)
 from ..core.machine import package_version, thread_plan
@@ -17,9 +17,11 @@ from ..envs.specs import env_spec
 from ..envs.gym import (quiet_gym_warnings, make_env, env_spaces, Randomized, check_randomize, format_randomize,
                               ActionHistory, check_history, SELECTION_SEED_OFFSET, HELD_OUT_SEED_OFFSET)
 from ..core.checkpoint import ObsNorm, load_sb3_model, read_vecnormalize
+from ..core.options import (option, configured, number, positive_timesteps, MIN_EVAL_FREQ,
+                                  MAX_EPISODES)
 
 # %% auto #0
-__all__ = ['PRESETS', 'LOG_FIELDS', 'preset', 'read_train_log', 'latest_checkpoint', 'train']
+__all__ = ['PRESETS', 'HISTORY_HELP', 'LOG_FIELDS', 'preset', 'SB3TrainConfig', 'read_train_log', 'latest_checkpoint', 'train']
 
 # %% ../../nbs/20_train.ipynb #72d6fa60
 PRESETS = {
@@ -39,6 +41,48 @@ def preset(name):
     if name not in PRESETS: raise BadInputError(f'unknown preset {name!r}; choose one of {", ".join(PRESETS)}')
     return PRESETS[name]
 
+# %% ../../nbs/20_train.ipynb #fcefc08a
+HISTORY_HELP = ('the policy also sees its last K actions (Markov again under a delay of up to K steps); '
+                'policy.onnx takes them after the observation and deployed runners keep them')
+
+@dataclass
+class SB3TrainConfig:
+    "What an SB3 training is asked to do: `train`'s settings and `ppo-trt train`'s flags (each field's help)."
+    env_id: str = option(DEFAULT_ENV_ID, f'env id with a spec in ppo_trt.envs.specs (default: {DEFAULT_ENV_ID}; '
+                         f'--fast: {FAST_ENV_ID})', cli_default=None)
+    seed: int = option(0, 'seed of the env, the policy and the evaluations', type=number(int, 0))
+    timesteps: int | None = option(None, "total timesteps (default: the preset's)", type=positive_timesteps)
+    preset_name: str = option('seed', 'seed (SB3 defaults, 200k steps), zoo (RL-Zoo Hopper), smoke (tests)',
+                              flag='--preset')
+    resume: bool = option(False, 'continue from the last checkpoint in the run folder')
+    eval_freq: int | None = option(None, 'timesteps between evaluations (default: timesteps/20, <= 10000)',
+                                   type=number(int, MIN_EVAL_FREQ))
+    n_eval_episodes: int = option(5, 'episodes per evaluation', flag='--eval-episodes',
+                                  type=number(int, 1, MAX_EPISODES))
+    keep: str = option('best', 'deploy the best-evaluated policy seen in training or the last one',
+                       choices=['best', 'last'])
+    expert: object = option(None, 'train a residual on this expert: zero, pid, a run folder, its policy.zip or a '
+                            'policy.onnx')
+    residual_scale: float = option(0.5, 'action = clip(expert + scale * residual)', type=number(float, above=0))
+    append_expert_obs: bool = option(False, 'show the agent the expert action (stateless experts only)')
+    zero_init: bool = option(True, 'do not zero the last layer (by default the agent starts as the expert)',
+                             flag='--no-zero-init', negate=True)
+    randomize: object = option(None, "randomize every training episode: phases (noise, delay, mass, friction, push) "
+                               "or 'all', each with an optional range, e.g. 'noise,delay=0:2,mass=0.8:1.2'",
+                               metavar='SPEC')
+    history: int = option(0, HISTORY_HELP, type=number(int, 0, 16), metavar='K')
+    torch_threads: int | None = option(None, 'torch intra-op threads (default: $OMP_NUM_THREADS if set, else the '
+                                       'thread plan: 1 for SB3, the cores not busy for --fast; train.json records it)',
+                                       type=number(int, 1, 1024))
+    final_eval_episodes: int = 10        # held-out episodes of the kept policy
+    checkpoint_freq: int | None = None   # timesteps between checkpoints (default: a quarter of the run)
+    progress: bool = True                # say a line per evaluation
+    verbose: int = 0                     # SB3's own logging
+    residual: dict | None = None         # the residual record (`train_residual` sets it)
+    wrap_env: object = None              # a function wrapping each env (the residual's expert, the action history)
+    init_model: object = None            # a function called on a new model (zero-init of the residual)
+    spec: object = None                  # the env's `EnvSpec`, resolved once by `train`
+
 # %% ../../nbs/20_train.ipynb #283de8d7
 def _policy_kwargs(p):
     import torch.nn as nn
@@ -49,14 +93,16 @@ def _policy_kwargs(p):
 # %% ../../nbs/20_train.ipynb #b3897ad8
 LOG_FIELDS = ['timesteps', 'mean_return', 'std_return', 'mean_ep_length', 'wall_s', 'steps_per_s']
 
-def _make_log_callback(eval_env, log_path, eval_freq, n_eval_episodes, t0, steps0, best_dir=None, best_so_far=-np.inf,
-                       say=None, planned=None):
+def _make_log_callback(eval_env, run, c, t0, steps0, say=None, planned=None):
+    "SB3's callback evaluating every `c.eval_freq` steps into `run`'s train_log.csv and best policy."
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import sync_envs_normalization
+    log_path, best_dir = run.path('train_log'), run.path('checkpoints')
+    eval_freq, n_eval_episodes = c.eval_freq, c.n_eval_episodes
     class TrainLogCallback(BaseCallback):
         "Every `eval_freq` steps: evaluate, append a row to train_log.csv, keep the best policy so far, `say` a line."
-        best = best_so_far
+        best = _best_logged(run)
         def _on_step(self):
             if self.num_timesteps % eval_freq: return True
             sync_envs_normalization(self.training_env, eval_env)
@@ -69,7 +115,7 @@ def _make_log_callback(eval_env, log_path, eval_freq, n_eval_episodes, t0, steps
                 if new: w.writerow(LOG_FIELDS)
                 w.writerow([self.num_timesteps, f'{r.mean():.3f}', f'{r.std():.3f}', f'{L.mean():.1f}',
                             f'{wall:.2f}', f'{(self.num_timesteps - steps0) / max(wall, 1e-9):.1f}'])
-            if best_dir is not None and r.mean() > self.best:
+            if r.mean() > self.best:
                 self.best = float(r.mean())
                 best_dir.mkdir(parents=True, exist_ok=True)
                 with atomic_path(best_dir/'best.zip') as tmp: self.model.save(tmp)
@@ -210,35 +256,34 @@ def _sb3_logger(verbose):
     return Logger(folder=None, output_formats=[HumanOutputFormat(sys.stdout)] if verbose else [])
 
 # %% ../../nbs/20_train.ipynb #70611042
-def _model(run, env_id, seed, p, ckpt, wrap_env, init_model, verbose, randomize=None):
-    "(model, training env, selection env): a new PPO, or the checkpoint a resumed run restarts from."
+def _model(run, c, p, ckpt):
+    "(model, training env, selection env) of config `c`, preset `p`: a new PPO, or the checkpoint `ckpt` restarts from."
     from stable_baselines3 import PPO
     from stable_baselines3.common.utils import set_random_seed
-    set_random_seed(seed)
-    venv, eval_env = _vec_envs(env_id, seed, p['ppo'].get('gamma', 0.99), ckpt[2] if ckpt else None, wrap_env,
-                               randomize)
+    set_random_seed(c.seed)
+    venv, eval_env = _vec_envs(c.env_id, c.seed, p['ppo'].get('gamma', 0.99), ckpt[2] if ckpt else None, c.wrap_env,
+                               c.randomize)
     if ckpt: model = load_sb3_model(ckpt[1], env=venv, fix='pass --force to train again from scratch')
     else:
-        model = PPO('MlpPolicy', venv, seed=seed, device='cpu', verbose=verbose, policy_kwargs=_policy_kwargs(p),
+        model = PPO('MlpPolicy', venv, seed=c.seed, device='cpu', verbose=c.verbose, policy_kwargs=_policy_kwargs(p),
                     **p['ppo'])
-        if init_model: init_model(model)
-    model.set_logger(_sb3_logger(verbose))
+        if c.init_model: c.init_model(model)
+    model.set_logger(_sb3_logger(c.verbose))
     return model, venv, eval_env
 
 # %% ../../nbs/20_train.ipynb #6411d4ff
-def _learn(model, run, eval_env, timesteps, eval_freq, n_eval_episodes, checkpoint_freq, resumed, say):
-    "Train `model` to `timesteps` with periodic evaluations (train_log.csv, best policy) and checkpoints; wall time."
+def _learn(model, run, eval_env, c, resumed, say):
+    "Train `model` to `c.timesteps` with evaluations (train_log.csv, best policy) and checkpoints; the wall time."
     from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback
-    steps0 = model.num_timesteps
+    steps0, timesteps = model.num_timesteps, c.timesteps
     planned = _planned_steps(steps0, timesteps, model.n_steps)
     if say: say(f'{planned - steps0:,} steps to train ({timesteps:,} asked, rounded up to whole rollouts of '
                 f'{model.n_steps:,})' + (f', resuming at step {steps0:,}' if steps0 else '')
-                + f'; an evaluation every {eval_freq:,}')
+                + f'; an evaluation every {c.eval_freq:,}')
     t0 = time.perf_counter()
     callbacks = CallbackList([
-        _make_log_callback(eval_env, run.path('train_log'), eval_freq, n_eval_episodes, t0, steps0,
-                           run.path('checkpoints'), _best_logged(run), say, planned),
-        CheckpointCallback(checkpoint_freq, str(run.path('checkpoints')), name_prefix='ppo', save_vecnormalize=True)])
+        _make_log_callback(eval_env, run, c, t0, steps0, say, planned),
+        CheckpointCallback(c.checkpoint_freq, str(run.path('checkpoints')), name_prefix='ppo', save_vecnormalize=True)])
     if timesteps > steps0:
         model.learn(total_timesteps=timesteps - steps0, callback=callbacks, reset_num_timesteps=not resumed,
                     progress_bar=False)
@@ -268,48 +313,58 @@ def _held_out_evaluation(model, norm, env_id, seed, wrap_env, episodes):
     finally: env.close()
 
 # %% ../../nbs/20_train.ipynb #7e59ab12
+def _resolved(c):
+    "`c` with what `train` derives filled in: timesteps, evaluation and checkpoint periods, spec, checked ranges."
+    p = preset(c.preset_name)
+    if c.keep not in ('best', 'last'): raise BadInputError(f"keep must be 'best' or 'last', got {c.keep!r}")
+    timesteps = check_timesteps(c.timesteps if c.timesteps is not None else p['timesteps'])
+    spec = c.spec if c.spec is not None and c.spec.env_id == c.env_id else env_spec(c.env_id)
+    history = check_history(c.history, c.residual or c.wrap_env)
+    wrap_env = (lambda env: ActionHistory(env, history)) if history else c.wrap_env  # outermost: records actions sent
+    return replace(c, timesteps=timesteps, spec=spec, randomize=check_randomize(c.env_id, c.randomize),
+                   history=history, wrap_env=wrap_env,
+                   eval_freq=c.eval_freq or max(min(timesteps // 20, 10_000), p['ppo']['n_steps']),
+                   checkpoint_freq=c.checkpoint_freq or max(timesteps // 4, p['ppo']['n_steps']))
+
+# %% ../../nbs/20_train.ipynb #2ed5dd42
 @locked('train')
-def train(run_dir, env_id='Hopper-v4', seed=0, timesteps=None, preset_name='seed', resume=False, force=False,
-          eval_freq=None, n_eval_episodes=5, final_eval_episodes=10, checkpoint_freq=None, progress=True,
-          torch_threads=None, keep='best', verbose=0, residual=None, wrap_env=None, init_model=None, randomize=None,
-          history=0):
-    "Train PPO in `run_dir` -> train.json; `randomize`, `history`: see envs; `residual`, `wrap_env`: see residual."
+def train(run_dir, config=None, force=False, **options):
+    "Train PPO in `run_dir` as `config` (an `SB3TrainConfig`) asks, `options` replacing its fields -> train.json."
+    c = configured(SB3TrainConfig, config, options)
+    if c.expert is not None:
+        raise BadInputError('an expert trains a residual: call ppo_trt.studies.residual.train_residual (or ppo-trt '
+                            'train --expert), which calls train back with the residual settings')
     quiet_gym_warnings()
-    p = preset(preset_name)
-    if keep not in ('best', 'last'): raise BadInputError(f"keep must be 'best' or 'last', got {keep!r}")
-    timesteps = check_timesteps(timesteps if timesteps is not None else p['timesteps'])
-    env_spec(env_id)
-    randomize, history = check_randomize(env_id, randomize), check_history(history, residual or wrap_env)
-    if history: wrap_env = lambda env: ActionHistory(env, history)  # outermost: it records the actions sent
+    c, p = _resolved(c), preset(c.preset_name)
     run = RunDir(run_dir); run.root.mkdir(parents=True, exist_ok=True)
-    _check_start(run, env_id, resume, force, residual, randomize, history)
-    ckpt = latest_checkpoint(run.path('checkpoints')) if resume else None
-    if resume: _truncate_timeline(run, ckpt[0] if ckpt else 0)
-    ConfigRecord(env_id=env_id, seed=seed, timesteps=timesteps, preset=preset_name, residual=residual,
-              randomize=randomize, history_actions=history, versions=_versions()).save(run.root)
-    threads = thread_plan(torch_threads=torch_threads).apply()  # SB3 steps one env in this thread
-    say = (lambda m: print(f'[ppo-trt] {m}', flush=True)) if progress else None
-    if say and randomize: say(f'randomizing every training episode: {format_randomize(randomize)}')
-    model, venv, eval_env = _model(run, env_id, seed, p, ckpt, wrap_env, init_model, verbose, randomize)
+    _check_start(run, c.env_id, c.resume, force, c.residual, c.randomize, c.history)
+    ckpt = latest_checkpoint(run.path('checkpoints')) if c.resume else None
+    if c.resume: _truncate_timeline(run, ckpt[0] if ckpt else 0)
+    ConfigRecord(env_id=c.env_id, seed=c.seed, timesteps=c.timesteps, preset=c.preset_name, residual=c.residual,
+                 randomize=c.randomize, history_actions=c.history, versions=_versions()).save(run.root)
+    threads = thread_plan(torch_threads=c.torch_threads).apply()  # SB3 steps one env in this thread
+    say = (lambda m: print(f'[ppo-trt] {m}', flush=True)) if c.progress else None
+    if say and c.randomize: say(f'randomizing every training episode: {format_randomize(c.randomize)}')
+    model, venv, eval_env = _model(run, c, p, ckpt)
     steps0 = model.num_timesteps
-    wall = _learn(model, run, eval_env, timesteps, eval_freq or max(min(timesteps // 20, 10_000), p['ppo']['n_steps']),
-                  n_eval_episodes, checkpoint_freq or max(timesteps // 4, p['ppo']['n_steps']), bool(ckpt), say)
+    wall = _learn(model, run, eval_env, c, bool(ckpt), say)
     total_steps = model.num_timesteps
-    model, norm, kept_steps = _kept_policy(run, model, venv, keep)
-    mean_r, std_r = _held_out_evaluation(model, norm, env_id, seed, wrap_env, final_eval_episodes)
+    model, norm, kept_steps = _kept_policy(run, model, venv, c.keep)
+    mean_r, std_r = _held_out_evaluation(model, norm, c.env_id, c.seed, c.wrap_env, c.final_eval_episodes)
     with atomic_path(run.path('policy')) as tmp: model.save(tmp)
     norm.save(run.path('obs_norm'))
-    rec = record(TrainRecord, env_id=env_id, seed=seed, preset=preset_name, timesteps=int(total_steps), keep=keep,
-                 kept_timesteps=int(kept_steps), trained_this_call=int(total_steps - steps0),
+    rec = record(TrainRecord, env_id=c.env_id, seed=c.seed, preset=c.preset_name, timesteps=int(total_steps),
+                 keep=c.keep, kept_timesteps=int(kept_steps), trained_this_call=int(total_steps - steps0),
                  resumed_from=ckpt[0] if ckpt else None, wall_s=round(wall, 2),
                  steps_per_s=round((total_steps - steps0) / max(wall, 1e-9), 1),
-                 final_eval_mean=float(mean_r), final_eval_std=float(std_r), final_eval_episodes=final_eval_episodes,
-                 selection_eval_seed=seed + SELECTION_SEED_OFFSET, final_eval_seed=seed + HELD_OUT_SEED_OFFSET,
+                 final_eval_mean=float(mean_r), final_eval_std=float(std_r), final_eval_episodes=c.final_eval_episodes,
+                 selection_eval_seed=c.seed + SELECTION_SEED_OFFSET, final_eval_seed=c.seed + HELD_OUT_SEED_OFFSET,
                  torch_threads=threads['torch_threads'], thread_plan=threads, hyperparameters=p['ppo'],
                  policy_kwargs=p['policy_kwargs'],
                  # the env's spaces, not a wrapper's
-                 **env_spaces(venv.envs[0].unwrapped), residual=residual, randomize=randomize, history_actions=history,
-                 versions=_versions(), policy_sha256=sha256_file(run.path('policy')), obs_norm_sha256=sha256_file(run.path('obs_norm')))
+                 **env_spaces(venv.envs[0].unwrapped), residual=c.residual, randomize=c.randomize,
+                 history_actions=c.history, versions=_versions(), policy_sha256=sha256_file(run.path('policy')),
+                 obs_norm_sha256=sha256_file(run.path('obs_norm')))
     save_json(run.path('train_record'), rec)
     venv.close(); eval_env.close()
     return rec
