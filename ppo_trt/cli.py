@@ -95,7 +95,7 @@ def _defaults(cls):
 def _add_train(p):
     "train's flags: defaults (and help) from the fast trainer's `FastTrainConfig`, SB3's own from its `train`."
     import inspect
-    from ppo_trt.throughput.fast_ppo import FastTrainConfig
+    from ppo_trt.train.fast_ppo import FastTrainConfig
     from ppo_trt.train.sb3 import train
     (d, h), sb3 = _defaults(FastTrainConfig), {k: v.default for k, v in inspect.signature(train).parameters.items()}
     _add_env(p, None, f'env id with a spec in ppo_trt.envs.specs (default: {DEFAULT_ENV_ID}; --fast: {FAST_ENV_ID})')
@@ -137,7 +137,7 @@ def _add_train(p):
     p.add_argument('--teacher-student', action='store_true',
                    help='--fast with --randomize: a privileged teacher (with --adr: ADR ranges), a student with '
                         '--history K (default 3) distilled from it and fine-tuned; the student is deployed')
-    p.add_argument('--fast', action='store_true', help='batched PPO (ppo_trt.throughput.fast_ppo): torch envs (CartPole-v1, '
+    p.add_argument('--fast', action='store_true', help='batched PPO (ppo_trt.train.fast_ppo): torch envs (CartPole-v1, '
                    'Pendulum-v1, MountainCarContinuous-v0) or MuJoCo on EnvPool (Hopper-v4, Walker2d-v4, ...)')
     p.add_argument('--env-threads', type=number(int, 1, 1024), default=None,
                    help='--fast on MuJoCo: EnvPool threads stepping the envs (default: one per core not busy)')
@@ -462,7 +462,7 @@ def cmd_train(a):
               progress=True, randomize=a.randomize, torch_threads=a.torch_threads, history=a.history)
     _say(f'training {env_id} (preset {a.preset}) into {rd}')
     if a.expert:
-        from ppo_trt.studies.residual import train_residual
+        from ppo_trt.train.residual import train_residual
         _say(f'residual on expert {a.expert} (scale {a.residual_scale})')
         r = train_residual(rd, expert=a.expert, residual_scale=a.residual_scale, append_expert_obs=a.append_expert_obs,
                            zero_init=not a.no_zero_init, **kw)
@@ -489,15 +489,15 @@ def _profile_line(profile):
 def _curriculum(a):
     "fast_train's `curriculum` from the flags: ADR, a threshold, the spec's threshold, or none."
     if a.adr:
-        from ppo_trt.throughput.fast_ppo import ADR
+        from ppo_trt.train.fast_ppo import ADR
         return ADR()
     return a.curriculum_return if a.curriculum_return is not None else a.curriculum or None
 
 # %% ../nbs/90_cli.ipynb #33545d7f
 def _train_teacher_student(a, env_id, rd):
     "`train --fast --teacher-student`: the teacher_student trainer, its flags checked; the student's summary."
-    from ppo_trt.throughput.teacher_student import teacher_student_train, TeacherStudent
-    from ppo_trt.throughput.fast_ppo import ADR
+    from ppo_trt.train.teacher_student import teacher_student_train, TeacherStudent
+    from ppo_trt.train.fast_ppo import ADR
     other = [f for f, v in (('--expert', a.expert), ('--privileged-critic', a.privileged_critic),
                             ('--curriculum', a.curriculum or a.curriculum_return is not None),
                             ('--num-envs', a.num_envs), ('--compile', a.compile), ('--cudagraphs', a.cudagraphs)) if v]
@@ -533,7 +533,7 @@ def _check_num_envs(env_id, st):
 # %% ../nbs/90_cli.ipynb #0b68941b
 def _train_fast(a):
     import dataclasses
-    from ppo_trt.throughput.fast_ppo import FastTrainConfig, fast_train, fast_preset
+    from ppo_trt.train.fast_ppo import FastTrainConfig, fast_train, fast_preset
     env_id, device, rd = _env_id(a), a.device or 'cpu', _run_dir(a)
     st = fast_preset(env_id)['settings']
     if a.num_envs: st = dataclasses.replace(st, num_envs=a.num_envs)
@@ -790,13 +790,15 @@ def cmd_residual_study(a):
 
 # %% ../nbs/90_cli.ipynb #5e0e4275
 def cmd_env_bench(a):
-    from ppo_trt.throughput.batched_envs import env_bench, train_level_sizes, print_throughput, resolve_device
-    from ppo_trt.throughput.fast_ppo import train_throughput
+    from ppo_trt.envs.batched.torch import resolve_device
+    from ppo_trt.throughput.env_bench import env_bench, train_level_sizes, print_throughput
+    from ppo_trt.train.fast_ppo import train_throughput
     from ppo_trt.envs.specs import env_spec
     env_spec(a.env_id)  # an id without a spec: one line, before anything is made
     dev, levels = resolve_device(a.device), []
     if a.env_id == 'CartPole-v1':  # the hand-written kernel's raw figure, on a GPU only
-        from ppo_trt.throughput.triton_cartpole import triton_throughput, TRITON_MISSING
+        from ppo_trt.envs.batched.triton_cartpole import TRITON_MISSING
+        from ppo_trt.throughput.env_bench import triton_throughput
         if dev.type != 'cuda': _say('Triton CartPole kernel skipped: it is timed on a CUDA GPU only (--device cuda)')
         elif TRITON_MISSING: _say(f'Triton CartPole kernel skipped: {TRITON_MISSING}')
         else: levels.append(('Triton CartPole kernel', lambda ns: triton_throughput(ns, dev), list(a.num_envs)))

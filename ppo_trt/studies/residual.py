@@ -11,29 +11,11 @@ from ..core.files import save_json
 from ..core.records import ResidualStudyRecord, record
 from ..train.sb3 import train, read_train_log
 from ..envs.controllers import rollout_returns
-from ..export.deployment import (make_expert, check_residual_settings, residual_record,
-                                       _residual_wrapper_class, export_run)
+from ..export.deployment import make_expert
+from ..train.residual import train_residual
 
 # %% auto #0
-__all__ = ['zero_init_action_net', 'train_residual', 'residual_study', 'first_reaching']
-
-# %% ../../nbs/71_residual_study.ipynb #c1d01760
-def zero_init_action_net(model):
-    "Zero the policy's last layer so the deterministic residual is 0 before training."
-    import torch
-    with torch.no_grad():
-        model.policy.action_net.weight.zero_(); model.policy.action_net.bias.zero_()
-
-# %% ../../nbs/71_residual_study.ipynb #f48a6703
-def train_residual(run_dir, env_id='Hopper-v4', expert='pid', residual_scale=0.5, append_expert_obs=False,
-                   zero_init=True, **train_kwargs):
-    "Train a residual PPO policy on `expert` into `run_dir`; return the train.json record."
-    ex = make_expert(expert, env_id)
-    check_residual_settings(ex, residual_scale, append_expert_obs)
-    wrapper = _residual_wrapper_class()
-    return train(run_dir, env_id=env_id, residual=residual_record(ex, residual_scale, append_expert_obs, zero_init),
-                 wrap_env=lambda env: wrapper(env, make_expert(expert, env_id), residual_scale, append_expert_obs),
-                 init_model=zero_init_action_net if zero_init else None, **train_kwargs)
+__all__ = ['residual_study', 'first_reaching']
 
 # %% ../../nbs/71_residual_study.ipynb #e3960501
 def residual_study(out_dir, env_id='InvertedPendulum-v4', expert='pid', residual_scale=0.5, timesteps=None, seed=0,
