@@ -14,7 +14,7 @@ from ..core.run_folder import FAST_ENV_ID, RunDir
 from ..core.files import BadInputError, PpoTrtError, atomic_path, save_json, sha256_file
 from ..core.records import ConfigRecord, TrainRecord, locked, record, remove_derived
 from ..core.machine import thread_plan
-from ..envs.specs import env_spec, RANDOMIZABLE
+from ..envs.specs import env_spec, EnvSpec, RANDOMIZABLE
 from ..envs.gym import (make_env, env_spaces, training_seeds, check_randomize, check_history, ActionHistory,
                              scale_ranges, format_randomize)
 from ..core.machine import training_versions
@@ -29,10 +29,10 @@ from ..envs.batched.mujoco import (BatchDisturbances, BatchActionHistory, EnvPoo
 # %% auto #0
 __all__ = ['FastSettings', 'fast_preset', 'agent_class', 'RunningNorm', 'RewardScale', 'greedy_action', 'first_episode_returns',
            'greedy_returns', 'gym_returns', 'eval_returns', 'Rollout', 'EpisodeStats', 'PhaseTimes', 'collect_rollout',
-           'ppo_update', 'train_env', 'eval_pool_threads', 'RangeCurriculum', 'ADR', 'AdaptiveRanges', 'ADRDraws',
+           'ppo_update', 'eval_pool_threads', 'RangeCurriculum', 'ADR', 'AdaptiveRanges', 'ADRDraws',
            'check_curriculum', 'PPOState', 'ppo_state', 'Report', 'ppo_updates', 'progress_lines', 'fresh_run',
-           'training_threads', 'FastTrainConfig', 'fast_train', 'TrainedRun', 'save_run', 'cli_train',
-           'train_throughput']
+           'FastTrainConfig', 'FastPlan', 'fast_plan', 'training_threads', 'train_env', 'fast_train', 'TrainedRun',
+           'save_run', 'cli_train', 'train_throughput']
 
 # %% ../../nbs/65_fast_ppo.ipynb #a907294d
 @dataclass
@@ -195,13 +195,14 @@ def gym_returns(agent, norm, env_id, episodes=5, seed=0, history=0):
     finally: env.close()
 
 # %% ../../nbs/65_fast_ppo.ipynb #aec3fab1
-def eval_returns(agent, norm, env_id, episodes, seed, device='cpu', pool_threads=None, history=0):
-    "Deterministic returns: on the spec's batched tensor env, batched with `pool_threads`, else on gymnasium."
-    if env_spec(env_id).batched: return greedy_returns(agent, norm, env_id, episodes, device, seed, history)
-    if pool_threads:  # the trainer's MuJoCo stepper, tested equal to gymnasium step by step (62_envpool)
-        env = batched_mujoco(env_id, episodes, seed, None, min(pool_threads, episodes))[0]
+def eval_returns(agent, norm, env, episodes, seed, device='cpu', pool_threads=None, history=0):
+    "Deterministic returns in `env` (an id or its `EnvSpec`): its batched tensors, MuJoCo's batch, else gymnasium."
+    spec = env if isinstance(env, EnvSpec) else env_spec(env)
+    if spec.batched: return greedy_returns(agent, norm, spec.env_id, episodes, device, seed, history)
+    if pool_threads:  # the trainer's MuJoCo stepper, tested equal to gymnasium step by step (14_batched_mujoco)
+        env = batched_mujoco(spec.env_id, episodes, seed, None, min(pool_threads, episodes))[0]
         return first_episode_returns(agent, norm, BatchActionHistory(env, history) if history else env)
-    return gym_returns(agent, norm, env_id, episodes, seed, history)
+    return gym_returns(agent, norm, spec.env_id, episodes, seed, history)
 
 # %% ../../nbs/65_fast_ppo.ipynb #5edf311f
 @dataclass
@@ -328,14 +329,14 @@ def ppo_update(agent, optimizer, loss_fn, batch, s, device):
             torch.nn.utils.clip_grad_norm_(agent.parameters(), s.max_grad_norm); optimizer.step()
 
 # %% ../../nbs/65_fast_ppo.ipynb #d60329bd
-def _expert_settings(expert, env, env_id, residual_scale):
-    "(expert, its residual record) for Expert+Residual on the device, or (None, None)."
+def _expert_settings(expert, env, spec, residual_scale):
+    "(expert, its residual record) for Expert+Residual on the device in `spec`'s env, or (None, None)."
     if expert is None: return None, None
     if env.discrete_actions:
         raise BadInputError(f'Expert+Residual needs continuous actions; '
-                            f'{env_id} has {env.discrete_actions} discrete ones')
+                            f'{spec.env_id} has {env.discrete_actions} discrete ones')
     from ppo_trt.export.deployment import make_expert, residual_record, check_residual_settings
-    ex = make_expert(expert, env_id)
+    ex = make_expert(expert, spec.env_id)
     check_residual_settings(ex, residual_scale, False)
     if not ex.foldable:
         raise BadInputError(f'fast PPO runs the expert on the device and needs its torch module: {ex.fold_reason}')
@@ -353,25 +354,14 @@ def _make_agent(env, s, expert, residual_scale, device):
                           expert.module().to(device) if expert else None, residual_scale, *bounds,
                           critic_extra=env.obs_dim - obs_dim).to(device)
 
-# %% ../../nbs/65_fast_ppo.ipynb #71e8bed2
-def train_env(env_id, s, device, seed, ranges, num_threads=None):
-    "(batched training env, what steps it): the spec's batched tensors, else MuJoCo on the CPU (`batched_mujoco`)."
-    if env_spec(env_id).batched:
-        env = make_batched(env_id, s.num_envs, device, seed)
-        return (BatchDisturbances(env, ranges, seed) if ranges else env), f'ppo_trt.envs.batched.torch on {env.device}'
-    if device.type != 'cpu':
-        raise BadInputError(f'{env_id} trains on MuJoCo envs stepped on the CPU; use --device cpu')
-    return batched_mujoco(env_id, s.num_envs, seed, ranges, num_threads)
-
-
 # %% ../../nbs/65_fast_ppo.ipynb #d06b0e1d
-def eval_pool_threads(env_id, plan):
+def eval_pool_threads(spec, plan):
     "Threads for batched selection evaluations (MuJoCo's batch, EnvPool), or None where only gymnasium serves."
-    if env_spec(env_id).batched: return None
-    if mujoco_batch_missing(env_id) is None: return plan.env_threads or 1
+    if spec.batched: return None
+    if mujoco_batch_missing(spec.env_id) is None: return plan.env_threads or 1
     try: import_envpool()
     except BadInputError: return None
-    return (plan.env_threads or 1) if env_id in envpool_env_ids() else None
+    return (plan.env_threads or 1) if spec.env_id in envpool_env_ids() else None
 
 # %% ../../nbs/65_fast_ppo.ipynb #4b4bd74f
 class RangeCurriculum:
@@ -414,11 +404,12 @@ class ADR:
     test_share: float = 0.5    # share of new episodes that test a bound (one knob pinned there, the others drawn)
     steps: int = 10            # steps from the nominal value to the --randomize bound, on each side
 
-    def resolved(self, env_id):
-        "This rule with its thresholds filled in from `env_id`'s spec, checked."
-        high = self.high if self.high is not None else env_spec(env_id).fast.curriculum_return
+    def resolved(self, env):
+        "This rule with its thresholds filled in from the spec of `env` (an id or its `EnvSpec`), checked."
+        spec = env if isinstance(env, EnvSpec) else env_spec(env)
+        high = self.high if self.high is not None else spec.fast.curriculum_return
         if high is None:
-            raise BadInputError(f'{env_id} has no curriculum return in its spec to take ADR\'s thresholds from: '
+            raise BadInputError(f'{spec.env_id} has no curriculum return in its spec to take ADR\'s thresholds from: '
                                 'give ADR(high=..., low=...)')
         low = self.low if self.low is not None else high / 2
         if not low <= high or self.episodes < 1 or self.steps < 1 or not 0 < self.test_share <= 1:
@@ -511,17 +502,18 @@ class ADRDraws:
         return obs, reward, terminated, truncated, info
 
 # %% ../../nbs/65_fast_ppo.ipynb #41c0d84f
-def check_curriculum(env_id, ranges, curriculum):
-    "The rule of a curriculum: None (off), a threshold return (True: the spec's), or an `ADR` (thresholds filled in)."
+def check_curriculum(env, ranges, curriculum):
+    "The rule of a curriculum in `env` (an id or its `EnvSpec`): None (off), a threshold return (True: the spec's), or an `ADR`."
     if curriculum is None or curriculum is False: return None
     if not ranges:
         raise BadInputError('a curriculum widens the randomization ranges, and there are none: '
                             "add --randomize (e.g. 'all') or drop --curriculum / --adr")
-    if isinstance(curriculum, ADR): return curriculum.resolved(env_id)
+    spec = env if isinstance(env, EnvSpec) else env_spec(env)
+    if isinstance(curriculum, ADR): return curriculum.resolved(spec)
     if curriculum is True:
-        threshold = env_spec(env_id).fast.curriculum_return
+        threshold = spec.fast.curriculum_return
         if threshold is None:
-            raise BadInputError(f'{env_id} has no curriculum return in its spec: pass --curriculum-return R '
+            raise BadInputError(f'{spec.env_id} has no curriculum return in its spec: pass --curriculum-return R '
                                 '(the training return at which the ranges widen)')
         return float(threshold)
     return float(curriculum)
@@ -649,13 +641,6 @@ def fresh_run(run_dir, force):
         remove_derived(run)  # a new policy: nothing made from the old one may stay
     return run
 
-# %% ../../nbs/65_fast_ppo.ipynb #bdfd75d1
-def training_threads(env_id, s, torch_threads=None, num_threads=None):
-    "The thread plan of a fast training of `env_id` with settings `s` (machine.thread_plan)."
-    minibatch = s.num_envs * s.n_steps // s.minibatches
-    return thread_plan(s.num_envs, torch_threads, num_threads, threaded_envs=not env_spec(env_id).batched,
-                       batched=True, tensor_elements=max(s.num_envs, minibatch) * s.hidden)
-
 # %% ../../nbs/65_fast_ppo.ipynb #572e28d5
 @dataclass
 class FastTrainConfig:
@@ -683,70 +668,119 @@ class FastTrainConfig:
     curriculum: object = None             # a return threshold, True (the spec's) or an `ADR` (`check_curriculum`)
     progress: bool = True                 # a progress bar on a terminal, lines otherwise
 
+    @property
+    def spec(self):
+        "The env's `EnvSpec`, looked up once (and again only if `env_id` changed); not a flag."
+        if getattr(self, '_spec', None) is None or self._spec.env_id != self.env_id: self._spec = env_spec(self.env_id)
+        return self._spec
+
+# %% ../../nbs/65_fast_ppo.ipynb #6cd5e962
+@dataclass
+class FastPlan:
+    "A fast training resolved once from its `FastTrainConfig`: the spec's preset filled in, every setting checked."
+    config: FastTrainConfig
+    spec: EnvSpec
+    settings: FastSettings
+    timesteps: int
+    target_return: float | None
+    ranges: dict | None           # the canonical randomize ranges (`check_randomize`)
+    history: int                  # past actions the policy sees
+    rule: object                  # the curriculum's (`check_curriculum`): None, a threshold return or an `ADR`
+    device: object                # the torch device
+
+    @property
+    def eval_every(self):
+        "Updates between evaluations: the config's, the preset's, else a tenth of the training."
+        num_updates = max(1, self.timesteps // (self.settings.num_envs * self.settings.n_steps))
+        return self.config.eval_every or self.spec.fast.eval_every or max(1, num_updates // 10)
+
+def fast_plan(config, options=None):
+    "The `FastPlan` of `config` (a `FastTrainConfig`) with `options` replacing its fields; one clear error if unfit."
+    c = config
+    if options: c = replace(c, **options)  # a new config: its own spec
+    if c.privileged_critic and c.expert is not None:
+        raise BadInputError('--privileged-critic trains a plain policy, not a residual: drop --expert or it')
+    spec, history = c.spec, check_history(c.history, c.expert)
+    preset, ranges = spec.fast, check_randomize(spec.env_id, c.randomize)
+    device = resolve_device(c.device)
+    if c.cudagraphs and device.type != 'cuda':
+        raise BadInputError(f'--cudagraphs needs a CUDA device, but the device is {device}; '
+                            'drop it or use --device cuda')
+    return FastPlan(c, spec, c.settings or FastSettings(**preset.settings), int(c.timesteps or preset.timesteps),
+                    preset.target if c.target_return is None else c.target_return, ranges, history,
+                    check_curriculum(spec, ranges, c.curriculum), device)
+
+# %% ../../nbs/65_fast_ppo.ipynb #bdfd75d1
+def training_threads(p):
+    "The thread plan of fast training plan `p` (machine.thread_plan): its flags, its env stepper, its tensors."
+    s = p.settings
+    minibatch = s.num_envs * s.n_steps // s.minibatches
+    return thread_plan(s.num_envs, p.config.torch_threads, p.config.num_threads, threaded_envs=not p.spec.batched,
+                       batched=True, tensor_elements=max(s.num_envs, minibatch) * s.hidden)
+
+# %% ../../nbs/65_fast_ppo.ipynb #71e8bed2
+def train_env(p, num_threads=None):
+    "(batched training env, what steps it) of plan `p`: the spec's batched tensors, else MuJoCo on the CPU."
+    env_id, s, seed = p.spec.env_id, p.settings, p.config.seed
+    if p.spec.batched:
+        env = make_batched(env_id, s.num_envs, p.device, seed)
+        return (BatchDisturbances(env, p.ranges, seed) if p.ranges else env), f'ppo_trt.envs.batched.torch on {env.device}'
+    if p.device.type != 'cpu':
+        raise BadInputError(f'{env_id} trains on MuJoCo envs stepped on the CPU; use --device cpu')
+    return batched_mujoco(env_id, s.num_envs, seed, p.ranges, num_threads)
+
+
 # %% ../../nbs/65_fast_ppo.ipynb #5c2a3d32
 @locked('train')
 def fast_train(run_dir, config=None, force=False, **options):
     "Batched PPO into `run_dir` as `config` (a `FastTrainConfig`) asks, `options` replacing its fields; `force`: anew."
     import torch
-    c, timer = replace(config or FastTrainConfig(), **options), PhaseTimes()
-    # settings and checks
-    env_id, preset = c.env_id, fast_preset(c.env_id)
-    s = c.settings or preset['settings']
-    timesteps = int(c.timesteps or preset['timesteps'])
-    target_return = preset['target'] if c.target_return is None else c.target_return
-    ranges, history = check_randomize(env_id, c.randomize), check_history(c.history, c.expert)
-    rule = check_curriculum(env_id, ranges, c.curriculum)
-    if c.privileged_critic and c.expert is not None:
-        raise BadInputError('--privileged-critic trains a plain policy, not a residual: drop --expert or it')
-    device = resolve_device(c.device)
-    if c.cudagraphs and device.type != 'cuda':
-        raise BadInputError(f'--cudagraphs needs a CUDA device, but the device is {device}; '
-                            'drop it or use --device cuda')
+    timer, p = PhaseTimes(), fast_plan(config or FastTrainConfig(), options)
+    c, s, spec = p.config, p.settings, p.spec
     run = fresh_run(run_dir, force)
     # threads, env, agent, optimizer, normalisers, storage
-    plan = training_threads(env_id, s, c.torch_threads, c.num_threads)
+    plan = training_threads(p)
     torch.manual_seed(c.seed)
-    env, env_backend = train_env(env_id, s, device, c.seed, ranges, plan.env_threads)
+    env, env_backend = train_env(p, plan.env_threads)
     stepper = getattr(env, 'env', env)
-    adr = AdaptiveRanges(ranges, rule, c.seed) if isinstance(rule, ADR) else None
+    adr = AdaptiveRanges(p.ranges, p.rule, c.seed) if isinstance(p.rule, ADR) else None
     if adr: env = ADRDraws(env, adr)  # below the history and the critic's columns: they see the pinned draws
-    if history: env = BatchActionHistory(env, history)
+    if p.history: env = BatchActionHistory(env, p.history)
     if c.privileged_critic: env = PrivilegedObs(env)  # the critic's columns after the policy's
-    cur = RangeCurriculum(ranges, rule, min_episodes=s.num_envs) if isinstance(rule, float) else None
+    cur = RangeCurriculum(p.ranges, p.rule, min_episodes=s.num_envs) if isinstance(p.rule, float) else None
     if cur: set_env_ranges(env, cur.ranges, redraw=True)  # the undisturbed env first
     if not isinstance(stepper, (EnvPoolBatched, MujocoBatched)):
         plan.env_threads, plan.why['env'] = None, 'no threaded env stepper'
-    threads, pool_threads = plan.apply(), eval_pool_threads(env_id, plan)
+    threads, pool_threads = plan.apply(), eval_pool_threads(spec, plan)
     seeds = training_seeds(c.seed)
-    ex, res_rec = _expert_settings(c.expert, env, env_id, c.residual_scale)
-    agent = _make_agent(env, s, ex, c.residual_scale, device)
-    st = ppo_state(env, agent, s, device, timer, cur, c.compile, c.cudagraphs)
+    ex, res_rec = _expert_settings(c.expert, env, spec, c.residual_scale)
+    agent = _make_agent(env, s, ex, c.residual_scale, p.device)
+    st = ppo_state(env, agent, s, p.device, timer, cur, c.compile, c.cudagraphs)
     # the loop: rollout, advantages, update; an evaluation (the only host reads) every `eval_every` updates
     batch = s.num_envs * s.n_steps
-    num_updates = max(1, timesteps // batch)
-    eval_every = c.eval_every or preset['eval_every'] or max(1, num_updates // 10)
-    eval_episodes = c.eval_episodes or preset['eval_episodes']
+    num_updates, eval_every = max(1, p.timesteps // batch), p.eval_every
+    eval_episodes = c.eval_episodes or spec.fast.eval_episodes
     st.next_obs = env.reset(seed=c.seed)
     timer.lap('setup')
     with progress_lines(c.progress) as (bar, say):  # the bar: terminals only
-        say(f'{num_updates * batch:,} steps to train ({timesteps:,} asked, rounded down to whole updates of '
+        say(f'{num_updates * batch:,} steps to train ({p.timesteps:,} asked, rounded down to whole updates of '
             f'{s.num_envs} envs × {s.n_steps} steps); an evaluation every {eval_every * batch:,}')
-        report = Report(lambda: eval_returns(agent, st.norm, env_id, eval_episodes, seeds['selection'], device,
-                                             pool_threads, history),
+        report = Report(lambda: eval_returns(agent, st.norm, spec, eval_episodes, seeds['selection'], p.device,
+                                             pool_threads, p.history),
                         eval_every, eval_episodes, say, num_updates * batch, max(1, num_updates // 20), bar,
-                        bar.add_task(f'fast PPO {env_id}', total=num_updates), target_return,
+                        bar.add_task(f'fast PPO {spec.env_id}', total=num_updates), p.target_return,
                         describe=lambda: (f', ranges at {cur.level:.0%} of --randomize' if cur else
                                           f', ADR ranges {format_randomize(adr.ranges)}' if adr else ''))
         ppo_updates(st, num_updates, report)
-    held_out = eval_returns(agent, st.norm, env_id, c.final_eval_episodes, seeds['held_out'], device,
-                            history=history)  # on gymnasium
+    held_out = eval_returns(agent, st.norm, spec, c.final_eval_episodes, seeds['held_out'], p.device,
+                            history=p.history)  # on gymnasium
     timer.lap('held-out evaluation')
     critic = (dict(features=env.feature_names, critic_inputs=env.obs_dim, value_net_in_policy_zip=False)
               if c.privileged_critic else None)
-    how = dict(history=history, critic=critic, curriculum=(cur or adr).record() if cur or adr else None)
-    trained = TrainedRun(agent, st.norm, s, report.log, held_out, env_backend, ranges, seeds, threads, timer,
-                         solved_at=report.solved, target=target_return, residual=res_rec, how=how)
-    return save_run(run, replace(c, device=str(device)), trained)
+    how = dict(history=p.history, critic=critic, curriculum=(cur or adr).record() if cur or adr else None)
+    trained = TrainedRun(agent, st.norm, s, report.log, held_out, env_backend, p.ranges, seeds, threads, timer,
+                         solved_at=report.solved, target=p.target_return, residual=res_rec, how=how)
+    return save_run(run, replace(c, device=str(p.device)), trained)
 
 
 # %% ../../nbs/65_fast_ppo.ipynb #ca06a7db
