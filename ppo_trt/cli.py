@@ -506,8 +506,8 @@ def _train_teacher_student(a, env_id, rd):
                             f'{", ".join(other) or "--device"}')
     ts = TeacherStudent(history=a.history or 3, adr=ADR() if a.adr else None)
     _say(f'teacher-student on {env_id} (student history {ts.history}, ADR {"on" if ts.adr else "off"}) into {rd}')
-    r = teacher_student_train(rd, env_id, a.timesteps, a.seed, a.randomize, ts, num_threads=a.env_threads,
-                              torch_threads=a.torch_threads, progress=True, force=a.force)
+    r = teacher_student_train(rd, None, ts, a.force, env_id=env_id, timesteps=a.timesteps, seed=a.seed,
+                              randomize=a.randomize, num_threads=a.env_threads, torch_threads=a.torch_threads)
     gap = r.teacher_student['returns']
     _say(f"{r.timesteps:,} steps in {r.wall_s:.1f} s ({r.steps_per_s:,.0f} steps/s); student's return on "
          f"{r.final_eval_episodes} held-out episodes {r.final_eval_mean:.1f} ± {r.final_eval_std:.1f}; in the full "

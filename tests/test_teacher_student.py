@@ -23,7 +23,7 @@ SMALL = TeacherStudent(history=K, adr=ADR(-1e9, -2e9, episodes=2), distill_steps
 @pytest.fixture(scope='module')
 def ts_run(tmp_path_factory):
     d = tmp_path_factory.mktemp('ts')/'run'
-    teacher_student_train(d, 'Hopper-v4', timesteps=12 * 2048, seed=0, settings=SMALL, progress=False)
+    teacher_student_train(d, timesteps=12 * 2048, seed=0, settings=SMALL, progress=False)
     export(d)
     return d
 
@@ -116,9 +116,9 @@ def test_distillation_fits_a_teacher_it_can_match():
     torch.manual_seed(1)
     inner, _ = batched_mujoco('Hopper-v4', 8, seed=1, ranges='all', num_threads=1)
     env = PrivilegedObs(BatchActionHistory(inner, K))
-    teacher = Agent(env.obs_dim, 3, False, 32, 0.0, low=[-1.0] * 3, high=[1.0] * 3)
+    teacher = Agent(env.obs_dim, 3, False, 32, 0.0, bounds=([-1.0] * 3, [1.0] * 3))
     with torch.no_grad(): teacher.policy_net[0].weight[:, env.policy_obs_dim:] = 0
-    student = Agent(env.policy_obs_dim, 3, False, 32, 0.0, low=[-1.0] * 3, high=[1.0] * 3,
+    student = Agent(env.policy_obs_dim, 3, False, 32, 0.0, bounds=([-1.0] * 3, [1.0] * 3),
                     critic_extra=env.obs_dim - env.policy_obs_dim)
     norm, obs = RunningNorm(env.obs_dim, 'cpu'), env.reset(seed=1)
     norm.update(obs)
@@ -150,7 +150,7 @@ def test_teacher_and_student_meet_the_same_worlds():
 ])
 def test_refused_before_anything_is_made(tmp_path, kw, why):
     with pytest.raises(BadInputError, match=why.replace('(', r'\(').replace(')', r'\)')):
-        teacher_student_train(tmp_path/'run', 'Hopper-v4', timesteps=4096, progress=False, **kw)
+        teacher_student_train(tmp_path/'run', timesteps=4096, progress=False, **kw)
     made = [p.name for p in (tmp_path/'run').iterdir()] if (tmp_path/'run').exists() else []
     assert made in ([], ['.ppo-trt.lock']), made
 

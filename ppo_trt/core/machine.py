@@ -22,7 +22,7 @@ def package_version(name):
     try: return md.version(name)
     except md.PackageNotFoundError: return None
 
-# %% ../../nbs/02_machine.ipynb #fc7d89ef
+# %% ../../nbs/02_machine.ipynb #4824f0d9
 TRAINING_PACKAGES = ('ppo_trt', 'torch', 'stable-baselines3', 'gymnasium', 'mujoco')
 
 def training_versions():

@@ -218,8 +218,8 @@ def _teacher_student(run_dir, settings, seed):
     extra = dict(settings['train_kwargs'])
     ts = TeacherStudent(history=history_actions(settings), **{k: extra.pop(k) for k in list(extra) if k in names})
     extra.setdefault('num_threads', 1)  # one env thread per task, as Ray counts it
-    return teacher_student_train(run_dir, settings['env_id'], settings['timesteps'], seed, settings['randomize'], ts,
-                                 progress=False, **extra)
+    return teacher_student_train(run_dir, None, ts, env_id=settings['env_id'], timesteps=settings['timesteps'],
+                                 seed=seed, randomize=settings['randomize'], progress=False, **extra)
 
 # %% ../../nbs/70_sweep.ipynb #c35b6a47
 def install_run(partial, final):

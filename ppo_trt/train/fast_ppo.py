@@ -68,16 +68,19 @@ def agent_class():
     import torch, torch.nn as nn
     class Agent(nn.Module):
         "Actor and critic MLPs (SB3 MlpPolicy layout), Gaussian or Categorical head, optional expert + residual."
-        def __init__(self, obs_dim, act_dim, discrete, hidden, log_std_init, expert=None, scale=1.0, low=None,
-                     high=None, critic_extra=0):
+        def __init__(self, obs_dim, act_dim, discrete, hidden, log_std_init, residual=None, bounds=None,
+                     critic_extra=0):
+            "`residual`: (expert module, scale) for Expert+Residual; `bounds`: (low, high) of continuous actions."
             super().__init__()
             mlp = lambda width: nn.Sequential(nn.Linear(width, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh())
             self.policy_net, self.value_body, self.discrete = mlp(obs_dim), mlp(obs_dim + critic_extra), discrete
             self.obs_dim, self.critic_extra = obs_dim, critic_extra  # a privileged critic reads critic_extra more
             self.action_net, self.value_net = nn.Linear(hidden, act_dim), nn.Linear(hidden, 1)
             self.log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)), requires_grad=not discrete)
+            expert, scale = residual or (None, 1.0)
             self.expert, self.scale = expert, float(scale)
-            if low is not None:
+            if bounds is not None:
+                low, high = bounds
                 self.register_buffer('low', torch.tensor(np.array(low, np.float32)))
                 self.register_buffer('high', torch.tensor(np.array(high, np.float32)))
             if expert is not None:  # zero-initialised last layer: the agent starts as the expert
@@ -347,12 +350,12 @@ def _make_agent(env, s, expert, residual_scale, device):
     "The actor-critic for `env` (an expert's torch module inside for Expert+Residual)."
     discrete = bool(env.discrete_actions)
     act_dim = env.discrete_actions if discrete else env.act_dim
-    bounds = ((None, None) if discrete else
+    bounds = (None if discrete else
               tuple(np.broadcast_to(np.asarray(b, np.float32), (act_dim,)) for b in (env.action_low, env.action_high)))
     obs_dim = getattr(env, 'policy_obs_dim', env.obs_dim)  # PrivilegedObs: the rest is the critic's
-    return agent_class()(obs_dim, act_dim, discrete, s.hidden, s.log_std_init,
-                          expert.module().to(device) if expert else None, residual_scale, *bounds,
-                          critic_extra=env.obs_dim - obs_dim).to(device)
+    residual = (expert.module().to(device), residual_scale) if expert else None
+    return agent_class()(obs_dim, act_dim, discrete, s.hidden, s.log_std_init, residual, bounds,
+                         critic_extra=env.obs_dim - obs_dim).to(device)
 
 # %% ../../nbs/65_fast_ppo.ipynb #d06b0e1d
 def eval_pool_threads(spec, plan):
@@ -674,7 +677,7 @@ class FastTrainConfig:
         if getattr(self, '_spec', None) is None or self._spec.env_id != self.env_id: self._spec = env_spec(self.env_id)
         return self._spec
 
-# %% ../../nbs/65_fast_ppo.ipynb #6cd5e962
+# %% ../../nbs/65_fast_ppo.ipynb #e01e5bf9
 @dataclass
 class FastPlan:
     "A fast training resolved once from its `FastTrainConfig`: the spec's preset filled in, every setting checked."

@@ -8,17 +8,18 @@ from dataclasses import dataclass, asdict, field, replace
 import numpy as np
 from ..core.files import BadInputError
 from ..core.records import locked
-from ..envs.gym import check_randomize, check_history, training_seeds, scale_ranges, format_randomize
-from ..envs.batched.mujoco import BatchActionHistory, PrivilegedObs, batched_mujoco, env_layers
+from ..envs.specs import env_spec, EnvSpec
+from ..envs.gym import check_history, training_seeds, scale_ranges, format_randomize
+from ..envs.batched.mujoco import BatchActionHistory, PrivilegedObs, batched_mujoco
 from .fast_ppo import (ADR, ADRDraws, AdaptiveRanges, FastTrainConfig, PhaseTimes, Report,
                                         TrainedRun, check_curriculum,
-                                        eval_returns, fast_preset, first_episode_returns, fresh_run, ppo_state,
+                                        eval_returns, fast_plan, first_episode_returns, fresh_run, ppo_state,
                                         ppo_updates, progress_lines, training_threads, agent_class,
                                         eval_pool_threads, save_run, train_env)
 
 # %% auto #0
-__all__ = ['TeacherStudent', 'check_teacher_student', 'phase_updates', 'world_returns', 'gap_worlds', 'Distillation',
-           'teacher_student_train']
+__all__ = ['TEACHER_STUDENT_CONFIG', 'TeacherStudent', 'check_teacher_student', 'phase_updates', 'World', 'world_returns',
+           'gap_worlds', 'Distillation', 'teacher_student_train']
 
 # %% ../../nbs/66_teacher_student.ipynb #9d3a5a96
 @dataclass
@@ -59,11 +60,22 @@ def phase_updates(total_updates, ts):
     return teacher, distill, max(0, total_updates - teacher - distill)
 
 # %% ../../nbs/66_teacher_student.ipynb #6fd820f9
-def world_returns(agent, norm, env_id, ranges, history, episodes, seed, privileged=False, threads=1):
-    "Deterministic returns of `episodes` first episodes drawn from `ranges`; `privileged`: the agent reads the draws."
-    env, _ = batched_mujoco(env_id, episodes, seed, ranges, threads)
-    env = BatchActionHistory(env, history)
-    return first_episode_returns(agent, norm, PrivilegedObs(env) if privileged else env, seed)
+@dataclass
+class World:
+    "Where `world_returns` evaluates: the env (an id or its spec), the ranges drawn from, the memory, episodes, seed."
+    env: object
+    ranges: dict | None
+    history: int
+    episodes: int
+    seed: int
+    threads: int = 1   # MuJoCo batch / EnvPool threads
+
+def world_returns(agent, norm, world, privileged=False):
+    "Deterministic returns of `world.episodes` first episodes of `world`; `privileged`: the agent reads the draws."
+    spec = world.env if isinstance(world.env, EnvSpec) else env_spec(world.env)
+    env, _ = batched_mujoco(spec.env_id, world.episodes, world.seed, world.ranges, world.threads)
+    env = BatchActionHistory(env, world.history)
+    return first_episode_returns(agent, norm, PrivilegedObs(env) if privileged else env, world.seed)
 
 # %% ../../nbs/66_teacher_student.ipynb #12f88729
 def gap_worlds(ranges, adr):
@@ -129,59 +141,60 @@ def _teacher_and_student(env, s, device):
     "A teacher whose actor reads the whole row, and a student whose actor reads the policy's columns (same critic)."
     Agent = agent_class()
     bounds = [np.broadcast_to(np.asarray(b, np.float32), (env.act_dim,)) for b in (env.action_low, env.action_high)]
-    teacher = Agent(env.obs_dim, env.act_dim, False, s.hidden, s.log_std_init, None, 1.0, *bounds).to(device)
-    student = Agent(env.policy_obs_dim, env.act_dim, False, s.hidden, s.log_std_init, None, 1.0, *bounds,
+    teacher = Agent(env.obs_dim, env.act_dim, False, s.hidden, s.log_std_init, None, bounds).to(device)
+    student = Agent(env.policy_obs_dim, env.act_dim, False, s.hidden, s.log_std_init, None, bounds,
                     critic_extra=env.obs_dim - env.policy_obs_dim).to(device)
     return teacher, student
 
 # %% ../../nbs/66_teacher_student.ipynb #c948dcb4
-def _gap(agents, norm, env_id, ranges, adr, ts, seed, threads):
+def _gap(agents, norm, spec, ranges, adr, ts, seed, threads):
     "Mean deterministic return of each agent ({name: (agent, privileged)}) in each comparison world."
-    return {name: {w: round(float(world_returns(agent, norm, env_id, r, ts.history, ts.gap_episodes, seed,
-                                                priv, threads).mean()), 1)
+    world = lambda r: World(spec, r, ts.history, ts.gap_episodes, seed, threads)
+    return {name: {w: round(float(world_returns(agent, norm, world(r), priv).mean()), 1)
                    for w, r in gap_worlds(ranges, adr).items()}
             for name, (agent, priv) in agents.items()}
 
 # %% ../../nbs/66_teacher_student.ipynb #fd93f9e8
+TEACHER_STUDENT_CONFIG = FastTrainConfig('Hopper-v4', randomize='all')  # `teacher_student_train`'s defaults
+
 @locked('train')
-def teacher_student_train(run_dir, env_id='Hopper-v4', timesteps=None, seed=0, randomize='all', settings=None, *,
-                          num_threads=None, torch_threads=None, progress=True, force=False):
+def teacher_student_train(run_dir, config=None, settings=None, force=False, **options):
     "A privileged teacher (PPO, ADR), a history student distilled from it (DAgger) and fine-tuned (PPO), in `run_dir`."
     import torch
-    timer = PhaseTimes()
-    ts, preset = check_teacher_student(env_id, settings), fast_preset(env_id)
-    s, timesteps = preset['settings'], int(timesteps or preset['timesteps'])
-    ranges = check_randomize(env_id, randomize)
+    timer, p = PhaseTimes(), fast_plan(config or TEACHER_STUDENT_CONFIG, options)  # a `FastTrainConfig`'s fields
+    c, spec, s, ranges, device, seed = p.config, p.spec, p.settings, p.ranges, p.device, p.config.seed
+    env_id, timesteps, preset, ts = spec.env_id, p.timesteps, spec.fast, check_teacher_student(spec, settings)
     if not ranges:
         raise BadInputError('a teacher sees what each episode drew, and nothing is drawn: '
                             "pass --randomize (e.g. 'all')")
-    rule, device = check_curriculum(env_id, ranges, ts.adr), torch.device('cpu')
+    if device.type != 'cpu': raise BadInputError(f'teacher-student trains on the CPU, not {device}: drop --device')
+    rule = check_curriculum(spec, ranges, ts.adr)
     run = fresh_run(run_dir, force)
-    plan = training_threads(env_id, s, torch_threads, num_threads)
+    plan = training_threads(p)
     torch.manual_seed(seed)
-    env, env_backend = train_env(env_id, s, device, seed, ranges, plan.env_threads)
+    env, env_backend = train_env(p, plan.env_threads)
     adr = AdaptiveRanges(ranges, rule, seed) if rule else None
     draws = env = ADRDraws(env, adr) if adr else env
     env = PrivilegedObs(BatchActionHistory(env, ts.history))
-    threads, pool = plan.apply(), eval_pool_threads(env_id, plan) or 1
+    threads, pool = plan.apply(), eval_pool_threads(spec, plan) or 1
     seeds, batch = training_seeds(seed), s.num_envs * s.n_steps
     total = max(3, timesteps // batch)
     n_teacher, n_distill, n_finetune = phase_updates(total, ts)
     teacher, student = _teacher_and_student(env, s, device)
     st = ppo_state(env, teacher, s, device, timer)
     st.next_obs = env.reset(seed=seed)
-    episodes = preset['eval_episodes']
+    episodes = preset.eval_episodes
     nominal = scale_ranges(ranges, 0.0)
-    teacher_eval = lambda: world_returns(teacher, st.norm, env_id, nominal, ts.history, episodes, seeds['selection'],
-                                         True, pool)
-    student_eval = lambda: eval_returns(student, st.norm, env_id, episodes, seeds['selection'], device, pool,
+    teacher_eval = lambda: world_returns(teacher, st.norm, World(spec, nominal, ts.history, episodes,
+                                                                 seeds['selection'], pool), True)
+    student_eval = lambda: eval_returns(student, st.norm, spec, episodes, seeds['selection'], device, pool,
                                         ts.history)
     timer.lap('setup')
-    with progress_lines(progress) as (bar, say):
+    with progress_lines(c.progress) as (bar, say):
         say(f'{total * batch:,} steps to train ({timesteps:,} asked, whole updates of {s.num_envs} envs × '
             f'{s.n_steps} steps): teacher {n_teacher * batch:,}, distillation {n_distill * batch:,}, '
             f'fine-tuning {n_finetune * batch:,}')
-        report = Report(teacher_eval, preset['eval_every'] or max(1, total // 10), episodes, say, total * batch,
+        report = Report(teacher_eval, preset.eval_every or max(1, total // 10), episodes, say, total * batch,
                         max(1, total // 20), bar, bar.add_task(f'teacher-student {env_id}', total=total),
                         describe=lambda: f', ADR ranges {format_randomize(adr.ranges)}' if adr else '')
         ppo_updates(st, n_teacher, report)                          # 1. the teacher
@@ -189,7 +202,7 @@ def teacher_student_train(run_dir, env_id='Hopper-v4', timesteps=None, seed=0, r
         student.value_body.load_state_dict(teacher.value_body.state_dict())  # the same privileged critic
         student.value_net.load_state_dict(teacher.value_net.state_dict())
         with torch.no_grad(): student.log_std.copy_(teacher.log_std)
-        taught = _gap(dict(teacher=(teacher, True)), st.norm, env_id, ranges, adr, ts, seeds['selection'] + 1, pool)
+        taught = _gap(dict(teacher=(teacher, True)), st.norm, spec, ranges, adr, ts, seeds['selection'] + 1, pool)
         timer.lap('evaluation')
         report.evaluate, report.done_steps = student_eval, n_teacher * batch
         dagger = Distillation(teacher, student, st.norm, ts, env.act_dim)  # 2. DAgger
@@ -197,16 +210,16 @@ def teacher_student_train(run_dir, env_id='Hopper-v4', timesteps=None, seed=0, r
             st.next_obs = dagger.rollout(env, st.next_obs, s.n_steps, st.stats, timer)
             dagger.fit(timer)
             report.after_update(st, k, n_distill)
-        taught.update(_gap(dict(student_distilled=(student, False)), st.norm, env_id, ranges, adr, ts,
+        taught.update(_gap(dict(student_distilled=(student, False)), st.norm, spec, ranges, adr, ts,
                            seeds['selection'] + 1, pool))
         timer.lap('evaluation')
         report.done_steps += n_distill * batch                      # 3. RL fine-tuning of the student
         tuned = ppo_state(env, student, replace(s, lr=ts.finetune_lr), device, timer)
         tuned.norm, tuned.reward_scale, tuned.next_obs = st.norm, st.reward_scale, st.next_obs
         if n_finetune: ppo_updates(tuned, n_finetune, report)
-    gap = dict(taught, **_gap(dict(student=(student, False)), st.norm, env_id, ranges, adr, ts, seeds['selection'] + 1,
+    gap = dict(taught, **_gap(dict(student=(student, False)), st.norm, spec, ranges, adr, ts, seeds['selection'] + 1,
                               pool))
-    held_out = eval_returns(student, st.norm, env_id, ts.final_eval_episodes, seeds['held_out'], device,
+    held_out = eval_returns(student, st.norm, spec, ts.final_eval_episodes, seeds['held_out'], device,
                             history=ts.history)  # on gymnasium
     timer.lap('held-out evaluation')
     ends = [n_teacher * batch, (n_teacher + n_distill) * batch, total * batch]
@@ -219,4 +232,4 @@ def teacher_student_train(run_dir, env_id='Hopper-v4', timesteps=None, seed=0, r
     how = dict(history=ts.history, critic=critic, curriculum=adr.record() if adr else None, teacher_student=record,
                teacher_student_settings=record['settings'], trainer='ppo_trt.train.teacher_student')
     trained = TrainedRun(student, st.norm, s, report.log, held_out, env_backend, ranges, seeds, threads, timer, how=how)
-    return save_run(run, FastTrainConfig(env_id, seed=seed, device=str(device)), trained)
+    return save_run(run, replace(c, device=str(device)), trained)
