@@ -772,13 +772,13 @@ def cmd_import(a):
 
 # %% ../nbs/90_cli.ipynb #e1b73633
 def cmd_residual_study(a):
-    from ppo_trt.studies.residual import residual_study, first_reaching
+    from ppo_trt.studies.residual import ResidualStudy, residual_study, first_reaching
     env_id, rd = _env_id(a), _run_dir(a)
     out = a.out or Path(rd)/'residual_study'
     _say(f'residual study on {env_id}: pure PPO and {a.expert} + residual, {a.timesteps or "preset"} steps each, '
          f'into {out}')
-    s = residual_study(out, env_id, a.expert, a.residual_scale, a.timesteps, a.seed, a.preset, a.eval_freq,
-                       a.eval_episodes, progress=True, record_dir=rd)
+    s = residual_study(out, ResidualStudy(env_id, a.expert, a.residual_scale, a.timesteps, a.seed, a.preset, a.eval_freq,
+                                          a.eval_episodes), progress=True, record_dir=rd)
     e = s.expert_return.mean
     for k, c in s.curves.items():
         f = s.final[k]
@@ -791,7 +791,7 @@ def cmd_residual_study(a):
 # %% ../nbs/90_cli.ipynb #5e0e4275
 def cmd_env_bench(a):
     from ppo_trt.envs.batched.torch import resolve_device
-    from ppo_trt.throughput.env_bench import env_bench, train_level_sizes, print_throughput
+    from ppo_trt.throughput.env_bench import EnvBench, env_bench, train_level_sizes, print_throughput
     from ppo_trt.train.fast_ppo import train_throughput
     from ppo_trt.envs.specs import env_spec
     env_spec(a.env_id)  # an id without a spec: one line, before anything is made
@@ -807,7 +807,7 @@ def cmd_env_bench(a):
                        train_level_sizes(a.num_envs, a.train_max_envs)))
     rd = Path(_run_dir(a)); rd.mkdir(parents=True, exist_ok=True)
     out = rd/f'env_bench_{a.env_id}.json'
-    rec = env_bench(out, a.env_id, a.num_envs, dev, a.steps, compile=a.compile, gym_max_envs=a.gym_max_envs,
+    rec = env_bench(out, EnvBench(a.env_id, a.num_envs, dev, a.steps, compile=a.compile, gym_max_envs=a.gym_max_envs),
                     levels=levels, say=_say)  # saved after every point: a time-out keeps what was measured
     print_throughput(rec['rows'])
     _say(f'wrote {out}')

@@ -8,7 +8,7 @@ import argparse, sys
 def main(argv=None):
     "Run the levels, print the table; exit 0 (failed points are findings, kept in the record's `errors`)."
     from ppo_trt.envs.batched.torch import resolve_device
-    from ppo_trt.throughput.env_bench import env_bench, train_level_sizes, print_throughput, TRAIN_LEVEL_MAX_ENVS
+    from ppo_trt.throughput.env_bench import EnvBench, env_bench, train_level_sizes, print_throughput, TRAIN_LEVEL_MAX_ENVS
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--env-id', default='CartPole-v1')
     p.add_argument('--device', default='cuda')
@@ -42,7 +42,7 @@ def main(argv=None):
                 f"{', '.join(f'{n:,}' for n in sizes if n not in train_sizes)}")
         levels.append(('env+inference+training',
                        lambda ns: train_throughput(a.env_id, ns, dev, progress=False), train_sizes))
-    rec = env_bench(a.out, a.env_id, sizes, dev, a.steps, compile=a.compile, gym_max_envs=a.gym_max_envs,
+    rec = env_bench(a.out, EnvBench(a.env_id, sizes, dev, a.steps, compile=a.compile, gym_max_envs=a.gym_max_envs),
                     levels=levels, say=say)
     print_throughput(rec['rows'])
     for e in rec['errors']: say(f"failed: {e['level']} at {e['num_envs']:,} envs: {e['error']}")

@@ -5,6 +5,7 @@
 # %% ../../nbs/68_env_bench.ipynb #be8a394e
 from __future__ import annotations
 import time
+from dataclasses import dataclass, replace
 import numpy as np
 from ..core.files import BadInputError, save_json, error_line
 from ..core.machine import cpu_model
@@ -12,7 +13,7 @@ from ..envs.batched.torch import make_batched, resolve_device, device_rollout, f
 from ..envs.batched.triton_cartpole import TritonCartPole
 
 # %% auto #0
-__all__ = ['TRAIN_LEVEL_MAX_ENVS', 'gym_vector_throughput', 'env_throughput', 'print_throughput', 'train_level_sizes',
+__all__ = ['TRAIN_LEVEL_MAX_ENVS', 'gym_vector_throughput', 'EnvBench', 'env_throughput', 'print_throughput', 'train_level_sizes',
            'env_bench', 'triton_throughput']
 
 # %% ../../nbs/68_env_bench.ipynb #253fc69e
@@ -42,17 +43,33 @@ def gym_vector_throughput(env_id, num_envs, steps=200, kind='sync'):
     vec.close()
     return steps * num_envs / dt
 
+# %% ../../nbs/68_env_bench.ipynb #e307ab8a
+@dataclass
+class EnvBench:
+    "What `env_throughput` and `env_bench` time: env, sizes, device, and how long and how often."
+    env_id: str = 'CartPole-v1'
+    num_envs: tuple = (32, 1024, 65536)
+    device: object = 'cpu'
+    steps: int = 100                          # env steps per timed block
+    repeats: int = 3                          # timed blocks (the median counts)
+    hidden: int = 64                          # width of the inference level's MLP (two hidden layers)
+    compile: bool = False                     # torch.compile the env step (`fused_step`)
+    gym_baselines: tuple = ('sync', 'async')  # gymnasium's vector envs timed beside, up to their sizes:
+    gym_max_envs: int = 1024
+    async_max_envs: int = 64                  # AsyncVectorEnv runs one process per env
+    fused_mlp: bool = True                    # on a GPU also the MLP as one Triton kernel
+
 # %% ../../nbs/68_env_bench.ipynb #3874c3c3
-def env_throughput(env_id='CartPole-v1', num_envs=(32, 1024, 65536), device='cpu', steps=100, repeats=3, hidden=64,
-                   compile=False, gym_baselines=('sync', 'async'), gym_max_envs=1024, async_max_envs=64, fused_mlp=True,
-                   progress=True):
-    "Steps/s per num_envs: env only, env + MLP inference (on a GPU also as one Triton kernel), gymnasium's vector envs."
+def env_throughput(settings=None, progress=True):
+    "Steps/s per num_envs of `settings` (`EnvBench`): env only, env + MLP inference (on a GPU also one Triton kernel), gymnasium's."
     import torch
-    dev, rows = resolve_device(device), []
+    b = settings or EnvBench()
+    env_id, steps, repeats, hidden = b.env_id, b.steps, b.repeats, b.hidden
+    dev, rows = resolve_device(b.device), []
     from rich.progress import track
-    for n in track(list(num_envs), description=f'{env_id} throughput', disable=not progress, transient=True):
+    for n in track(list(b.num_envs), description=f'{env_id} throughput', disable=not progress, transient=True):
         env = make_batched(env_id, n, dev)
-        step, how = fused_step(env) if compile else ((lambda a: env.step(a, check=False)), 'eager')
+        step, how = fused_step(env) if b.compile else ((lambda a: env.step(a, check=False)), 'eager')
         def env_only():
             for _ in range(steps): step(env.random_actions())
         out_dim = env.discrete_actions or env.act_dim
@@ -65,15 +82,15 @@ def env_throughput(env_id='CartPole-v1', num_envs=(32, 1024, 65536), device='cpu
                          impl=f'batched, {how}, MLP {hidden}x2',
                          steps_per_s=_timed(lambda: device_rollout(env, mlp, steps, step_fn=step),
                                             steps, n, dev, repeats)))
-        if dev.type == 'cuda' and fused_mlp:  # the same MLP as one Triton kernel per step
+        if dev.type == 'cuda' and b.fused_mlp:  # the same MLP as one Triton kernel per step
             from ppo_trt.export.triton_mlp import triton_module_policy
             tp = triton_module_policy(mlp)
             rows.append(dict(env_id=env_id, num_envs=n, device=str(dev), level='env+inference',
                              impl=f'batched, {how}, Triton fused MLP {hidden}x2',
                              steps_per_s=_timed(lambda: device_rollout(env, tp, steps, step_fn=step),
                                                 steps, n, dev, repeats)))
-        for kind in gym_baselines:
-            if n <= (async_max_envs if kind == 'async' else gym_max_envs):  # AsyncVectorEnv runs one process per env
+        for kind in b.gym_baselines:
+            if n <= (b.async_max_envs if kind == 'async' else b.gym_max_envs):  # AsyncVectorEnv runs one process per env
                 rows.append(dict(env_id=env_id, num_envs=n, device='cpu', level='env',
                                  impl=f'gymnasium {kind.capitalize()}VectorEnv',
                                  steps_per_s=gym_vector_throughput(env_id, n, max(10, min(steps, 20_000 // n)), kind)))
@@ -102,17 +119,16 @@ def train_level_sizes(num_envs, cap=TRAIN_LEVEL_MAX_ENVS):
     return [n for n in num_envs if n <= cap]
 
 # %% ../../nbs/68_env_bench.ipynb #93994a18
-def env_bench(out, env_id='CartPole-v1', num_envs=(32, 1024, 65536), device='cpu', steps=100, compile=False,
-              gym_max_envs=1024, levels=(), say=None, **kw):
-    "`env_throughput` per num_envs, then each (name, fn(sizes) -> rows, sizes) of `levels`; `out` saved after each."
+def env_bench(out, settings=None, levels=(), say=None):
+    "`env_throughput` of `settings` per num_envs, then each (name, fn(sizes) -> rows, sizes) of `levels`; `out` saved after each."
     import torch
-    dev, say = resolve_device(device), say or (lambda msg: None)
+    b = settings or EnvBench()
+    env_id, dev, say = b.env_id, resolve_device(b.device), say or (lambda msg: None)
     rec = dict(rows=[], errors=[], complete=False, env_id=env_id, device=str(dev), cpu=cpu_model(),
                torch_threads=torch.get_num_threads(), created=time.strftime('%Y-%m-%dT%H:%M:%S%z'),
                gpu=torch.cuda.get_device_name(dev) if dev.type == 'cuda' else None)
-    first = lambda ns: env_throughput(env_id, ns, dev, steps, compile=compile, gym_max_envs=gym_max_envs,
-                                      progress=False, **kw)
-    for name, fn, sizes in [('env, env+inference', first, list(num_envs)), *levels]:
+    first = lambda ns: env_throughput(replace(b, num_envs=ns, device=dev), progress=False)
+    for name, fn, sizes in [('env, env+inference', first, list(b.num_envs)), *levels]:
         for n in sizes:
             try: rows = fn((n,))
             except Exception as e:  # one point that fails is a finding; the others still run

@@ -28,11 +28,11 @@ from ..envs.batched.mujoco import (BatchDisturbances, BatchActionHistory, EnvPoo
 
 # %% auto #0
 __all__ = ['FastSettings', 'fast_preset', 'agent_class', 'RunningNorm', 'RewardScale', 'greedy_action', 'first_episode_returns',
-           'greedy_returns', 'gym_returns', 'eval_returns', 'Rollout', 'EpisodeStats', 'PhaseTimes', 'collect_rollout',
-           'ppo_update', 'eval_pool_threads', 'RangeCurriculum', 'ADR', 'AdaptiveRanges', 'ADRDraws',
-           'check_curriculum', 'PPOState', 'ppo_state', 'Report', 'ppo_updates', 'progress_lines', 'fresh_run',
-           'FastTrainConfig', 'FastPlan', 'fast_plan', 'training_threads', 'train_env', 'fast_train', 'TrainedRun',
-           'save_run', 'cli_train', 'train_throughput']
+           'greedy_returns', 'gym_returns', 'eval_returns', 'Rollout', 'EpisodeStats', 'PhaseTimes', 'PPOState',
+           'collect_rollout', 'ppo_update', 'eval_pool_threads', 'RangeCurriculum', 'ADR', 'AdaptiveRanges', 'ADRDraws',
+           'check_curriculum', 'ppo_state', 'Report', 'ppo_updates', 'progress_lines', 'fresh_run', 'FastTrainConfig',
+           'FastPlan', 'fast_plan', 'training_threads', 'train_env', 'fast_train', 'TrainedRun', 'save_run',
+           'cli_train', 'train_throughput']
 
 # %% ../../nbs/65_fast_ppo.ipynb #a907294d
 @dataclass
@@ -292,9 +292,30 @@ class PhaseTimes:
         self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self.last
         self.last = now
 
+# %% ../../nbs/65_fast_ppo.ipynb #0aec1d2b
+@dataclass
+class PPOState:
+    "One PPO training's moving parts: env, agent, normalisers, optimiser, rollout storage, the next observation."
+    env: object
+    agent: object
+    s: FastSettings
+    device: object
+    optimizer: object
+    norm: object
+    reward_scale: object
+    rollout: object
+    stats: object
+    fns: tuple              # (policy_step, loss_fn) of `_ppo_fns`
+    timer: PhaseTimes
+    curriculum: object = None  # a RangeCurriculum the loop widens (ADR lives in the env: ADRDraws)
+    next_obs: object = None
+
 # %% ../../nbs/65_fast_ppo.ipynb #29317281
-def collect_rollout(env, agent, norm, policy_step, rollout, next_obs, gamma, stats, reward_scale=None, timer=None):
-    "Fill `rollout` with one step of every env per row; return the next observation. No host synchronisation."
+def collect_rollout(st):
+    "Fill `st.rollout` with one step of every env per row from `st.next_obs`; return the next observation. No sync."
+    env, agent, norm, rollout, stats, reward_scale, timer = (st.env, st.agent, st.norm, st.rollout, st.stats,
+                                                            st.reward_scale, st.timer)
+    policy_step, gamma, next_obs = st.fns[0], st.s.gamma, st.next_obs
     normed = (lambda o: norm(o)) if norm else (lambda o: o)
     lap, on_host = (timer.lap if timer else lambda phase: None), next_obs.device.type == 'cpu'
     for step in range(rollout.obs.shape[0]):
@@ -522,23 +543,6 @@ def check_curriculum(env, ranges, curriculum):
     return float(curriculum)
 
 # %% ../../nbs/65_fast_ppo.ipynb #ef226eaa
-@dataclass
-class PPOState:
-    "One PPO training's moving parts: env, agent, normalisers, optimiser, rollout storage, the next observation."
-    env: object
-    agent: object
-    s: FastSettings
-    device: object
-    optimizer: object
-    norm: object
-    reward_scale: object
-    rollout: object
-    stats: object
-    fns: tuple              # (policy_step, loss_fn) of `_ppo_fns`
-    timer: PhaseTimes
-    curriculum: object = None  # a RangeCurriculum the loop widens (ADR lives in the env: ADRDraws)
-    next_obs: object = None
-
 def ppo_state(env, agent, s, device, timer, curriculum=None, compile=False, cudagraphs=False):
     "The optimiser, normalisers, storage and step functions of PPO on `env` with `agent`."
     import torch
@@ -605,12 +609,11 @@ class Report:
 def ppo_updates(st, num_updates, report):
     "`num_updates` PPO updates of `st` (rollout, advantages, epochs, curriculum), reported; True if the target was met."
     import torch
-    s, (policy_step, loss_fn) = st.s, st.fns
+    s, loss_fn = st.s, st.fns[1]
     for update in range(num_updates):
         if s.anneal_lr: st.optimizer.param_groups[0]['lr'] = s.lr * (1 - update / num_updates)
         with torch.no_grad():
-            st.next_obs = collect_rollout(st.env, st.agent, st.norm, policy_step, st.rollout, st.next_obs, s.gamma,
-                                          st.stats, st.reward_scale, st.timer)
+            st.next_obs = collect_rollout(st)
             advantages, returns = _gae(st.rollout.rewards, st.rollout.values,
                                        st.agent.value(st.norm(st.next_obs) if st.norm else st.next_obs),
                                        st.rollout.dones, s.gamma, s.gae_lambda)
