@@ -18,7 +18,7 @@ from ..train.residual import train_residual
 # %% auto #0
 __all__ = ['ResidualStudy', 'residual_study', 'first_reaching']
 
-# %% ../../nbs/71_residual_study.ipynb #f73f05ff
+# %% ../../nbs/71_residual_study.ipynb #1c809fd7
 @dataclass
 class ResidualStudy:
     "What `residual_study` compares: PPO from scratch and expert + residual PPO, alike in all else."

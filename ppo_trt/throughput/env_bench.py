@@ -43,7 +43,7 @@ def gym_vector_throughput(env_id, num_envs, steps=200, kind='sync'):
     vec.close()
     return steps * num_envs / dt
 
-# %% ../../nbs/68_env_bench.ipynb #e307ab8a
+# %% ../../nbs/68_env_bench.ipynb #6965a1a0
 @dataclass
 class EnvBench:
     "What `env_throughput` and `env_bench` time: env, sizes, device, and how long and how often."

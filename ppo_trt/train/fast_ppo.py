@@ -21,7 +21,7 @@ from ..core.machine import training_versions
 from .sb3 import LOG_FIELDS
 from ..core.checkpoint import ObsNorm
 from ..envs.controllers import run_episode
-from ..envs.batched.torch import make_batched, resolve_device
+from ..envs.batched.torch import BatchWrapper, make_batched, resolve_device
 from ..envs.batched.mujoco import (BatchDisturbances, BatchActionHistory, EnvPoolBatched, MujocoBatched,
                                         PrivilegedObs, batched_mujoco, mujoco_batch_missing, envpool_env_ids,
                                         import_envpool, set_env_ranges, pin_draws)
@@ -292,7 +292,7 @@ class PhaseTimes:
         self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self.last
         self.last = now
 
-# %% ../../nbs/65_fast_ppo.ipynb #0aec1d2b
+# %% ../../nbs/65_fast_ppo.ipynb #3044449d
 @dataclass
 class PPOState:
     "One PPO training's moving parts: env, agent, normalisers, optimiser, rollout storage, the next observation."
@@ -491,13 +491,13 @@ def record(self: AdaptiveRanges):
                 changes=self.changes)
 
 # %% ../../nbs/65_fast_ppo.ipynb #5369678e
-class ADRDraws:
+class ADRDraws(BatchWrapper):
     "A batched env drawing from `AdaptiveRanges`: a share of new episodes pinned at one bound, judged on their return."
     def __init__(self, env, adr):
-        self.env, self.adr, self.frozen, self.steps = env, adr, False, 0
+        super().__init__(env)
+        self.adr, self.frozen, self.steps = adr, False, 0
         self.returns, self.testing = np.zeros(env.num_envs), [None] * env.num_envs
         set_env_ranges(env, adr.ranges, redraw=True)
-    def __getattr__(self, name): return getattr(self.env, name)
 
     def _begin(self, ids):
         "Choose what the episodes beginning in envs `ids` test, and pin them there."

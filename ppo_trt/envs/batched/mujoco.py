@@ -8,6 +8,7 @@ import numpy as np
 from ...core.files import BadInputError
 from ..specs import env_spec, env_ids
 from ..gym import make_env, check_randomize, check_history, Randomized
+from .torch import Batched, BatchWrapper
 
 
 # %% auto #0
@@ -51,7 +52,7 @@ def check_actions(actions, num_envs, act_dim):
 
 
 # %% ../../../nbs/14_batched_mujoco.ipynb #bec8f502
-class EnvPoolBatched:
+class EnvPoolBatched(Batched):
     "`num_envs` EnvPool MuJoCo envs with `BatchedEnv`'s interface: torch CPU tensors, same-step auto-reset."
     discrete_actions, device = 0, None
     def __init__(self, env_id, num_envs, seed=0, num_threads=None):
@@ -143,11 +144,12 @@ def perturbed_gaps(env_id, eps=1e-12, seed=0, max_steps=1000):
 TENSOR_RANDOMIZABLE = ('noise', 'delay')  # what BatchDisturbances randomizes on a batch
 
 # %% ../../../nbs/14_batched_mujoco.ipynb #e11532c8
-class BatchDisturbances:
+class BatchDisturbances(BatchWrapper):
     "Per-env observation noise and actuation delay on a batched env, resampled at each env's episode end."
     def __init__(self, env, ranges, seed=0):
         import torch
-        self.env, self.ranges, device = env, dict(ranges or {}), env.device
+        super().__init__(env)
+        self.ranges, device = dict(ranges or {}), env.device
         self.generator = torch.Generator(device=device).manual_seed(seed)
         n, max_delay = env.num_envs, int(self.ranges.get('delay', (0, 0))[1])
         self.sigma = torch.zeros(n, device=device)
@@ -157,7 +159,6 @@ class BatchDisturbances:
         self.param_names = [k for k in TENSOR_RANDOMIZABLE if k in self.ranges]  # what episode_params holds
         self.clean_obs = None  # the last observation before noise (a privileged critic may see it)
         self._resample(torch.ones(n, dtype=torch.bool, device=device))
-    def __getattr__(self, name): return getattr(self.env, name)
 
     def episode_params(self):
         "Each env's noise sigma and delay of its current episode, [num_envs, len(param_names)] (no host sync)."
@@ -205,7 +206,7 @@ class BatchDisturbances:
         return self._noisy(obs), reward, terminated, truncated, info
 
 # %% ../../../nbs/14_batched_mujoco.ipynb #d94aced8
-class GymnasiumBatched:
+class GymnasiumBatched(Batched):
     "`num_envs` gymnasium envs (`Randomized` by `ranges`) in a same-step auto-reset `SyncVectorEnv`, torch tensors."
     discrete_actions, num_threads = 0, 1
     def __init__(self, env_id, num_envs, seed=0, ranges=None):
@@ -316,7 +317,7 @@ def model_base(model, num_envs, base=None):
     return dict(out, own_mass='body_mass' in base, own_friction='geom_friction' in base)
 
 # %% ../../../nbs/14_batched_mujoco.ipynb #30909be5
-class MujocoBatched:
+class MujocoBatched(Batched):
     "`num_envs` gymnasium Hopper envs (`Randomized` by `ranges`), stepped as one `mujoco.batch.Batch`: torch tensors."
     discrete_actions = 0
     def __init__(self, env_id, num_envs, seed=0, ranges=None, num_threads=None, base=None):
@@ -475,20 +476,20 @@ def batched_mujoco(env_id, num_envs, seed=0, ranges=None, num_threads=None):
 
 
 # %% ../../../nbs/14_batched_mujoco.ipynb #d80d8fcc
-class BatchActionHistory:
+class BatchActionHistory(BatchWrapper):
     "A batched env's observations with each env's last `k` actions appended (newest first, clipped, zeros at reset)."
     def __init__(self, env, k):
         import torch
         if getattr(env, 'discrete_actions', 0):
             raise BadInputError(f'--history needs continuous actions; {env.env_id} has discrete ones')
-        self.env, self.k = env, check_history(k)
+        super().__init__(env)
+        self.k = check_history(k)
         if not self.k: raise BadInputError('BatchActionHistory needs k >= 1 actions')
         bound = lambda b: torch.as_tensor(np.broadcast_to(np.asarray(b, np.float32), (env.act_dim,)).copy(),
                                           device=env.device)
         self.low, self.high = bound(env.action_low), bound(env.action_high)
         self.history = torch.zeros(env.num_envs, self.k * env.act_dim, device=env.device)
         self.obs_dim = env.obs_dim + self.k * env.act_dim
-    def __getattr__(self, name): return getattr(self.env, name)
     def reset(self, seed=None):
         import torch
         self.history.zero_()
@@ -511,11 +512,12 @@ def env_layers(env):
         env = vars(env).get('env')
 
 # %% ../../../nbs/14_batched_mujoco.ipynb #a5a019f9
-class PrivilegedObs:
+class PrivilegedObs(BatchWrapper):
     "A batched env's observations with each env's episode draws (and noise-free observation) appended for a critic."
     def __init__(self, env):
+        super().__init__(env)
         layers = list(env_layers(env))
-        self.sources = [layer for layer in layers if 'episode_params' in type(layer).__dict__ and layer.param_names]
+        self.sources = [layer for layer in layers if layer.param_names]  # the layers that draw
         noisy = [layer for layer in layers if isinstance(layer, BatchDisturbances) and 'noise' in layer.ranges]
         self.clean = noisy[0] if noisy else None
         base_dim = layers[-1].obs_dim
@@ -524,9 +526,8 @@ class PrivilegedObs:
         if not self.feature_names:
             raise BadInputError('a privileged critic sees what each training episode drew, and nothing is drawn: '
                                 "train with --randomize (e.g. 'all') or drop --privileged-critic")
-        self.env, self.policy_obs_dim = env, env.obs_dim
+        self.policy_obs_dim = env.obs_dim
         self.obs_dim = env.obs_dim + len(self.feature_names)
-    def __getattr__(self, name): return getattr(self.env, name)
 
     def _features(self, params, clean):
         import torch
@@ -552,7 +553,7 @@ class PrivilegedObs:
 def set_env_ranges(env, ranges, redraw=False):
     "Give every layer of a batched env that draws (`env_layers`) the ranges `ranges` (see `BatchDisturbances.set_ranges`)."
     for layer in env_layers(env):
-        if 'set_ranges' in type(layer).__dict__: layer.set_ranges(ranges, redraw)
+        layer.set_ranges(ranges, redraw)  # a layer that draws nothing ignores them (`Batched.set_ranges`)
 
 # %% ../../../nbs/14_batched_mujoco.ipynb #5afea1e1
 from fastcore.basics import patch
@@ -604,4 +605,4 @@ def pin(self: GymnasiumBatched, ids, knob, value):
 # %% ../../../nbs/14_batched_mujoco.ipynb #0fdb4c32
 def pin_draws(env, ids, knob, value):
     "Pin draw `knob` of envs `ids` to `value` in whichever layer of `env` draws it; True if one did."
-    return any([layer.pin(ids, knob, value) for layer in env_layers(env) if 'pin' in type(layer).__dict__])
+    return any([layer.pin(ids, knob, value) for layer in env_layers(env)])  # a list: every layer that draws it

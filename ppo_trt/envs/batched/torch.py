@@ -5,14 +5,16 @@
 # %% ../../../nbs/13_batched_envs.ipynb #f8e6dc6a
 from __future__ import annotations
 import math, time
+from abc import ABC, abstractmethod
 import numpy as np
 from ...core.files import BadInputError, save_json, error_line
 from ...core.machine import cpu_model
 from ..specs import env_spec, env_ids
 
 # %% auto #0
-__all__ = ['SYNC_OPS', 'resolve_device', 'BatchedEnv', 'CartPole', 'Pendulum', 'MountainCarContinuous', 'make_batched',
-           'gym_trajectories', 'to_dlpack', 'fused_step', 'device_rollout', 'count_sync_ops']
+__all__ = ['SYNC_OPS', 'resolve_device', 'Batched', 'BatchWrapper', 'BatchedEnv', 'CartPole', 'Pendulum', 'MountainCarContinuous',
+           'torch_envs', 'make_batched', 'gym_trajectories', 'to_dlpack', 'fused_step', 'device_rollout',
+           'count_sync_ops']
 
 # %% ../../../nbs/13_batched_envs.ipynb #819f1382
 def resolve_device(device):
@@ -34,8 +36,44 @@ def resolve_device(device):
         raise BadInputError(f'device type {dev.type!r} is not supported; use cpu or cuda')
     return dev
 
+# %% ../../../nbs/13_batched_envs.ipynb #2bf21d79
+class Batched(ABC):
+    "The contract of a batched env or a layer over one: `num_envs` envs on `device`, torch tensors in and out."
+    SIZES = ('env_id', 'num_envs', 'device', 'obs_dim', 'act_dim', 'discrete_actions', 'action_low', 'action_high',
+             'max_episode_steps')
+    env_id, num_envs, device, obs_dim, act_dim, discrete_actions = '?', 0, None, 0, 1, 0
+    action_low, action_high, max_episode_steps = None, None, 0
+    param_names = ()  # the draws of this layer per episode: the columns of `episode_params`
+
+    @abstractmethod
+    def reset(self, seed=None):
+        "Reset every env; the first observations [num_envs, obs_dim]."
+
+    @abstractmethod
+    def step(self, actions, check=True):
+        "Step every env: (obs, reward, terminated, truncated, info{'final_obs', 'done'}); finished envs restart."
+
+    def episode_params(self):
+        "This layer's draws of each env's current episode, [num_envs, len(param_names)] (none by default)."
+        import torch
+        return torch.zeros(self.num_envs, 0, device=self.device)
+
+    def set_ranges(self, ranges, redraw=False):
+        "Draw from `ranges` from now on (`redraw`: every env at once); a layer that draws nothing ignores it."
+
+    def pin(self, ids, knob, value):
+        "Set draw `knob` of the current episodes of envs `ids` to `value`; False where this layer does not draw it."
+        return False
+
+# %% ../../../nbs/13_batched_envs.ipynb #e4ee9beb
+class BatchWrapper(Batched):
+    "A layer over the batched env `env`: the sizes of the contract are the env's unless the layer sets its own."
+    def __init__(self, env):
+        self.env = env
+        for name in Batched.SIZES: setattr(self, name, getattr(env, name))
+
 # %% ../../../nbs/13_batched_envs.ipynb #5ef6b204
-class BatchedEnv:
+class BatchedEnv(Batched):
     "N copies of one environment as tensors on `device`; gymnasium-style `reset`/`step` with same-step autoreset."
     env_id, obs_dim, state_dim, max_episode_steps = '?', 0, 0, 0
     discrete_actions, act_dim, action_low, action_high = None, 1, None, None
@@ -186,12 +224,16 @@ class MountainCarContinuous(BatchedEnv):
         return t.stack([pos, vel], 1), reward.float(), terminated
 
 # %% ../../../nbs/13_batched_envs.ipynb #cc2cfdf2
+def torch_envs():
+    "{class name: class} of the batched torch envs (an env spec's `batched` names one)."
+    return {c.__name__: c for c in (CartPole, Pendulum, MountainCarContinuous)}
+
 def make_batched(env_id, num_envs, device='cpu', seed=0, dtype='float32'):
     "`num_envs` copies of `env_id` as tensors on `device`: the `BatchedEnv` class its spec names."
     name = env_spec(env_id).batched
     if name is None:
         raise BadInputError(f'no batched version of {env_id}; batched envs: {", ".join(env_ids("batched"))}')
-    return {c.__name__: c for c in BatchedEnv.__subclasses__()}[name](num_envs, device, seed, dtype)
+    return torch_envs()[name](num_envs, device, seed, dtype)
 
 # %% ../../../nbs/13_batched_envs.ipynb #4d17ad02
 def _gym_state(env):

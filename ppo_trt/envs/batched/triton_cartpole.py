@@ -9,10 +9,11 @@ from .torch import make_batched, resolve_device
 from ...core.machine import import_triton, triton_interpreted
 
 # %% auto #0
-__all__ = ['triton', 'TRITON_MISSING', 'TritonCartPole', 'check_against_torch']
+__all__ = ['triton', 'TRITON_MISSING', 'GIVEN', 'RECORD', 'TritonCartPole', 'check_against_torch']
 
 # %% ../../../nbs/15_triton_cartpole.ipynb #1809de06
 triton, TRITON_MISSING = import_triton()
+GIVEN, RECORD = 1, 2  # cartpole_kernel's IO bits: pushes read from X, done flags written into X
 
 if triton is not None:
     import triton.language as tl
@@ -34,20 +35,20 @@ if triton is not None:
         return (x >> 8).to(tl.float32) * 5.9604644775390625e-08
 
     @triton.jit
-    def cartpole_kernel(S, T, A, D, E, seed, n, n_steps, BLOCK: tl.constexpr, GIVEN: tl.constexpr,
-                        RECORD: tl.constexpr):
-        "`n_steps` CartPole-v1 steps of BLOCK envs per program; state S [n, 4], step counters T, episode counts E."
+    def cartpole_kernel(S, C, X, seed, n, n_steps, BLOCK: tl.constexpr, IO: tl.constexpr):
+        "`n_steps` CartPole-v1 steps of BLOCK envs per program: state S [n, 4], counters C [2, n] (steps, episodes), X."
+        # X [n_steps, n] int8: the pushes read from it if IO & GIVEN (1), the done flags written into it if IO & RECORD (2)
         i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         m = i < n
         x = tl.load(S + i * 4, mask=m, other=0.0)
         xd = tl.load(S + i * 4 + 1, mask=m, other=0.0)
         th = tl.load(S + i * 4 + 2, mask=m, other=0.0)
         thd = tl.load(S + i * 4 + 3, mask=m, other=0.0)
-        t = tl.load(T + i, mask=m, other=0)
-        eps = tl.load(E + i, mask=m, other=0)
+        t = tl.load(C + i, mask=m, other=0)
+        eps = tl.load(C + n + i, mask=m, other=0)
         for k in range(n_steps):
             base = (seed + k) * 5  # five draws per step: four reset values, one action
-            if GIVEN: push = tl.load(A + k * n + i, mask=m, other=0) != 0
+            if IO & 1: push = tl.load(X + k * n + i, mask=m, other=0) != 0
             else: push = _uniform(i, base + 4) < 0.5
             force = tl.where(push, 10.0, -10.0)
             cos, sin = tl.cos(th), tl.sin(th)
@@ -58,7 +59,7 @@ if triton is not None:
             t = t + 1
             term = (x < -2.4) | (x > 2.4) | (th < -0.20943951023931953) | (th > 0.20943951023931953)
             done = term | (t >= 500)
-            if RECORD: tl.store(D + k * n + i, done.to(tl.int8), mask=m)
+            if IO & 2: tl.store(X + k * n + i, done.to(tl.int8), mask=m)  # after this lane read its push
             x = tl.where(done, _uniform(i, base) * 0.1 - 0.05, x)
             xd = tl.where(done, _uniform(i, base + 1) * 0.1 - 0.05, xd)
             th = tl.where(done, _uniform(i, base + 2) * 0.1 - 0.05, th)
@@ -69,8 +70,8 @@ if triton is not None:
         tl.store(S + i * 4 + 1, xd, mask=m)
         tl.store(S + i * 4 + 2, th, mask=m)
         tl.store(S + i * 4 + 3, thd, mask=m)
-        tl.store(T + i, t, mask=m)
-        tl.store(E + i, eps, mask=m)
+        tl.store(C + i, t, mask=m)
+        tl.store(C + n + i, eps, mask=m)
 
 # %% ../../../nbs/15_triton_cartpole.ipynb #16c3e412
 class TritonCartPole:
@@ -87,9 +88,19 @@ class TritonCartPole:
                                 '(on the CPU it runs only in the interpreter)')
         ref = make_batched('CartPole-v1', num_envs, self.device, seed)
         self.num_envs, self.seed, self.launches = num_envs, seed, 0
-        self.state, self.steps = ref.state.clone(), ref.steps.clone()
-        self.episodes = torch.zeros(num_envs, dtype=torch.int32, device=self.device)
+        self.state = ref.state.clone()
+        self.counters = torch.stack([ref.steps, torch.zeros_like(ref.steps)])  # [2, N] int32: steps, episodes
         self._torch = torch
+    @property
+    def steps(self):
+        "Each env's step counter (a view of `counters`)."
+        return self.counters[0]
+    @steps.setter
+    def steps(self, value): self.counters[0] = value
+    @property
+    def episodes(self):
+        "Each env's finished episodes (a view of `counters`)."
+        return self.counters[1]
     def run(self, n_steps, actions=None, record=False):
         "Step all envs `n_steps` times in one launch (actions [n_steps, N] ints or drawn on device); dones if `record`."
         t = self._torch
@@ -100,15 +111,15 @@ class TritonCartPole:
                 raise BadInputError(f'actions must be an integer tensor of shape ({n_steps}, {self.num_envs}) '
                                     f'on {self.device}, got {getattr(actions, "dtype", type(actions).__name__)} '
                                     f'{tuple(getattr(actions, "shape", ()))} on {getattr(actions, "device", "-")}')
-            actions = actions.contiguous()
-        done = t.empty((n_steps, self.num_envs), dtype=t.int8, device=self.device) if record else self.episodes
-        # A and D get any tensor when GIVEN / RECORD are off: the kernel never reads them
+        io = (GIVEN if actions is not None else 0) | (RECORD if record else 0)
+        if actions is not None: x = (actions != 0).to(t.int8)  # a copy: the kernel writes the done flags over it
+        elif record: x = t.empty((n_steps, self.num_envs), dtype=t.int8, device=self.device)
+        else: x = self.counters  # any tensor: with IO 0 the kernel never touches X
         grid = (-(-self.num_envs // self.block),)
-        cartpole_kernel[grid](self.state, self.steps, actions if actions is not None else self.steps, done,
-                              self.episodes, self.seed + self.launches * n_steps, self.num_envs, n_steps,
-                              BLOCK=self.block, GIVEN=actions is not None, RECORD=record)
+        cartpole_kernel[grid](self.state, self.counters, x, self.seed + self.launches * n_steps, self.num_envs,
+                              n_steps, BLOCK=self.block, IO=io)
         self.launches += 1
-        return done.bool() if record else None
+        return x.bool() if record else None
 
 # %% ../../../nbs/15_triton_cartpole.ipynb #ff1d9c39
 def check_against_torch(num_envs=1024, n_steps=40, seed=0, device='cpu'):
