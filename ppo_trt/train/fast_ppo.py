@@ -577,22 +577,6 @@ class Report:
     updates: int = 0         # updates of the call so far
     solved: dict | None = None
 
-    def evaluation(self, st, steps):
-        "Evaluate the agent now, log and say it; True when it reached the target."
-        started = time.perf_counter()
-        evaluated = self.evaluate()
-        self.eval_s += time.perf_counter() - started
-        wall = time.perf_counter() - self.start
-        self.log.append(dict(timesteps=steps, mean_return=float(evaluated.mean()), std_return=float(evaluated.std()),
-                             mean_ep_length=float('nan'), wall_s=wall, steps_per_s=steps / (wall - self.eval_s),
-                             train_episode_return=st.stats.mean_and_reset()))  # steps/s: evaluations excluded
-        extra = self.describe() if self.describe else ''
-        self.say(f'{steps:,} steps: evaluated return {self.log[-1]["mean_return"]:.1f} over {self.episodes} episodes '
-                 f'({self.log[-1]["steps_per_s"]:,.0f} steps/s{extra})')
-        st.timer.lap('evaluation')
-        if self.target_return is not None and evaluated.mean() >= self.target_return: self.solved = self.log[-1]
-        return self.solved is not None
-
     def after_update(self, st, k, n):
         "After update `k` of this phase's `n`: a progress line, or an evaluation; True when the target is reached."
         self.updates += 1
@@ -604,6 +588,24 @@ class Report:
             self.say(f'{steps:,} of {self.total_steps:,} steps ({steps / self.total_steps:.0%}), '
                      f'{steps / (wall - self.eval_s):,.0f} steps/s')
         return False
+
+# %% ../../nbs/65_fast_ppo.ipynb #1d822c2c
+@patch
+def evaluation(self: Report, st, steps):
+    "Evaluate the agent now, log and say it; True when it reached the target."
+    started = time.perf_counter()
+    evaluated = self.evaluate()
+    self.eval_s += time.perf_counter() - started
+    wall = time.perf_counter() - self.start
+    self.log.append(dict(timesteps=steps, mean_return=float(evaluated.mean()), std_return=float(evaluated.std()),
+                         mean_ep_length=float('nan'), wall_s=wall, steps_per_s=steps / (wall - self.eval_s),
+                         train_episode_return=st.stats.mean_and_reset()))  # steps/s: evaluations excluded
+    extra = self.describe() if self.describe else ''
+    self.say(f'{steps:,} steps: evaluated return {self.log[-1]["mean_return"]:.1f} over {self.episodes} episodes '
+             f'({self.log[-1]["steps_per_s"]:,.0f} steps/s{extra})')
+    st.timer.lap('evaluation')
+    if self.target_return is not None and evaluated.mean() >= self.target_return: self.solved = self.log[-1]
+    return self.solved is not None
 
 # %% ../../nbs/65_fast_ppo.ipynb #b54d4bb6
 def ppo_updates(st, num_updates, report):

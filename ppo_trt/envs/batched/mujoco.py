@@ -5,6 +5,7 @@
 # %% ../../../nbs/14_batched_mujoco.ipynb #2677c841
 from __future__ import annotations
 import numpy as np
+from fastcore.basics import patch
 from ...core.files import BadInputError
 from ..specs import env_spec, env_ids
 from ..gym import make_env, check_randomize, check_history, Randomized
@@ -160,18 +161,6 @@ class BatchDisturbances(BatchWrapper):
         self.clean_obs = None  # the last observation before noise (a privileged critic may see it)
         self._resample(torch.ones(n, dtype=torch.bool, device=device))
 
-    def episode_params(self):
-        "Each env's noise sigma and delay of its current episode, [num_envs, len(param_names)] (no host sync)."
-        import torch
-        draws = dict(noise=self.sigma, delay=self.delay)
-        return torch.stack([draws[k].float() for k in self.param_names], 1)
-
-    def set_ranges(self, ranges, redraw=False):
-        "Draw from `ranges` from now on (a curriculum's); `redraw`: every env at once, else at its episode's end."
-        import torch
-        self.ranges.update({k: v for k, v in ranges.items() if k in self.ranges})
-        if redraw: self._resample(torch.ones(self.env.num_envs, dtype=torch.bool, device=self.sigma.device))
-
     def _resample(self, envs):
         "New noise σ and delay for the envs in mask `envs`; their action queues emptied. No host sync."
         import torch
@@ -205,6 +194,22 @@ class BatchDisturbances(BatchWrapper):
         self.clean_obs = obs
         return self._noisy(obs), reward, terminated, truncated, info
 
+# %% ../../../nbs/14_batched_mujoco.ipynb #3ccd31ed
+@patch
+def episode_params(self: BatchDisturbances):
+    "Each env's noise sigma and delay of its current episode, [num_envs, len(param_names)] (no host sync)."
+    import torch
+    draws = dict(noise=self.sigma, delay=self.delay)
+    return torch.stack([draws[k].float() for k in self.param_names], 1)
+
+# %% ../../../nbs/14_batched_mujoco.ipynb #87caabbb
+@patch
+def set_ranges(self: BatchDisturbances, ranges, redraw=False):
+    "Draw from `ranges` from now on (a curriculum's); `redraw`: every env at once, else at its episode's end."
+    import torch
+    self.ranges.update({k: v for k, v in ranges.items() if k in self.ranges})
+    if redraw: self._resample(torch.ones(self.env.num_envs, dtype=torch.bool, device=self.sigma.device))
+
 # %% ../../../nbs/14_batched_mujoco.ipynb #d94aced8
 class GymnasiumBatched(Batched):
     "`num_envs` gymnasium envs (`Randomized` by `ranges`) in a same-step auto-reset `SyncVectorEnv`, torch tensors."
@@ -223,15 +228,6 @@ class GymnasiumBatched(Batched):
         self.action_low, self.action_high = space.low.astype(np.float32), space.high.astype(np.float32)
         self.param_names = [*(ranges or {})] + (['push_step'] if 'push' in (ranges or {}) else [])
 
-    def episode_params(self):
-        "Each env's draws for its current episode (`Randomized.params`), [num_envs, len(param_names)]."
-        import torch
-        return torch.tensor([[e.params[k] for k in self.param_names] for e in self.vec.envs], dtype=torch.float32)
-
-    def set_ranges(self, ranges, redraw=False):
-        "Draw from `ranges` from each env's next episode on (`redraw` needs the `reset` that follows)."
-        for e in self.vec.envs: e.ranges.update({k: v for k, v in ranges.items() if k in e.ranges})
-
     def reset(self, seed=None):
         "Reset every env (env i seeded `seed + i`); the first observations [num_envs, obs_dim]."
         import torch
@@ -248,6 +244,18 @@ class GymnasiumBatched(Batched):
         t = lambda x: torch.from_numpy(np.asarray(x, np.float32) if x.dtype != bool else x)
         return t(obs), t(reward), t(terminated), t(truncated), dict(final_obs=t(final), done=t(done))
 
+# %% ../../../nbs/14_batched_mujoco.ipynb #7d53a83e
+@patch
+def episode_params(self: GymnasiumBatched):
+    "Each env's draws for its current episode (`Randomized.params`), [num_envs, len(param_names)]."
+    import torch
+    return torch.tensor([[e.params[k] for k in self.param_names] for e in self.vec.envs], dtype=torch.float32)
+
+# %% ../../../nbs/14_batched_mujoco.ipynb #9847bad9
+@patch
+def set_ranges(self: GymnasiumBatched, ranges, redraw=False):
+    "Draw from `ranges` from each env's next episode on (`redraw` needs the `reset` that follows)."
+    for e in self.vec.envs: e.ranges.update({k: v for k, v in ranges.items() if k in e.ranges})
 
 # %% ../../../nbs/14_batched_mujoco.ipynb #66a74bbc
 from ..gym import PUSH_DURATION
@@ -364,13 +372,6 @@ class MujocoBatched(Batched):
             if 'push' in p: self.push_step[i], self.push_force[i] = p['push_step'], p['push']
         self.t[ids] = 0
 
-    def reset_float64(self, seed=None):
-        "Reset every env (env i seeded `seed + i`, as `GymnasiumBatched`); the first observations, float64."
-        seed = self.seed if seed is None else seed
-        for i, d in enumerate(self.draws): d.reseed(seed + i)
-        self._start(np.arange(self.num_envs))
-        return hopper_obs(self.hopper, self.qpos, self.qvel)
-
     def step_float64(self, actions):
         "Step every env: (obs, reward, terminated, truncated, final_obs), float64; finished envs restart."
         a = check_actions(actions, self.num_envs, self.act_dim)
@@ -398,15 +399,6 @@ class MujocoBatched(Batched):
         import torch
         return torch.from_numpy(self.reset_float64(seed).astype(np.float32))
 
-    def episode_params(self):
-        "Each env's model draws (mass, friction, push) for its current episode, [num_envs, len(param_names)]."
-        import torch
-        return torch.from_numpy(self.param_values.copy())
-
-    def set_ranges(self, ranges, redraw=False):
-        "Draw from `ranges` from each env's next episode on (`redraw` needs the `reset` that follows)."
-        self.ranges.update({k: v for k, v in ranges.items() if k in self.ranges})  # the dict the draws read
-
     def step(self, actions, check=True):
         "Step every env: (obs, reward, terminated, truncated, info{'final_obs', 'done'}); finished envs restart."
         import torch  # actions are always checked (in step_float64): a microsecond beside 16 MuJoCo steps
@@ -414,6 +406,28 @@ class MujocoBatched(Batched):
         t = lambda x: torch.from_numpy(x.astype(np.float32))
         return (t(obs), t(reward), torch.from_numpy(terminated), torch.from_numpy(truncated),
                 dict(final_obs=t(final), done=torch.from_numpy(terminated | truncated)))
+
+# %% ../../../nbs/14_batched_mujoco.ipynb #6e3ef3f7
+@patch
+def reset_float64(self: MujocoBatched, seed=None):
+    "Reset every env (env i seeded `seed + i`, as `GymnasiumBatched`); the first observations, float64."
+    seed = self.seed if seed is None else seed
+    for i, d in enumerate(self.draws): d.reseed(seed + i)
+    self._start(np.arange(self.num_envs))
+    return hopper_obs(self.hopper, self.qpos, self.qvel)
+
+# %% ../../../nbs/14_batched_mujoco.ipynb #c1133919
+@patch
+def episode_params(self: MujocoBatched):
+    "Each env's model draws (mass, friction, push) for its current episode, [num_envs, len(param_names)]."
+    import torch
+    return torch.from_numpy(self.param_values.copy())
+
+# %% ../../../nbs/14_batched_mujoco.ipynb #116a34ca
+@patch
+def set_ranges(self: MujocoBatched, ranges, redraw=False):
+    "Draw from `ranges` from each env's next episode on (`redraw` needs the `reset` that follows)."
+    self.ranges.update({k: v for k, v in ranges.items() if k in self.ranges})  # the dict the draws read
 
 # %% ../../../nbs/14_batched_mujoco.ipynb #e64baa56
 def mujoco_batched_trajectories(env_id='Hopper-v4', ranges=None, num_envs=8, steps=300, seed=0, pid_envs=0):
@@ -554,9 +568,6 @@ def set_env_ranges(env, ranges, redraw=False):
     "Give every layer of a batched env that draws (`env_layers`) the ranges `ranges` (see `BatchDisturbances.set_ranges`)."
     for layer in env_layers(env):
         layer.set_ranges(ranges, redraw)  # a layer that draws nothing ignores them (`Batched.set_ranges`)
-
-# %% ../../../nbs/14_batched_mujoco.ipynb #5afea1e1
-from fastcore.basics import patch
 
 # %% ../../../nbs/14_batched_mujoco.ipynb #10c12687
 def _signed(value, drawn):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math, time
 from abc import ABC, abstractmethod
 import numpy as np
+from fastcore.basics import patch
 from ...core.files import BadInputError, save_json, error_line
 from ...core.machine import cpu_model
 from ..specs import env_spec, env_ids
@@ -36,7 +37,7 @@ def resolve_device(device):
         raise BadInputError(f'device type {dev.type!r} is not supported; use cpu or cuda')
     return dev
 
-# %% ../../../nbs/13_batched_envs.ipynb #2bf21d79
+# %% ../../../nbs/13_batched_envs.ipynb #a407606e
 class Batched(ABC):
     "The contract of a batched env or a layer over one: `num_envs` envs on `device`, torch tensors in and out."
     SIZES = ('env_id', 'num_envs', 'device', 'obs_dim', 'act_dim', 'discrete_actions', 'action_low', 'action_high',
@@ -65,7 +66,7 @@ class Batched(ABC):
         "Set draw `knob` of the current episodes of envs `ids` to `value`; False where this layer does not draw it."
         return False
 
-# %% ../../../nbs/13_batched_envs.ipynb #e4ee9beb
+# %% ../../../nbs/13_batched_envs.ipynb #ee3e8c80
 class BatchWrapper(Batched):
     "A layer over the batched env `env`: the sizes of the contract are the env's unless the layer sets its own."
     def __init__(self, env):
@@ -97,37 +98,7 @@ class BatchedEnv(Batched):
         self.state = self._sample_state(self.num_envs)
         self.steps.zero_()
         return self.obs()
-    def set_state(self, state):
-        "Set the raw state [N, state_dim] (e.g. copied from gymnasium envs) and zero the step counters."
-        state = self._torch.as_tensor(state, dtype=self.dtype, device=self.device)
-        if state.shape != self.state.shape:
-            raise BadInputError(f'state must have shape {tuple(self.state.shape)}, got {tuple(state.shape)}')
-        self.state = state.clone(); self.steps.zero_()
-        return self.obs()
     def obs(self): return self._observe(self.state)
-    def check_actions(self, actions):
-        "`actions` if they fit this env's action tensor contract, else a clear error naming the fix."
-        t = self._torch
-        if not isinstance(actions, t.Tensor):
-            raise BadInputError(f'actions must be a torch tensor on {self.device}, got {type(actions).__name__}; '
-                                'use torch.as_tensor(a, device=...)')
-        if actions.device != self.device:
-            raise BadInputError(f'actions are on {actions.device} but the envs are on {self.device}; '
-                                f'move them with .to({str(self.device)!r})')
-        if self.discrete_actions:
-            if actions.shape != (self.num_envs,):
-                raise BadInputError(f'actions must have shape ({self.num_envs},) (one index per env), '
-                                    f'got {tuple(actions.shape)}')
-            if actions.dtype not in (t.int64, t.int32, t.int16, t.int8, t.uint8, t.bool):
-                raise BadInputError(f'{self.env_id} takes integer action indices in [0, {self.discrete_actions}), '
-                                    f'got dtype {actions.dtype}')
-        else:
-            if actions.shape != (self.num_envs, self.act_dim):
-                raise BadInputError(f'actions must have shape ({self.num_envs}, {self.act_dim}), '
-                                    f'got {tuple(actions.shape)}')
-            if not actions.is_floating_point():
-                raise BadInputError(f'{self.env_id} takes float actions, got dtype {actions.dtype}')
-        return actions
     def step(self, actions, check=True):
         "Step every env: (obs, reward, terminated, truncated, info) as tensors; finished envs reset in the same call."
         if check: self.check_actions(actions)
@@ -154,6 +125,42 @@ class BatchedEnv(Batched):
         return self._uniform((self.num_envs, self.act_dim), self.action_low, self.action_high)
     def __repr__(self):
         return f'{type(self).__name__}(num_envs={self.num_envs}, device={self.device}, dtype={self.dtype})'
+
+# %% ../../../nbs/13_batched_envs.ipynb #c324a4bb
+@patch
+def set_state(self: BatchedEnv, state):
+    "Set the raw state [N, state_dim] (e.g. copied from gymnasium envs) and zero the step counters."
+    state = self._torch.as_tensor(state, dtype=self.dtype, device=self.device)
+    if state.shape != self.state.shape:
+        raise BadInputError(f'state must have shape {tuple(self.state.shape)}, got {tuple(state.shape)}')
+    self.state = state.clone(); self.steps.zero_()
+    return self.obs()
+
+# %% ../../../nbs/13_batched_envs.ipynb #b248ac80
+@patch
+def check_actions(self: BatchedEnv, actions):
+    "`actions` if they fit this env's action tensor contract, else a clear error naming the fix."
+    t = self._torch
+    if not isinstance(actions, t.Tensor):
+        raise BadInputError(f'actions must be a torch tensor on {self.device}, got {type(actions).__name__}; '
+                            'use torch.as_tensor(a, device=...)')
+    if actions.device != self.device:
+        raise BadInputError(f'actions are on {actions.device} but the envs are on {self.device}; '
+                            f'move them with .to({str(self.device)!r})')
+    if self.discrete_actions:
+        if actions.shape != (self.num_envs,):
+            raise BadInputError(f'actions must have shape ({self.num_envs},) (one index per env), '
+                                f'got {tuple(actions.shape)}')
+        if actions.dtype not in (t.int64, t.int32, t.int16, t.int8, t.uint8, t.bool):
+            raise BadInputError(f'{self.env_id} takes integer action indices in [0, {self.discrete_actions}), '
+                                f'got dtype {actions.dtype}')
+    else:
+        if actions.shape != (self.num_envs, self.act_dim):
+            raise BadInputError(f'actions must have shape ({self.num_envs}, {self.act_dim}), '
+                                f'got {tuple(actions.shape)}')
+        if not actions.is_floating_point():
+            raise BadInputError(f'{self.env_id} takes float actions, got dtype {actions.dtype}')
+    return actions
 
 # %% ../../../nbs/13_batched_envs.ipynb #d82c13b9
 class CartPole(BatchedEnv):
