@@ -8,7 +8,8 @@ import argparse, sys
 def main(argv=None):
     "Run the levels, print the table; exit 0 (failed points are findings, kept in the record's `errors`)."
     from ppo_trt.envs.batched.torch import resolve_device
-    from ppo_trt.throughput.env_bench import EnvBench, env_bench, train_level_sizes, print_throughput, TRAIN_LEVEL_MAX_ENVS
+    from ppo_trt.throughput.env_bench import (EnvBench, env_bench, train_level_sizes, print_throughput,
+                                              TRAIN_LEVEL_MAX_ENVS)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--env-id', default='CartPole-v1')
     p.add_argument('--device', default='cuda')

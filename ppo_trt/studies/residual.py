@@ -33,7 +33,7 @@ class ResidualStudy:
 
 # %% ../../nbs/71_residual_study.ipynb #e3960501
 def residual_study(out_dir, study=None, progress=True, record_dir=None):
-    "Train pure/expert+residual PPO alike (`study`) in `out_dir`; return curves, expert return, saved in `record_dir`/`out_dir`."
+    "Train pure and expert+residual PPO alike (`study`) in `out_dir`; curves and expert return, saved in `record_dir`."
     st = study or ResidualStudy()
     env_id, expert, residual_scale, seed, preset_name = st.env_id, st.expert, st.residual_scale, st.seed, st.preset_name
     ex = make_expert(expert, env_id)  # an env without the expert (no PID preset): refused before a folder is made

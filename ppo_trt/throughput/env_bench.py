@@ -61,7 +61,7 @@ class EnvBench:
 
 # %% ../../nbs/68_env_bench.ipynb #3874c3c3
 def env_throughput(settings=None, progress=True):
-    "Steps/s per num_envs of `settings` (`EnvBench`): env only, env + MLP inference (on a GPU also one Triton kernel), gymnasium's."
+    "Steps/s per num_envs of `settings`: env, env + MLP inference (a GPU: also one Triton kernel), gymnasium's."
     import torch
     b = settings or EnvBench()
     env_id, steps, repeats, hidden = b.env_id, b.steps, b.repeats, b.hidden
@@ -90,7 +90,7 @@ def env_throughput(settings=None, progress=True):
                              steps_per_s=_timed(lambda: device_rollout(env, tp, steps, step_fn=step),
                                                 steps, n, dev, repeats)))
         for kind in b.gym_baselines:
-            if n <= (b.async_max_envs if kind == 'async' else b.gym_max_envs):  # AsyncVectorEnv runs one process per env
+            if n <= (b.async_max_envs if kind == 'async' else b.gym_max_envs):  # Async: one process per env
                 rows.append(dict(env_id=env_id, num_envs=n, device='cpu', level='env',
                                  impl=f'gymnasium {kind.capitalize()}VectorEnv',
                                  steps_per_s=gym_vector_throughput(env_id, n, max(10, min(steps, 20_000 // n)), kind)))
@@ -120,7 +120,7 @@ def train_level_sizes(num_envs, cap=TRAIN_LEVEL_MAX_ENVS):
 
 # %% ../../nbs/68_env_bench.ipynb #93994a18
 def env_bench(out, settings=None, levels=(), say=None):
-    "`env_throughput` of `settings` per num_envs, then each (name, fn(sizes) -> rows, sizes) of `levels`; `out` saved after each."
+    "`env_throughput` of `settings` per num_envs, then each (name, fn(sizes) -> rows, sizes) of `levels`; saved each."
     import torch
     b = settings or EnvBench()
     env_id, dev, say = b.env_id, resolve_device(b.device), say or (lambda msg: None)

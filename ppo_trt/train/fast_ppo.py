@@ -527,7 +527,7 @@ class ADRDraws(BatchWrapper):
 
 # %% ../../nbs/65_fast_ppo.ipynb #41c0d84f
 def check_curriculum(env, ranges, curriculum):
-    "The rule of a curriculum in `env` (an id or its `EnvSpec`): None (off), a threshold return (True: the spec's), or an `ADR`."
+    "The rule of a curriculum in `env` (id or `EnvSpec`): None (off), a threshold return (True: the spec's), an `ADR`."
     if curriculum is None or curriculum is False: return None
     if not ranges:
         raise BadInputError('a curriculum widens the randomization ranges, and there are none: '
@@ -589,7 +589,7 @@ class Report:
                      f'{steps / (wall - self.eval_s):,.0f} steps/s')
         return False
 
-# %% ../../nbs/65_fast_ppo.ipynb #1d822c2c
+# %% ../../nbs/65_fast_ppo.ipynb #2f79bb91
 @patch
 def evaluation(self: Report, st, steps):
     "Evaluate the agent now, log and say it; True when it reached the target."
@@ -732,7 +732,8 @@ def train_env(p, num_threads=None):
     env_id, s, seed = p.spec.env_id, p.settings, p.config.seed
     if p.spec.batched:
         env = make_batched(env_id, s.num_envs, p.device, seed)
-        return (BatchDisturbances(env, p.ranges, seed) if p.ranges else env), f'ppo_trt.envs.batched.torch on {env.device}'
+        env = BatchDisturbances(env, p.ranges, seed) if p.ranges else env
+        return env, f'ppo_trt.envs.batched.torch on {env.device}'
     if p.device.type != 'cpu':
         raise BadInputError(f'{env_id} trains on MuJoCo envs stepped on the CPU; use --device cpu')
     return batched_mujoco(env_id, s.num_envs, seed, p.ranges, num_threads)
@@ -898,7 +899,7 @@ def cli_train(run_dir, *args):
 
 # %% ../../nbs/65_fast_ppo.ipynb #8cbeca3d
 def train_throughput(env_id='CartPole-v1', num_envs=(32, 1024, 65536), device='cpu', updates=3, progress=True):
-    "The third level: env + inference + PPO training steps/s of `ppo_trt.train.fast_ppo` per num_envs (evaluations excluded)."
+    "The third level: env + inference + PPO training steps/s of `fast_train` per num_envs (evaluations excluded)."
     import dataclasses, tempfile
     base, rows = fast_preset(env_id)['settings'], []
     from rich.progress import track

@@ -194,7 +194,7 @@ class BatchDisturbances(BatchWrapper):
         self.clean_obs = obs
         return self._noisy(obs), reward, terminated, truncated, info
 
-# %% ../../../nbs/14_batched_mujoco.ipynb #3ccd31ed
+# %% ../../../nbs/14_batched_mujoco.ipynb #549f2e80
 @patch
 def episode_params(self: BatchDisturbances):
     "Each env's noise sigma and delay of its current episode, [num_envs, len(param_names)] (no host sync)."
@@ -202,7 +202,7 @@ def episode_params(self: BatchDisturbances):
     draws = dict(noise=self.sigma, delay=self.delay)
     return torch.stack([draws[k].float() for k in self.param_names], 1)
 
-# %% ../../../nbs/14_batched_mujoco.ipynb #87caabbb
+# %% ../../../nbs/14_batched_mujoco.ipynb #545f7f9f
 @patch
 def set_ranges(self: BatchDisturbances, ranges, redraw=False):
     "Draw from `ranges` from now on (a curriculum's); `redraw`: every env at once, else at its episode's end."
@@ -244,14 +244,14 @@ class GymnasiumBatched(Batched):
         t = lambda x: torch.from_numpy(np.asarray(x, np.float32) if x.dtype != bool else x)
         return t(obs), t(reward), t(terminated), t(truncated), dict(final_obs=t(final), done=t(done))
 
-# %% ../../../nbs/14_batched_mujoco.ipynb #7d53a83e
+# %% ../../../nbs/14_batched_mujoco.ipynb #a91db44c
 @patch
 def episode_params(self: GymnasiumBatched):
     "Each env's draws for its current episode (`Randomized.params`), [num_envs, len(param_names)]."
     import torch
     return torch.tensor([[e.params[k] for k in self.param_names] for e in self.vec.envs], dtype=torch.float32)
 
-# %% ../../../nbs/14_batched_mujoco.ipynb #9847bad9
+# %% ../../../nbs/14_batched_mujoco.ipynb #54284e51
 @patch
 def set_ranges(self: GymnasiumBatched, ranges, redraw=False):
     "Draw from `ranges` from each env's next episode on (`redraw` needs the `reset` that follows)."
@@ -407,7 +407,7 @@ class MujocoBatched(Batched):
         return (t(obs), t(reward), torch.from_numpy(terminated), torch.from_numpy(truncated),
                 dict(final_obs=t(final), done=torch.from_numpy(terminated | truncated)))
 
-# %% ../../../nbs/14_batched_mujoco.ipynb #6e3ef3f7
+# %% ../../../nbs/14_batched_mujoco.ipynb #3457aa9d
 @patch
 def reset_float64(self: MujocoBatched, seed=None):
     "Reset every env (env i seeded `seed + i`, as `GymnasiumBatched`); the first observations, float64."
@@ -416,14 +416,14 @@ def reset_float64(self: MujocoBatched, seed=None):
     self._start(np.arange(self.num_envs))
     return hopper_obs(self.hopper, self.qpos, self.qvel)
 
-# %% ../../../nbs/14_batched_mujoco.ipynb #c1133919
+# %% ../../../nbs/14_batched_mujoco.ipynb #b9bf777a
 @patch
 def episode_params(self: MujocoBatched):
     "Each env's model draws (mass, friction, push) for its current episode, [num_envs, len(param_names)]."
     import torch
     return torch.from_numpy(self.param_values.copy())
 
-# %% ../../../nbs/14_batched_mujoco.ipynb #116a34ca
+# %% ../../../nbs/14_batched_mujoco.ipynb #1601aeb3
 @patch
 def set_ranges(self: MujocoBatched, ranges, redraw=False):
     "Draw from `ranges` from each env's next episode on (`redraw` needs the `reset` that follows)."

@@ -126,7 +126,7 @@ class BatchedEnv(Batched):
     def __repr__(self):
         return f'{type(self).__name__}(num_envs={self.num_envs}, device={self.device}, dtype={self.dtype})'
 
-# %% ../../../nbs/13_batched_envs.ipynb #c324a4bb
+# %% ../../../nbs/13_batched_envs.ipynb #eae23ab9
 @patch
 def set_state(self: BatchedEnv, state):
     "Set the raw state [N, state_dim] (e.g. copied from gymnasium envs) and zero the step counters."
@@ -136,7 +136,7 @@ def set_state(self: BatchedEnv, state):
     self.state = state.clone(); self.steps.zero_()
     return self.obs()
 
-# %% ../../../nbs/13_batched_envs.ipynb #b248ac80
+# %% ../../../nbs/13_batched_envs.ipynb #c6ac106d
 @patch
 def check_actions(self: BatchedEnv, actions):
     "`actions` if they fit this env's action tensor contract, else a clear error naming the fix."

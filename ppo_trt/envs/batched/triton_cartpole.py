@@ -37,7 +37,7 @@ if triton is not None:
     @triton.jit
     def cartpole_kernel(S, C, X, seed, n, n_steps, BLOCK: tl.constexpr, IO: tl.constexpr):
         "`n_steps` CartPole-v1 steps of BLOCK envs per program: state S [n, 4], counters C [2, n] (steps, episodes), X."
-        # X [n_steps, n] int8: the pushes read from it if IO & GIVEN (1), the done flags written into it if IO & RECORD (2)
+        # X [n_steps, n] int8: pushes read from it if IO & GIVEN (1), done flags written into it if IO & RECORD (2)
         i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         m = i < n
         x = tl.load(S + i * 4, mask=m, other=0.0)
