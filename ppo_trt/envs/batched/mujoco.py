@@ -359,41 +359,6 @@ class MujocoBatched(Batched):
         self.param_values = np.zeros((num_envs, len(self.param_names)), np.float32)  # `params` as an array
         self.reset_float64(seed)
 
-    def _start(self, ids):
-        "New episodes in envs `ids`: MuJoCo's reset, then each env's draws (model rows, push, start state)."
-        import mujoco
-        self.sims.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
-        for i in ids:
-            p, self.qpos[i], self.qvel[i] = self.draws[i].next()
-            self.params[i] = p
-            if self.param_names: self.param_values[i] = [p[k] for k in self.param_names]
-            if 'mass' in p: self.mass[i] = self.base_mass[i] * p['mass']  # from the base model: draws never compound
-            if 'friction' in p: self.friction[i, :, 0] = self.base_friction[i] * p['friction']
-            if 'push' in p: self.push_step[i], self.push_force[i] = p['push_step'], p['push']
-        self.t[ids] = 0
-
-    def step_float64(self, actions):
-        "Step every env: (obs, reward, terminated, truncated, final_obs), float64; finished envs restart."
-        a = check_actions(actions, self.num_envs, self.act_dim)
-        x_before = self.qpos[:, 0].copy()
-        self.ctrl[:] = a
-        if self.push_body is not None:  # Push: the force along x for PUSH_DURATION steps from push_step, else none
-            on = (self.push_step <= self.t) & (self.t < self.push_step + PUSH_DURATION)
-            self.xfrc[:, self.push_body, :3] = 0.0
-            self.xfrc[:, self.push_body, 0] = np.where(on, self.push_force, 0.0)
-        self.sims.step(nstep=self.hopper.frame_skip)
-        self.t += 1
-        obs, reward, terminated = hopper_outcome(self.hopper, x_before, self.qpos, self.qvel, a,
-                                                 MUJOCO_BATCHED_ENVS[self.env_id])
-        truncated = self.t >= self.max_episode_steps
-        done, next_obs = terminated | truncated, obs
-        if done.any():
-            ids = np.flatnonzero(done)
-            self._start(ids)
-            next_obs = obs.copy()
-            next_obs[ids] = hopper_obs(self.hopper, self.qpos[ids], self.qvel[ids])
-        return next_obs, reward, terminated, truncated, obs
-
     def reset(self, seed=None):
         "Reset every env (env i seeded `seed + i`); the first observations [num_envs, obs_dim]."
         import torch
@@ -406,6 +371,45 @@ class MujocoBatched(Batched):
         t = lambda x: torch.from_numpy(x.astype(np.float32))
         return (t(obs), t(reward), torch.from_numpy(terminated), torch.from_numpy(truncated),
                 dict(final_obs=t(final), done=torch.from_numpy(terminated | truncated)))
+
+# %% ../../../nbs/14_batched_mujoco.ipynb #48d54ff4
+@patch
+def _start(self: MujocoBatched, ids):
+    "New episodes in envs `ids`: MuJoCo's reset, then each env's draws (model rows, push, start state)."
+    import mujoco
+    self.sims.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
+    for i in ids:
+        p, self.qpos[i], self.qvel[i] = self.draws[i].next()
+        self.params[i] = p
+        if self.param_names: self.param_values[i] = [p[k] for k in self.param_names]
+        if 'mass' in p: self.mass[i] = self.base_mass[i] * p['mass']  # from the base model: draws never compound
+        if 'friction' in p: self.friction[i, :, 0] = self.base_friction[i] * p['friction']
+        if 'push' in p: self.push_step[i], self.push_force[i] = p['push_step'], p['push']
+    self.t[ids] = 0
+
+# %% ../../../nbs/14_batched_mujoco.ipynb #d957eabd
+@patch
+def step_float64(self: MujocoBatched, actions):
+    "Step every env: (obs, reward, terminated, truncated, final_obs), float64; finished envs restart."
+    a = check_actions(actions, self.num_envs, self.act_dim)
+    x_before = self.qpos[:, 0].copy()
+    self.ctrl[:] = a
+    if self.push_body is not None:  # Push: the force along x for PUSH_DURATION steps from push_step, else none
+        on = (self.push_step <= self.t) & (self.t < self.push_step + PUSH_DURATION)
+        self.xfrc[:, self.push_body, :3] = 0.0
+        self.xfrc[:, self.push_body, 0] = np.where(on, self.push_force, 0.0)
+    self.sims.step(nstep=self.hopper.frame_skip)
+    self.t += 1
+    obs, reward, terminated = hopper_outcome(self.hopper, x_before, self.qpos, self.qvel, a,
+                                             MUJOCO_BATCHED_ENVS[self.env_id])
+    truncated = self.t >= self.max_episode_steps
+    done, next_obs = terminated | truncated, obs
+    if done.any():
+        ids = np.flatnonzero(done)
+        self._start(ids)
+        next_obs = obs.copy()
+        next_obs[ids] = hopper_obs(self.hopper, self.qpos[ids], self.qvel[ids])
+    return next_obs, reward, terminated, truncated, obs
 
 # %% ../../../nbs/14_batched_mujoco.ipynb #3457aa9d
 @patch
