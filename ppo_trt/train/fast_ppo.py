@@ -174,9 +174,9 @@ def first_episode_returns(agent, norm, env, seed=None):
     return ret.cpu().numpy()
 
 # %% ../../nbs/65_fast_ppo.ipynb #4b1deb6b
-def greedy_returns(agent, norm, env_id, episodes=32, device='cpu', seed=10_000, history=0):
-    "Deterministic returns of `episodes` first episodes in the spec's batched tensor env (one each)."
-    env = make_batched(env_id, episodes, device, seed)
+def greedy_returns(agent, norm, env, episodes=32, device='cpu', seed=10_000, history=0):
+    "Deterministic returns of `episodes` first episodes in the batched tensor env of `env` (an id or its spec)."
+    env = make_batched(env, episodes, device, seed)
     return first_episode_returns(agent, norm, BatchActionHistory(env, history) if history else env, seed)
 
 # %% ../../nbs/65_fast_ppo.ipynb #a6d503c8
@@ -201,7 +201,7 @@ def gym_returns(agent, norm, env_id, episodes=5, seed=0, history=0):
 def eval_returns(agent, norm, env, episodes, seed, device='cpu', pool_threads=None, history=0):
     "Deterministic returns in `env` (an id or its `EnvSpec`): its batched tensors, MuJoCo's batch, else gymnasium."
     spec = env if isinstance(env, EnvSpec) else env_spec(env)
-    if spec.batched: return greedy_returns(agent, norm, spec.env_id, episodes, device, seed, history)
+    if spec.batched: return greedy_returns(agent, norm, spec, episodes, device, seed, history)
     if pool_threads:  # the trainer's MuJoCo stepper, tested equal to gymnasium step by step (14_batched_mujoco)
         env = batched_mujoco(spec.env_id, episodes, seed, None, min(pool_threads, episodes))[0]
         return first_episode_returns(agent, norm, BatchActionHistory(env, history) if history else env)
@@ -731,7 +731,7 @@ def train_env(p, num_threads=None):
     "(batched training env, what steps it) of plan `p`: the spec's batched tensors, else MuJoCo on the CPU."
     env_id, s, seed = p.spec.env_id, p.settings, p.config.seed
     if p.spec.batched:
-        env = make_batched(env_id, s.num_envs, p.device, seed)
+        env = make_batched(p.spec, s.num_envs, p.device, seed)
         env = BatchDisturbances(env, p.ranges, seed) if p.ranges else env
         return env, f'ppo_trt.envs.batched.torch on {env.device}'
     if p.device.type != 'cpu':

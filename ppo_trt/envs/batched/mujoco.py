@@ -372,7 +372,7 @@ class MujocoBatched(Batched):
         return (t(obs), t(reward), torch.from_numpy(terminated), torch.from_numpy(truncated),
                 dict(final_obs=t(final), done=torch.from_numpy(terminated | truncated)))
 
-# %% ../../../nbs/14_batched_mujoco.ipynb #48d54ff4
+# %% ../../../nbs/14_batched_mujoco.ipynb #9da7667e
 @patch
 def _start(self: MujocoBatched, ids):
     "New episodes in envs `ids`: MuJoCo's reset, then each env's draws (model rows, push, start state)."
@@ -387,7 +387,7 @@ def _start(self: MujocoBatched, ids):
         if 'push' in p: self.push_step[i], self.push_force[i] = p['push_step'], p['push']
     self.t[ids] = 0
 
-# %% ../../../nbs/14_batched_mujoco.ipynb #d957eabd
+# %% ../../../nbs/14_batched_mujoco.ipynb #9e8c9ec9
 @patch
 def step_float64(self: MujocoBatched, actions):
     "Step every env: (obs, reward, terminated, truncated, final_obs), float64; finished envs restart."

@@ -10,7 +10,7 @@ import numpy as np
 from fastcore.basics import patch
 from ...core.files import BadInputError, save_json, error_line
 from ...core.machine import cpu_model
-from ..specs import env_spec, env_ids
+from ..specs import env_spec, env_ids, EnvSpec
 
 # %% auto #0
 __all__ = ['SYNC_OPS', 'resolve_device', 'Batched', 'BatchWrapper', 'BatchedEnv', 'CartPole', 'Pendulum', 'MountainCarContinuous',
@@ -235,11 +235,12 @@ def torch_envs():
     "{class name: class} of the batched torch envs (an env spec's `batched` names one)."
     return {c.__name__: c for c in (CartPole, Pendulum, MountainCarContinuous)}
 
-def make_batched(env_id, num_envs, device='cpu', seed=0, dtype='float32'):
-    "`num_envs` copies of `env_id` as tensors on `device`: the `BatchedEnv` class its spec names."
-    name = env_spec(env_id).batched
+def make_batched(env, num_envs, device='cpu', seed=0, dtype='float32'):
+    "`num_envs` copies of `env` (an id or its `EnvSpec`) as tensors on `device`: the class its spec names."
+    spec = env if isinstance(env, EnvSpec) else env_spec(env)
+    name = spec.batched
     if name is None:
-        raise BadInputError(f'no batched version of {env_id}; batched envs: {", ".join(env_ids("batched"))}')
+        raise BadInputError(f'no batched version of {spec.env_id}; batched envs: {", ".join(env_ids("batched"))}')
     return torch_envs()[name](num_envs, device, seed, dtype)
 
 # %% ../../../nbs/13_batched_envs.ipynb #4d17ad02
