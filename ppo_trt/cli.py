@@ -44,7 +44,7 @@ def _add_env(p, default=None, what='the env of the run folder\'s policy: a diffe
 # %% ../nbs/90_cli.ipynb #ef0a1bc1
 def _fast_config_class():
     "`FastTrainConfig`, from the one place cli.py imports it (the fast trainer's module)."
-    from ppo_trt.throughput.fast_ppo import FastTrainConfig
+    from ppo_trt.train.fast_ppo import FastTrainConfig
     return FastTrainConfig
 
 # %% ../nbs/90_cli.ipynb #a0a6e1b1
@@ -68,7 +68,7 @@ def _add_train(p):
     p.add_argument('--teacher-student', action='store_true',
                    help='--fast with --randomize: a privileged teacher (with --adr: ADR ranges), a student with '
                         '--history K (default 3) distilled from it and fine-tuned; the student is deployed')
-    p.add_argument('--fast', action='store_true', help='batched PPO (ppo_trt.throughput.fast_ppo): torch envs (CartPole-v1, '
+    p.add_argument('--fast', action='store_true', help='batched PPO (ppo_trt.train.fast_ppo): torch envs (CartPole-v1, '
                    'Pendulum-v1, MountainCarContinuous-v0) or MuJoCo on EnvPool (Hopper-v4, Walker2d-v4, ...)')
     p.add_argument('--env-threads', type=number(int, 1, 1024), default=None,
                    help='--fast on MuJoCo: EnvPool threads stepping the envs (default: one per core not busy)')
@@ -370,7 +370,7 @@ def _check_fast_flags(a):
 def _train_residual(run_dir, c, force):
     "A residual on `c.expert`: `train_residual` wraps the env and calls `train` back with the residual settings."
     from dataclasses import fields
-    from ppo_trt.studies.residual import train_residual
+    from ppo_trt.train.residual import train_residual
     own = ('env_id', 'expert', 'residual_scale', 'append_expert_obs', 'zero_init', 'residual', 'wrap_env',
            'init_model', 'spec')
     rest = {f.name: getattr(c, f.name) for f in fields(c) if f.name not in own}
@@ -409,15 +409,15 @@ def _profile_line(profile):
 def _curriculum(a):
     "fast_train's `curriculum` from the flags: ADR, a threshold, the spec's threshold, or none."
     if a.adr:
-        from ppo_trt.throughput.fast_ppo import ADR
+        from ppo_trt.train.fast_ppo import ADR
         return ADR()
     return a.curriculum_return if a.curriculum_return is not None else a.curriculum or None
 
 # %% ../nbs/90_cli.ipynb #33545d7f
 def _train_teacher_student(a, env_id, rd):
     "`train --fast --teacher-student`: the teacher_student trainer, its flags checked; the student's summary."
-    from ppo_trt.throughput.teacher_student import teacher_student_train, TeacherStudent
-    from ppo_trt.throughput.fast_ppo import ADR
+    from ppo_trt.train.teacher_student import teacher_student_train, TeacherStudent
+    from ppo_trt.train.fast_ppo import ADR
     other = [f for f, v in (('--expert', a.expert), ('--privileged-critic', a.privileged_critic),
                             ('--curriculum', a.curriculum or a.curriculum_return is not None),
                             ('--num-envs', a.num_envs), ('--compile', a.compile), ('--cudagraphs', a.cudagraphs)) if v]
@@ -426,8 +426,8 @@ def _train_teacher_student(a, env_id, rd):
                             f'{", ".join(other) or "--device"}')
     ts = TeacherStudent(history=a.history or 3, adr=ADR() if a.adr else None)
     _say(f'teacher-student on {env_id} (student history {ts.history}, ADR {"on" if ts.adr else "off"}) into {rd}')
-    r = teacher_student_train(rd, env_id, a.timesteps, a.seed, a.randomize, ts, num_threads=a.env_threads,
-                              torch_threads=a.torch_threads, progress=True, force=a.force)
+    r = teacher_student_train(rd, None, ts, a.force, env_id=env_id, timesteps=a.timesteps, seed=a.seed,
+                              randomize=a.randomize, num_threads=a.env_threads, torch_threads=a.torch_threads)
     gap = r.teacher_student['returns']
     _say(f"{r.timesteps:,} steps in {r.wall_s:.1f} s ({r.steps_per_s:,.0f} steps/s); student's return on "
          f"{r.final_eval_episodes} held-out episodes {r.final_eval_mean:.1f} ± {r.final_eval_std:.1f}; in the full "
@@ -456,7 +456,7 @@ FAST_FROM_FLAGS = ('timesteps', 'seed', 'expert', 'residual_scale', 'compile', '
 
 def _train_fast(a):
     import dataclasses
-    from ppo_trt.throughput.fast_ppo import fast_train, fast_preset
+    from ppo_trt.train.fast_ppo import fast_train, fast_preset
     env_id, device, rd = _env_id(a), a.device or 'cpu', _run_dir(a)
     st = fast_preset(env_id)['settings']
     if a.num_envs: st = dataclasses.replace(st, num_envs=a.num_envs)
@@ -691,13 +691,13 @@ def cmd_import(a):
 
 # %% ../nbs/90_cli.ipynb #e1b73633
 def cmd_residual_study(a):
-    from ppo_trt.studies.residual import residual_study, first_reaching
+    from ppo_trt.studies.residual import ResidualStudy, residual_study, first_reaching
     env_id, rd = _env_id(a), _run_dir(a)
     out = a.out or Path(rd)/'residual_study'
     _say(f'residual study on {env_id}: pure PPO and {a.expert} + residual, {a.timesteps or "preset"} steps each, '
          f'into {out}')
-    s = residual_study(out, env_id, a.expert, a.residual_scale, a.timesteps, a.seed, a.preset, a.eval_freq,
-                       a.eval_episodes, progress=True, record_dir=rd)
+    s = residual_study(out, ResidualStudy(env_id, a.expert, a.residual_scale, a.timesteps, a.seed, a.preset, a.eval_freq,
+                                          a.eval_episodes), progress=True, record_dir=rd)
     e = s.expert_return.mean
     for k, c in s.curves.items():
         f = s.final[k]
@@ -709,13 +709,15 @@ def cmd_residual_study(a):
 
 # %% ../nbs/90_cli.ipynb #5e0e4275
 def cmd_env_bench(a):
-    from ppo_trt.throughput.batched_envs import env_bench, train_level_sizes, print_throughput, resolve_device
-    from ppo_trt.throughput.fast_ppo import train_throughput
+    from ppo_trt.envs.batched.torch import resolve_device
+    from ppo_trt.throughput.env_bench import EnvBench, env_bench, train_level_sizes, print_throughput
+    from ppo_trt.train.fast_ppo import train_throughput
     from ppo_trt.envs.specs import env_spec
     env_spec(a.env_id)  # an id without a spec: one line, before anything is made
     dev, levels = resolve_device(a.device), []
     if a.env_id == 'CartPole-v1':  # the hand-written kernel's raw figure, on a GPU only
-        from ppo_trt.throughput.triton_cartpole import triton_throughput, TRITON_MISSING
+        from ppo_trt.envs.batched.triton_cartpole import TRITON_MISSING
+        from ppo_trt.throughput.env_bench import triton_throughput
         if dev.type != 'cuda': _say('Triton CartPole kernel skipped: it is timed on a CUDA GPU only (--device cuda)')
         elif TRITON_MISSING: _say(f'Triton CartPole kernel skipped: {TRITON_MISSING}')
         else: levels.append(('Triton CartPole kernel', lambda ns: triton_throughput(ns, dev), list(a.num_envs)))
@@ -724,7 +726,7 @@ def cmd_env_bench(a):
                        train_level_sizes(a.num_envs, a.train_max_envs)))
     rd = Path(_run_dir(a)); rd.mkdir(parents=True, exist_ok=True)
     out = rd/f'env_bench_{a.env_id}.json'
-    rec = env_bench(out, a.env_id, a.num_envs, dev, a.steps, compile=a.compile, gym_max_envs=a.gym_max_envs,
+    rec = env_bench(out, EnvBench(a.env_id, a.num_envs, dev, a.steps, compile=a.compile, gym_max_envs=a.gym_max_envs),
                     levels=levels, say=_say)  # saved after every point: a time-out keeps what was measured
     print_throughput(rec['rows'])
     _say(f'wrote {out}')

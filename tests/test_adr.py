@@ -5,9 +5,9 @@ import numpy as np, pytest, torch
 from ppo_trt.core.files import BadInputError, load_json
 from ppo_trt.envs.gym import parse_randomize, scale_ranges
 from ppo_trt.export.onnx import export, onnx_metadata
-from ppo_trt.throughput.envpool import (GymnasiumBatched, MujocoBatched, PrivilegedObs, TENSOR_RANDOMIZABLE,
+from ppo_trt.envs.batched.mujoco import (GymnasiumBatched, MujocoBatched, PrivilegedObs, TENSOR_RANDOMIZABLE,
                                         batched_mujoco, pin_draws)
-from ppo_trt.throughput.fast_ppo import ADR, ADRDraws, AdaptiveRanges, check_curriculum, fast_train
+from ppo_trt.train.fast_ppo import ADR, ADRDraws, AdaptiveRanges, check_curriculum, fast_train
 
 FULL = parse_randomize('all')
 

@@ -3,7 +3,7 @@ import numpy as np, pytest, torch
 from conftest import ppo_trt
 from ppo_trt.core.files import BadInputError, load_json
 from ppo_trt.envs.specs import env_ids
-from ppo_trt.throughput.batched_envs import make_batched, gym_trajectories, fused_step, count_sync_ops, device_rollout
+from ppo_trt.envs.batched.torch import make_batched, gym_trajectories, fused_step, count_sync_ops, device_rollout
 
 
 @pytest.mark.parametrize('env_id', env_ids('batched'))
@@ -49,7 +49,7 @@ def test_fast_train_cli_solves_cartpole(tmp_path):
     r = ppo_trt('train', '--fast', '--env-id', 'CartPole-v1', '--run-dir', tmp_path/'cp')
     assert r.returncode == 0, r.stderr[-2000:]
     rec = load_json(tmp_path/'cp'/'train.json')
-    assert rec['solved'] and rec['final_eval_mean'] >= 475 and rec['trainer'] == 'ppo_trt.throughput.fast_ppo'
+    assert rec['solved'] and rec['final_eval_mean'] >= 475 and rec['trainer'] == 'ppo_trt.train.fast_ppo'
     r = ppo_trt('export', '--run-dir', tmp_path/'cp')
     assert r.returncode == 2 and 'discrete actions' in r.stderr
 

@@ -53,7 +53,8 @@ def test_bench_records_kernel_only(gpu_run):
 
 
 def test_triton_cartpole_compiled_matches_torch():
-    from ppo_trt.throughput.triton_cartpole import check_against_torch, triton_throughput
+    from ppo_trt.envs.batched.triton_cartpole import check_against_torch
+    from ppo_trt.throughput.env_bench import triton_throughput
     r = check_against_torch(num_envs=4096, n_steps=30, seed=5, device='cuda')
     # the GPU's cos/sin and FMA contraction round differently from torch's kernels: allow the rare threshold crossing
     assert r['done_mismatches'] <= 4 and r['max_abs_state'] < 1e-4, r
@@ -62,7 +63,7 @@ def test_triton_cartpole_compiled_matches_torch():
 
 
 def test_device_rollout_never_synchronises():
-    from ppo_trt.throughput.batched_envs import make_batched, device_rollout
+    from ppo_trt.envs.batched.torch import make_batched, device_rollout
     env = make_batched('Pendulum-v1', 4096, 'cuda')
     mlp = torch.nn.Sequential(torch.nn.Linear(3, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1)).cuda()
     device_rollout(env, mlp, 5)  # allocations and lazy init outside the checked region
@@ -83,8 +84,8 @@ def test_fast_ppo_cudagraphs_solves_cartpole(tmp_path):
 
 def test_checked_step_takes_tensors_made_on_cuda():
     "resolve_device('cuda') carries the index (cuda:0) the tensors get: a checked step takes `device='cuda'` actions."
-    from ppo_trt.throughput.batched_envs import make_batched
-    from ppo_trt.throughput.triton_cartpole import TritonCartPole
+    from ppo_trt.envs.batched.torch import make_batched
+    from ppo_trt.envs.batched.triton_cartpole import TritonCartPole
     env = make_batched('CartPole-v1', 64, 'cuda')
     obs = env.step(torch.zeros(64, dtype=torch.int64, device='cuda'))[0]
     assert obs.device == env.device and obs.shape == (64, 4)

@@ -13,7 +13,7 @@ from ppo_trt.export.c_library import (write_c_library, build_and_test, compiler_
 from ppo_trt.measure.c_loop import c_loop, c_loop_missing
 from ppo_trt.export.onnx import export, onnx_metadata
 from ppo_trt.measure.evaluate import ControlLoop
-from ppo_trt.throughput.fast_ppo import fast_train
+from ppo_trt.train.fast_ppo import fast_train
 from ppo_trt.train.sb3 import train
 
 K = 2

@@ -1,6 +1,6 @@
 "MujocoBatched: Hopper randomized in mass, friction and push, stepped as one mujoco.batch, equal to gymnasium's."
 import numpy as np, pytest, torch
-from ppo_trt.throughput.envpool import (MujocoBatched, GymnasiumBatched, EnvPoolBatched, BatchDisturbances,
+from ppo_trt.envs.batched.mujoco import (MujocoBatched, GymnasiumBatched, EnvPoolBatched, BatchDisturbances,
                                          batched_mujoco, mujoco_batched_trajectories)
 
 

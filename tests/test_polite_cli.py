@@ -93,7 +93,7 @@ def test_enjoy_says_what_it_does_before_the_slow_part(run_dir):
 
 def test_fast_train_progress_keeps_its_prefix(tmp_path):
     "Lines printed through rich (fast PPO's evaluations) keep their `[ppo-trt]`, which rich took for markup."
-    code = ('from ppo_trt.throughput.fast_ppo import fast_train; '
+    code = ('from ppo_trt.train.fast_ppo import fast_train; '
             f'fast_train({str(tmp_path/"ft")!r}, env_id="CartPole-v1", timesteps=4096, eval_every=1, eval_episodes=2, '
             'final_eval_episodes=2, progress=True)')
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=tmp_path)

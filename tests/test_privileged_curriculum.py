@@ -8,8 +8,8 @@ from ppo_trt.core.files import BadInputError, load_json
 from ppo_trt.envs.gym import parse_randomize, scale_ranges
 from ppo_trt.export.onnx import export, onnx_metadata
 from ppo_trt.studies.sweep import sweep_settings, train_policy
-from ppo_trt.throughput.envpool import BatchActionHistory, PrivilegedObs, batched_mujoco, set_env_ranges
-from ppo_trt.throughput.fast_ppo import fast_train
+from ppo_trt.envs.batched.mujoco import BatchActionHistory, PrivilegedObs, batched_mujoco, set_env_ranges
+from ppo_trt.train.fast_ppo import fast_train
 
 K = 2
 

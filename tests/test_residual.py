@@ -6,7 +6,7 @@ from ppo_trt.cli import main
 from ppo_trt.core.files import BadInputError, load_json
 from ppo_trt.envs.controllers import run_episode
 from ppo_trt.export.onnx import onnx_metadata
-from ppo_trt.studies.residual import train_residual
+from ppo_trt.train.residual import train_residual
 from ppo_trt.export.deployment import export_run, make_expert, residual_env
 from ppo_trt.envs.gym import make_env
 

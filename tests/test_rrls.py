@@ -8,7 +8,7 @@ from ppo_trt.envs.gym import RRLS_ENV_ID, RRLS_HOPPER_DEFAULTS, RRLS_HOPPER_SETS
 from ppo_trt.export.onnx import export
 from ppo_trt.studies.rrls import BatchPID, rrls_env, rrls_evaluate, rrls_fresh, rrls_returns, rrls_summary
 from ppo_trt.studies.sweep import RUN_SETTINGS, check_same_settings, run_finished, sweep_settings
-from ppo_trt.throughput.fast_ppo import fast_train
+from ppo_trt.train.fast_ppo import fast_train
 
 
 def test_sets_and_mesh_are_rrls():

@@ -10,9 +10,9 @@ from ppo_trt.core.checkpoint import ObsNorm
 from ppo_trt.core.files import BadInputError, load_json
 from ppo_trt.export.onnx import export, onnx_metadata
 from ppo_trt.measure.c_loop import c_loop, c_loop_missing
-from ppo_trt.throughput.envpool import BatchActionHistory, PrivilegedObs, batched_mujoco
-from ppo_trt.throughput.fast_ppo import ADR, EpisodeStats, PhaseTimes, RunningNorm, _agent_class
-from ppo_trt.throughput.teacher_student import Distillation, TeacherStudent, phase_updates, teacher_student_train
+from ppo_trt.envs.batched.mujoco import BatchActionHistory, PrivilegedObs, batched_mujoco
+from ppo_trt.train.fast_ppo import ADR, EpisodeStats, PhaseTimes, RunningNorm, agent_class
+from ppo_trt.train.teacher_student import Distillation, TeacherStudent, phase_updates, teacher_student_train
 from test_history import CPU_BACKENDS, _episodes, _replay
 
 K = 2
@@ -23,7 +23,7 @@ SMALL = TeacherStudent(history=K, adr=ADR(-1e9, -2e9, episodes=2), distill_steps
 @pytest.fixture(scope='module')
 def ts_run(tmp_path_factory):
     d = tmp_path_factory.mktemp('ts')/'run'
-    teacher_student_train(d, 'Hopper-v4', timesteps=12 * 2048, seed=0, settings=SMALL, progress=False)
+    teacher_student_train(d, timesteps=12 * 2048, seed=0, settings=SMALL, progress=False)
     export(d)
     return d
 
@@ -39,7 +39,7 @@ def test_records_say_how_the_student_was_made(ts_run):
     assert ts['teacher']['actor_inputs'] == rec['obs_dim'] + K * rec['act_dim'] + len(ts['teacher']['features'])
     assert set(ts['returns']) == {'teacher', 'student_distilled', 'student'}
     assert all(set(r) == {'nominal', 'adr', 'full'} for r in ts['returns'].values())
-    assert rec['trainer'] == 'ppo_trt.throughput.teacher_student' and rec['curriculum']['rule'] == 'adr'
+    assert rec['trainer'] == 'ppo_trt.train.teacher_student' and rec['curriculum']['rule'] == 'adr'
     assert cfg['teacher_student']['history'] == K and cfg['adr'] == cfg['teacher_student']['adr']
     assert cfg['adr']['high'] == -1e9 and rec['privileged_critic']['value_net_in_policy_zip'] is False
     assert meta['teacher_student']['teacher_features'] == ts['teacher']['features']
@@ -112,13 +112,13 @@ def test_c_loop_drives_the_committed_student(committed_student):
 
 def test_distillation_fits_a_teacher_it_can_match():
     "A teacher that ignores its privileged columns is matched: squared error below a tenth of the labels' variance."
-    Agent = _agent_class()
+    Agent = agent_class()
     torch.manual_seed(1)
     inner, _ = batched_mujoco('Hopper-v4', 8, seed=1, ranges='all', num_threads=1)
     env = PrivilegedObs(BatchActionHistory(inner, K))
-    teacher = Agent(env.obs_dim, 3, False, 32, 0.0, low=[-1.0] * 3, high=[1.0] * 3)
+    teacher = Agent(env.obs_dim, 3, False, 32, 0.0, bounds=([-1.0] * 3, [1.0] * 3))
     with torch.no_grad(): teacher.policy_net[0].weight[:, env.policy_obs_dim:] = 0
-    student = Agent(env.policy_obs_dim, 3, False, 32, 0.0, low=[-1.0] * 3, high=[1.0] * 3,
+    student = Agent(env.policy_obs_dim, 3, False, 32, 0.0, bounds=([-1.0] * 3, [1.0] * 3),
                     critic_extra=env.obs_dim - env.policy_obs_dim)
     norm, obs = RunningNorm(env.obs_dim, 'cpu'), env.reset(seed=1)
     norm.update(obs)
@@ -150,7 +150,7 @@ def test_teacher_and_student_meet_the_same_worlds():
 ])
 def test_refused_before_anything_is_made(tmp_path, kw, why):
     with pytest.raises(BadInputError, match=why.replace('(', r'\(').replace(')', r'\)')):
-        teacher_student_train(tmp_path/'run', 'Hopper-v4', timesteps=4096, progress=False, **kw)
+        teacher_student_train(tmp_path/'run', timesteps=4096, progress=False, **kw)
     made = [p.name for p in (tmp_path/'run').iterdir()] if (tmp_path/'run').exists() else []
     assert made in ([], ['.ppo-trt.lock']), made
 

@@ -30,7 +30,8 @@ def test_triton_backends_refuse_without_gpu(run_dir):
 
 
 def test_triton_cartpole_follows_the_torch_env():
-    from ppo_trt.throughput.triton_cartpole import check_against_torch, TritonCartPole, triton_throughput
+    from ppo_trt.envs.batched.triton_cartpole import check_against_torch, TritonCartPole
+    from ppo_trt.throughput.env_bench import triton_throughput
     r = check_against_torch(num_envs=2048, n_steps=30, seed=11)
     assert r['done_mismatches'] == 0 and r['envs_without_reset'] > 100 and r['max_abs_state'] < 1e-5, r
     with pytest.raises(BadInputError, match='CUDA GPU only'): triton_throughput(device='cpu')

@@ -1,4 +1,4 @@
-"""env-bench for the GPU kit (tools/gpu_session.sh quick, step envs): `ppo_trt.throughput.batched_envs.env_bench` with
+"""env-bench for the GPU kit (tools/gpu_session.sh quick, step envs): `ppo_trt.throughput.env_bench.env_bench` with
 the record rewritten after every (level, num_envs) point, the training level capped at `TRAIN_LEVEL_MAX_ENVS` and, on
 CUDA, the Triton CartPole kernel timed before the training level; so a time-out keeps every figure measured so far.
 Usage: python tools/gpu_env_bench.py --device cuda --num-envs 65536,1048576,16777216 --out FILE.json"""
@@ -7,8 +7,9 @@ import argparse, sys
 
 def main(argv=None):
     "Run the levels, print the table; exit 0 (failed points are findings, kept in the record's `errors`)."
-    from ppo_trt.throughput.batched_envs import (env_bench, train_level_sizes, print_throughput, resolve_device,
-                                                 TRAIN_LEVEL_MAX_ENVS)
+    from ppo_trt.envs.batched.torch import resolve_device
+    from ppo_trt.throughput.env_bench import (EnvBench, env_bench, train_level_sizes, print_throughput,
+                                              TRAIN_LEVEL_MAX_ENVS)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--env-id', default='CartPole-v1')
     p.add_argument('--device', default='cuda')
@@ -28,20 +29,21 @@ def main(argv=None):
     if a.env_id == 'CartPole-v1' and dev.type != 'cuda':
         say(f'Triton CartPole kernel skipped: it is timed on a CUDA GPU only (the device is {dev})')
     elif a.env_id == 'CartPole-v1':  # the hand-written kernel's raw figure, on a GPU only
-        from ppo_trt.throughput.triton_cartpole import triton_throughput, TRITON_MISSING
+        from ppo_trt.envs.batched.triton_cartpole import TRITON_MISSING
+        from ppo_trt.throughput.env_bench import triton_throughput
         if TRITON_MISSING: say(f'Triton CartPole kernel skipped: {TRITON_MISSING}')
         else:
             kernel = lambda ns: triton_throughput(ns, dev, launches=a.triton_launches)
             levels.append(('Triton CartPole kernel', kernel, sizes))
     if not a.no_train:
-        from ppo_trt.throughput.fast_ppo import train_throughput
+        from ppo_trt.train.fast_ppo import train_throughput
         train_sizes = train_level_sizes(sizes, a.train_max_envs)
         if len(train_sizes) < len(sizes):
             say(f'training level capped at {a.train_max_envs:,} envs: not run at '
                 f"{', '.join(f'{n:,}' for n in sizes if n not in train_sizes)}")
         levels.append(('env+inference+training',
                        lambda ns: train_throughput(a.env_id, ns, dev, progress=False), train_sizes))
-    rec = env_bench(a.out, a.env_id, sizes, dev, a.steps, compile=a.compile, gym_max_envs=a.gym_max_envs,
+    rec = env_bench(a.out, EnvBench(a.env_id, sizes, dev, a.steps, compile=a.compile, gym_max_envs=a.gym_max_envs),
                     levels=levels, say=say)
     print_throughput(rec['rows'])
     for e in rec['errors']: say(f"failed: {e['level']} at {e['num_envs']:,} envs: {e['error']}")

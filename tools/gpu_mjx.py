@@ -142,7 +142,7 @@ def time_cpu(n, steps, threads, seed=0):
     rows = [('mujoco.batch (C, threads), physics only', time.perf_counter() - t0)]
     try:
         import torch
-        from ppo_trt.throughput.envpool import MujocoBatched
+        from ppo_trt.envs.batched.mujoco import MujocoBatched
         env = MujocoBatched(ENV_ID, n, seed=seed, num_threads=threads)
         env.reset()
         ta = torch.from_numpy(acts.astype(np.float32))

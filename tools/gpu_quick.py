@@ -99,7 +99,7 @@ def cmd_versions(a):
 def _sync_check(env_id, num_envs, steps, dev):
     "One device rollout of `steps` under set_sync_debug_mode('error'): ok, or the first host synchronisation."
     import torch
-    from ppo_trt.throughput.batched_envs import make_batched, device_rollout
+    from ppo_trt.envs.batched.torch import make_batched, device_rollout
     env = make_batched(env_id, num_envs, dev)
     out = env.discrete_actions or env.act_dim
     mlp = torch.nn.Sequential(torch.nn.Linear(env.obs_dim, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),

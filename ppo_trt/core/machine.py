@@ -10,15 +10,24 @@ from pathlib import Path
 from .files import error_line
 
 # %% auto #0
-__all__ = ['MEMORY_SHARE', 'TORCH_GRAIN', 'PACKAGES', 'FIXES', 'package_version', 'cpu_model', 'cpu_governor', 'cpu_affinity',
-           'available_memory', 'check_memory', 'busy_cores', 'ThreadPlan', 'thread_plan', 'gpu_info', 'ort_status',
-           'trt_status', 'cuda_python_status', 'probe', 'machine_summary', 'doctor_row', 'doctor_rows', 'print_doctor']
+__all__ = ['TRAINING_PACKAGES', 'MEMORY_SHARE', 'TORCH_GRAIN', 'TRITON_FIX', 'PACKAGES', 'FIXES', 'package_version',
+           'training_versions', 'cpu_model', 'cpu_governor', 'cpu_affinity', 'available_memory', 'check_memory',
+           'busy_cores', 'ThreadPlan', 'thread_plan', 'gpu_info', 'ort_status', 'trt_status', 'cuda_python_status',
+           'import_triton', 'triton_interpreted', 'probe', 'machine_summary', 'doctor_row', 'doctor_rows',
+           'print_doctor']
 
 # %% ../../nbs/02_machine.ipynb #1e0d841c
 def package_version(name):
     "Installed version of distribution `name`, or None."
     try: return md.version(name)
     except md.PackageNotFoundError: return None
+
+# %% ../../nbs/02_machine.ipynb #4824f0d9
+TRAINING_PACKAGES = ('ppo_trt', 'torch', 'stable-baselines3', 'gymnasium', 'mujoco')
+
+def training_versions():
+    "{package: installed version or None} of the packages a training depends on, as its records keep them."
+    return {p: package_version(p) for p in TRAINING_PACKAGES}
 
 # %% ../../nbs/02_machine.ipynb #820963f8
 def cpu_model():
@@ -182,6 +191,24 @@ def trt_status():
 def cuda_python_status():
     "Whether cuda-python's runtime bindings import."
     return _import_version('cuda.bindings.runtime')
+
+# %% ../../nbs/02_machine.ipynb #01762c5a
+TRITON_FIX = 'pip install triton  (CUDA builds of torch bring it)'
+
+def import_triton():
+    "(triton module, '') or (None, why and the fix); switches Triton to its CPU interpreter if torch sees no CUDA GPU."
+    try:
+        import torch
+        if not torch.cuda.is_available(): os.environ.setdefault('TRITON_INTERPRET', '1')
+        import triton, triton.language  # noqa: F401
+        return triton, ''
+    except Exception as e:
+        return None, f"triton does not import ({type(e).__name__}: {e}); {TRITON_FIX}"
+
+# %% ../../nbs/02_machine.ipynb #eb8a2c39
+def triton_interpreted():
+    "Whether Triton kernels defined now run in the interpreter (NumPy on the CPU) instead of compiled for a GPU."
+    return os.environ.get('TRITON_INTERPRET', '0') not in ('', '0')
 
 # %% ../../nbs/02_machine.ipynb #eb3f8cf3
 PACKAGES = ('torch', 'stable-baselines3', 'gymnasium', 'mujoco', 'onnx', 'onnxruntime', 'numpy')

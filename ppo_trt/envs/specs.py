@@ -40,7 +40,7 @@ class FastPreset:
     target: float | None = None    # stop once the evaluated return reaches it (None: train the whole budget)
     eval_every: int | None = None  # evaluate every k updates (None: ten evaluations in all)
     eval_episodes: int = 5         # episodes per evaluation
-    settings: dict = field(default_factory=dict)  # throughput.fast_ppo.FastSettings fields, where not its defaults
+    settings: dict = field(default_factory=dict)  # train.fast_ppo.FastSettings fields, where not its defaults
     curriculum_return: float | None = None  # a curriculum widens the ranges while training episodes earn this
 
 # %% ../../nbs/10_env_specs.ipynb #e392b80b
@@ -56,7 +56,7 @@ class EnvSpec:
     push_body: str | None = None    # the MuJoCo body a push hits (None: the env cannot be pushed)
     fast: FastPreset = field(default_factory=FastPreset)  # fast PPO's budget and hyperparameters
     envpool_id: str | None = None   # EnvPool's task id (None: fast PPO steps gymnasium's envs)
-    batched: str | None = None      # the torch class in throughput.batched_envs (None: there is none)
+    batched: str | None = None      # the torch class in envs.batched.torch (None: there is none)
     obs_is_state: bool = False      # observation = qpos[1:] + qvel: a gymnasium env can start where EnvPool did
     origin: str = 'built-in'        # 'built-in', a plugin's distribution, or 'generic' (made from the env's spaces)
 

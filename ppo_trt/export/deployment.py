@@ -18,8 +18,8 @@ from ..envs.controllers import pid_baseline, rollout_returns
 
 # %% auto #0
 __all__ = ['Expert', 'ZeroExpert', 'pid_linear_form', 'PIDExpert', 'RunExpert', 'OnnxExpert', 'make_expert',
-           'check_residual_settings', 'residual_env', 'residual_record', 'run_residual', 'residual_deployment',
-           'ResidualComposer', 'deployable_module', 'export_run']
+           'check_residual_settings', 'residual_wrapper_class', 'residual_env', 'residual_record', 'run_residual',
+           'residual_deployment', 'ResidualComposer', 'deployable_module', 'export_run']
 
 # %% ../../nbs/31_deployment.ipynb #ce65120a
 class Expert:
@@ -159,7 +159,8 @@ def check_residual_settings(expert, residual_scale, append_expert_obs):
                             f'({expert.fold_reason}); drop --append-expert-obs')
 
 # %% ../../nbs/31_deployment.ipynb #404e3329
-def _residual_wrapper_class():
+def residual_wrapper_class():
+    "The gymnasium wrapper class whose action is a residual on an expert (made on first use: gymnasium loads lazily)."
     import gymnasium as gym
     class ResidualWrapper(gym.Wrapper):
         "Env whose action is a residual in [-1, 1]: the env receives clip(expert(obs) + scale * residual)."
@@ -192,7 +193,7 @@ def _residual_wrapper_class():
 # %% ../../nbs/31_deployment.ipynb #6a698e32
 def residual_env(env_id, expert='pid', residual_scale=0.5, append_expert_obs=False, seed=None):
     "`env_id` wrapped so the agent's action is a residual on `expert`."
-    return _residual_wrapper_class()(make_env(env_id, seed=seed), make_expert(expert, env_id), residual_scale,
+    return residual_wrapper_class()(make_env(env_id, seed=seed), make_expert(expert, env_id), residual_scale,
                                      append_expert_obs)
 
 # %% ../../nbs/31_deployment.ipynb #7a8ab558
@@ -235,7 +236,7 @@ def residual_deployment(run_dir):
     net = build_deployable(model, norm)  # residual in [-1, 1]
     host = ResidualComposer(ex, res['residual_scale'], res['append_expert_obs'])
     def collect(env_id, n, seed):
-        env = _residual_wrapper_class()(make_env(env_id, seed=seed), ex, res['residual_scale'],
+        env = residual_wrapper_class()(make_env(env_id, seed=seed), ex, res['residual_scale'],
                                         res['append_expert_obs'])
         obs, _ = env.reset(seed=seed)
         out = np.empty((n, ex.obs_dim), np.float32)

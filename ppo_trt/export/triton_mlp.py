@@ -8,32 +8,14 @@ import hashlib, os
 from dataclasses import dataclass, field
 import numpy as np
 from ..core.files import BadInputError
+from ..core.machine import TRITON_FIX, import_triton, triton_interpreted
 from .onnx_graph import (Dense, Elementwise, NativeUnsupportedError, parse_chain, layer_stages, Norm,
                                        Recurrent)
 from .numba_kernel import module_from_source
 
 # %% auto #0
-__all__ = ['TRITON_FIX', 'PRECISIONS', 'import_triton', 'triton_interpreted', 'padded', 'PackedParams', 'generate_triton',
-           'launch_shape', 'TritonPolicy', 'build_triton_policy', 'compile_triton_policy', 'steps_from_module',
-           'triton_module_policy']
-
-# %% ../../nbs/35_triton_mlp.ipynb #01762c5a
-TRITON_FIX = 'pip install triton  (CUDA builds of torch bring it)'
-
-def import_triton():
-    "(triton module, '') or (None, why and the fix); switches Triton to its CPU interpreter if torch sees no CUDA GPU."
-    try:
-        import torch
-        if not torch.cuda.is_available(): os.environ.setdefault('TRITON_INTERPRET', '1')
-        import triton, triton.language  # noqa: F401
-        return triton, ''
-    except Exception as e:
-        return None, f"triton does not import ({type(e).__name__}: {e}); {TRITON_FIX}"
-
-# %% ../../nbs/35_triton_mlp.ipynb #eb8a2c39
-def triton_interpreted():
-    "Whether Triton kernels defined now run in the interpreter (NumPy on the CPU) instead of compiled for a GPU."
-    return os.environ.get('TRITON_INTERPRET', '0') not in ('', '0')
+__all__ = ['PRECISIONS', 'padded', 'PackedParams', 'generate_triton', 'launch_shape', 'TritonPolicy', 'build_triton_policy',
+           'compile_triton_policy', 'steps_from_module', 'triton_module_policy']
 
 # %% ../../nbs/35_triton_mlp.ipynb #f9baf34b
 def padded(width):

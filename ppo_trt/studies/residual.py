@@ -4,6 +4,7 @@
 
 # %% ../../nbs/71_residual_study.ipynb #84670f7b
 from __future__ import annotations
+from dataclasses import dataclass
 import time
 from pathlib import Path
 import numpy as np
@@ -11,42 +12,38 @@ from ..core.files import save_json
 from ..core.records import ResidualStudyRecord, record
 from ..train.sb3 import train, read_train_log
 from ..envs.controllers import rollout_returns
-from ..export.deployment import (make_expert, check_residual_settings, residual_record,
-                                       _residual_wrapper_class, export_run)
+from ..export.deployment import make_expert
+from ..train.residual import train_residual
 
 # %% auto #0
-__all__ = ['zero_init_action_net', 'train_residual', 'residual_study', 'first_reaching']
+__all__ = ['ResidualStudy', 'residual_study', 'first_reaching']
 
-# %% ../../nbs/71_residual_study.ipynb #c1d01760
-def zero_init_action_net(model):
-    "Zero the policy's last layer so the deterministic residual is 0 before training."
-    import torch
-    with torch.no_grad():
-        model.policy.action_net.weight.zero_(); model.policy.action_net.bias.zero_()
-
-# %% ../../nbs/71_residual_study.ipynb #f48a6703
-def train_residual(run_dir, env_id='Hopper-v4', expert='pid', residual_scale=0.5, append_expert_obs=False,
-                   zero_init=True, **train_kwargs):
-    "Train a residual PPO policy on `expert` into `run_dir`; return the train.json record."
-    ex = make_expert(expert, env_id)
-    check_residual_settings(ex, residual_scale, append_expert_obs)
-    wrapper = _residual_wrapper_class()
-    return train(run_dir, env_id=env_id, residual=residual_record(ex, residual_scale, append_expert_obs, zero_init),
-                 wrap_env=lambda env: wrapper(env, make_expert(expert, env_id), residual_scale, append_expert_obs),
-                 init_model=zero_init_action_net if zero_init else None, **train_kwargs)
+# %% ../../nbs/71_residual_study.ipynb #1c809fd7
+@dataclass
+class ResidualStudy:
+    "What `residual_study` compares: PPO from scratch and expert + residual PPO, alike in all else."
+    env_id: str = 'InvertedPendulum-v4'
+    expert: object = 'pid'        # zero, pid, a run folder, a policy file (`make_expert`)
+    residual_scale: float = 0.5   # action = clip(expert + scale * residual)
+    timesteps: int | None = None  # per training (default: the preset's)
+    seed: int = 0
+    preset_name: str = 'seed'     # SB3 preset of both trainings
+    eval_freq: int | None = None  # timesteps between evaluations (default: the trainer's)
+    n_eval_episodes: int = 5      # episodes per evaluation, and of the expert alone
 
 # %% ../../nbs/71_residual_study.ipynb #e3960501
-def residual_study(out_dir, env_id='InvertedPendulum-v4', expert='pid', residual_scale=0.5, timesteps=None, seed=0,
-                   preset_name='seed', eval_freq=None, n_eval_episodes=5, progress=True, record_dir=None):
-    "Train pure/expert+residual PPO alike in `out_dir`; return curves, expert return, saved in `record_dir`/`out_dir`."
+def residual_study(out_dir, study=None, progress=True, record_dir=None):
+    "Train pure and expert+residual PPO alike (`study`) in `out_dir`; curves and expert return, saved in `record_dir`."
+    st = study or ResidualStudy()
+    env_id, expert, residual_scale, seed, preset_name = st.env_id, st.expert, st.residual_scale, st.seed, st.preset_name
     ex = make_expert(expert, env_id)  # an env without the expert (no PID preset): refused before a folder is made
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    kw = dict(env_id=env_id, seed=seed, timesteps=timesteps, preset_name=preset_name, eval_freq=eval_freq,
-              n_eval_episodes=n_eval_episodes, progress=progress, force=True)
+    kw = dict(env_id=env_id, seed=seed, timesteps=st.timesteps, preset_name=preset_name, eval_freq=st.eval_freq,
+              n_eval_episodes=st.n_eval_episodes, progress=progress, force=True)
     t0 = time.perf_counter()
     recs = dict(ppo=train(out/f'{env_id}-ppo', **kw),
                 residual=train_residual(out/f'{env_id}-residual', expert=expert, residual_scale=residual_scale, **kw))
-    er = rollout_returns(_ExpertPolicy(ex), env_id, episodes=n_eval_episodes, seed=seed + 10_000)
+    er = rollout_returns(_ExpertPolicy(ex), env_id, episodes=st.n_eval_episodes, seed=seed + 10_000)
     curves = {k: {c: v.tolist() for c, v in read_train_log(out/f'{env_id}-{k}'/'train_log.csv').items()
                   if c in ('timesteps', 'mean_return', 'std_return')} for k in recs}
     study = record(ResidualStudyRecord, env_id=env_id, expert=ex.spec, expert_kind=ex.kind,

@@ -10,7 +10,7 @@ from ..core.files import BadInputError, load_json, save_json, sha256_file
 from ..envs.gym import (RRLS_HOPPER_SETS, RRLS_ENV_ID, RRLSParams, rrls_grid, rrls_base, make_env,
                               HELD_OUT_SEED_OFFSET)
 from ..envs.controllers import pid_baseline
-from ..throughput.envpool import MujocoBatched
+from ..envs.batched.mujoco import MujocoBatched
 
 # %% auto #0
 __all__ = ['RRLS_FILE', 'RRLS_SETS', 'rrls_env', 'rrls_returns', 'BatchPID', 'rrls_summary', 'rrls_evaluate', 'rrls_fresh',

@@ -104,7 +104,7 @@ def randomize_spec(randomize=None, env_id=DEFAULT_ENV_ID):
 def _trainer(fast):
     "The training function of the sweep: `fast_ppo.fast_train` or `train.train`."
     if not fast: return train
-    from ppo_trt.throughput.fast_ppo import fast_train
+    from ppo_trt.train.fast_ppo import fast_train
     return fast_train
 
 # %% ../../nbs/70_sweep.ipynb #883b4c07
@@ -238,7 +238,7 @@ def train_policy(run_dir, settings, variant, seed):
     if 'critic' in parts: kw['privileged_critic'] = True
     if 'curriculum' in parts: kw['curriculum'] = True
     if 'adr' in parts:  # the rule stated in fast_ppo, thresholds from the env's spec
-        from ppo_trt.throughput.fast_ppo import ADR
+        from ppo_trt.train.fast_ppo import ADR
         kw['curriculum'] = ADR()
     if settings['fast']: kw.setdefault('num_threads', 1)  # EnvPool threads: one per task, as Ray counts it
     else: kw['preset_name'] = settings['preset_name']
@@ -248,13 +248,13 @@ def train_policy(run_dir, settings, variant, seed):
 def _teacher_student(run_dir, settings, seed):
     "Train the teacher-student variant: a privileged teacher with ADR, a student with the sweep's history."
     import dataclasses
-    from ppo_trt.throughput.teacher_student import teacher_student_train, TeacherStudent
+    from ppo_trt.train.teacher_student import teacher_student_train, TeacherStudent
     names = {f.name for f in dataclasses.fields(TeacherStudent)}
     extra = dict(settings['train_kwargs'])
     ts = TeacherStudent(history=history_actions(settings), **{k: extra.pop(k) for k in list(extra) if k in names})
     extra.setdefault('num_threads', 1)  # one env thread per task, as Ray counts it
-    return teacher_student_train(run_dir, settings['env_id'], settings['timesteps'], seed, settings['randomize'], ts,
-                                 progress=False, **extra)
+    return teacher_student_train(run_dir, None, ts, env_id=settings['env_id'], timesteps=settings['timesteps'],
+                                 seed=seed, randomize=settings['randomize'], progress=False, **extra)
 
 # %% ../../nbs/70_sweep.ipynb #c35b6a47
 def install_run(partial, final):
@@ -837,7 +837,7 @@ def plot_adr_ranges(sweep_json):
 def robust_findings(sweep):
     "Sentences on why a sweep's ADR / teacher-student variants missed the target, every number from the records."
     from ppo_trt.envs.gym import PHASES
-    from ppo_trt.throughput.fast_ppo import ADR
+    from ppo_trt.train.fast_ppo import ADR
     s = load_sweep(sweep)
     st, agg, runs = s['settings'], s['aggregates'], list(s['runs'].values())
     checks, full, rule = target_check(s), parse_randomize(st['randomize']), ADR().resolved(st['env_id'])

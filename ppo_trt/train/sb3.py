@@ -332,7 +332,7 @@ def train(run_dir, config=None, force=False, **options):
     "Train PPO in `run_dir` as `config` (an `SB3TrainConfig`) asks, `options` replacing its fields -> train.json."
     c = configured(SB3TrainConfig, config, options)
     if c.expert is not None:
-        raise BadInputError('an expert trains a residual: call ppo_trt.studies.residual.train_residual (or ppo-trt '
+        raise BadInputError('an expert trains a residual: call ppo_trt.train.residual.train_residual (or ppo-trt '
                             'train --expert), which calls train back with the residual settings')
     quiet_gym_warnings()
     c, p = _resolved(c), preset(c.preset_name)
