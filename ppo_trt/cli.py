@@ -17,12 +17,12 @@ from .core.options import (number, number_list, positive_timesteps, name_list, a
 from . import __version__
 
 # %% auto #0
-__all__ = ['DEFAULT_ENV_IDS', 'BENCH_CHECKS', 'JSON_COMMANDS', 'READ_ONLY', 'OWN_LOCK', 'C_TARGETS', 'FAST_ONLY',
-           'ENV_STATE_BYTES', 'FAST_FROM_FLAGS', 'BENCH_MARKER', 'BENCH_MADE_BY', 'COMMANDS', 'default_env_id',
-           'parser', 'writable_run_dir', 'cmd_train', 'cmd_export', 'cmd_export_c', 'cmd_c_loop', 'cmd_build',
-           'bench_file_dir', 'policy_bytes', 'CommandFailed', 'bench_failures', 'cmd_bench', 'cmd_evaluate',
-           'cmd_import', 'cmd_residual_study', 'cmd_env_bench', 'cmd_report', 'cmd_advise', 'run_folder_rows',
-           'cmd_doctor', 'cmd_enjoy', 'cmd_docs', 'cmd_sweep', 'cmd_run', 'cmd_compare', 'main']
+__all__ = ['DEFAULT_ENV_IDS', 'JSON_COMMANDS', 'READ_ONLY', 'OWN_LOCK', 'C_TARGETS', 'FAST_ONLY', 'ENV_STATE_BYTES',
+           'BENCH_MARKER', 'BENCH_MADE_BY', 'COMMANDS', 'default_env_id', 'parser', 'writable_run_dir', 'cmd_train',
+           'cmd_export', 'cmd_export_c', 'cmd_c_loop', 'cmd_build', 'bench_file_dir', 'policy_bytes', 'CommandFailed',
+           'bench_failures', 'cmd_bench', 'cmd_evaluate', 'cmd_import', 'cmd_residual_study', 'cmd_env_bench',
+           'cmd_report', 'cmd_advise', 'run_folder_rows', 'cmd_doctor', 'cmd_enjoy', 'cmd_docs', 'cmd_sweep', 'cmd_run',
+           'cmd_compare', 'main']
 
 # %% ../nbs/90_cli.ipynb #43d531a1
 def _add_common(p, writes=True):
@@ -49,15 +49,16 @@ def _fast_config_class():
 
 # %% ../nbs/90_cli.ipynb #a0a6e1b1
 def _add_train(p):
-    "train's flags: generated from `SB3TrainConfig` (the fast trainer shares them), then the fast trainer's own."
+    "train's flags: generated from `SB3TrainConfig` (the fast trainer shares them) and `FastTrainConfig` (its own)."
     from ppo_trt.train.sb3 import SB3TrainConfig
+    fast = _fast_config_class()
     add_options(p, SB3TrainConfig, ['env_id', 'seed', 'timesteps', 'preset_name', 'resume'])
-    p.add_argument('--force', action='store_true',
+    p.add_argument('--force', action='store_true',  # how `train` is called, not what it is asked to train
                    help="train again from scratch, deleting everything made from the old policy")
     add_options(p, SB3TrainConfig, ['eval_freq', 'n_eval_episodes', 'keep', 'expert', 'residual_scale',
                                     'append_expert_obs', 'zero_init', 'randomize', 'history'])
-    p.add_argument('--privileged-critic', action='store_true',
-                   help='--fast with --randomize: the critic also sees what each episode drew (never deployed)')
+    add_options(p, fast, ['privileged_critic'])
+    # --curriculum, --curriculum-return and --adr build one field (`curriculum`: a return, True or an `ADR`)
     p.add_argument('--curriculum', action='store_true',
                    help='--fast with --randomize: start undisturbed, widen the ranges while training returns hold')
     p.add_argument('--curriculum-return', type=number(float), default=None, metavar='R',
@@ -65,20 +66,18 @@ def _add_train(p):
     p.add_argument('--adr', action='store_true',
                    help='--fast with --randomize: automatic domain randomization, each bound widened or narrowed on '
                         'its own test episodes (thresholds from the env spec)')
+    # --teacher-student and --fast pick the trainer
     p.add_argument('--teacher-student', action='store_true',
                    help='--fast with --randomize: a privileged teacher (with --adr: ADR ranges), a student with '
                         '--history K (default 3) distilled from it and fine-tuned; the student is deployed')
     p.add_argument('--fast', action='store_true', help='batched PPO (ppo_trt.train.fast_ppo): torch envs (CartPole-v1, '
                    'Pendulum-v1, MountainCarContinuous-v0) or MuJoCo on EnvPool (Hopper-v4, Walker2d-v4, ...)')
-    p.add_argument('--env-threads', type=number(int, 1, 1024), default=None,
-                   help='--fast on MuJoCo: EnvPool threads stepping the envs (default: one per core not busy)')
+    add_options(p, fast, ['num_threads'])
     add_options(p, SB3TrainConfig, ['torch_threads'])
-    p.add_argument('--device', default=None, help='--fast: torch device (cpu, cuda, cuda:N; default: cpu)')
-    p.add_argument('--num-envs', type=number(int, 1, MAX_BATCH), default=None,
+    add_options(p, fast, ['device'])
+    p.add_argument('--num-envs', type=number(int, 1, MAX_BATCH), default=None,  # the preset's `FastSettings.num_envs`
                    help='--fast: batched envs (default: the env preset)')
-    p.add_argument('--compile', action='store_true', help='--fast: torch.compile the rollout step and the loss')
-    p.add_argument('--cudagraphs', action='store_true',
-                   help='--fast: CUDA graphs (torch.compile reduce-overhead); CUDA only')
+    add_options(p, fast, ['compile', 'cudagraphs'])
 
 # %% ../nbs/90_cli.ipynb #a89f0e2b
 def _add_export(p):
@@ -107,25 +106,19 @@ def _add_adopt(p):
     p.add_argument('--action-name', default=None, help='a foreign actor ONNX: its action output, where ambiguous')
 
 # %% ../nbs/90_cli.ipynb #7960d193
-BENCH_CHECKS = dict(warmup=number(int, 0, MAX_CALLS), iters=number(int, 10, MAX_CALLS),
-                    batches=number_list(int, 1, MAX_BATCH), closed_loop_steps=number(int, 0, MAX_CALLS),
-                    sweep_seconds=number(float, hi=60, above=0), threads=number(int, 1, 1024), pin_cpu=number(int, 0),
-                    soak_window=number(int, 1, MAX_CALLS))  # the ranges bench's flags accept
-
 def _add_bench(p):
-    "bench's flags: generated from `BenchSettings` (defaults and help), with `BENCH_CHECKS`' ranges."
+    "bench's flags: generated from `BenchSettings` (defaults, help and range checks), and the few that convert."
     from ppo_trt.measure.bench import BenchSettings, SOAK_CALLS
-    checks = {k: dict(type=v) for k, v in BENCH_CHECKS.items()}
     p.add_argument('--backends', type=name_list, default=None,
                    help='comma-separated (default: all); see `ppo-trt doctor`')
-    add_options(p, BenchSettings, ['warmup', 'iters', 'batches'], checks)
+    add_options(p, BenchSettings, ['warmup', 'iters', 'batches'])
     sla = next(f for f in dataclasses.fields(BenchSettings) if f.name == 'sla_us')
     p.add_argument('--sla-ms', type=number(float, above=0), default=sla.default / 1e3,
                    help=f"{sla.metadata['help']}, in ms")
-    add_options(p, BenchSettings, ['closed_loop_steps', 'sweep_seconds', 'threads', 'pin_cpu'], checks)
+    add_options(p, BenchSettings, ['closed_loop_steps', 'sweep_seconds', 'threads', 'pin_cpu'])
     p.add_argument('--soak', action='store_true', help='also soak each backend: --soak-calls batch-1 calls in windows')
     p.add_argument('--soak-calls', type=number(int, 1, 100 * MAX_CALLS), default=SOAK_CALLS, help='calls per soak')
-    add_options(p, BenchSettings, ['soak_window'], checks)
+    add_options(p, BenchSettings, ['soak_window'])
     p.add_argument('--replace', action='store_true',
                    help="start bench.json over instead of merging this run's records into it")
     _add_obs(p)
@@ -325,14 +318,14 @@ def writable_run_dir(path):
     return path
 
 # %% ../nbs/90_cli.ipynb #7da72ebd
-def _check_env(a, rd):
+def _check_env(env_id, rd):
     "An explicit --env-id must be the env of the run folder's policy."
-    if not a.env_id: return
+    if not env_id: return
     run = RunDir(rd)
     have = (load_artifact(run, 'train_record').env_id if run.has('train_record') else
             onnx_metadata(run.path('onnx')).get('env_id') if run.has('onnx') else None)
-    if have and have != a.env_id:
-        raise BadInputError(f'{run.root} holds a policy for {shown(have, 60)}, not {shown(a.env_id, 60)}; '
+    if have and have != env_id:
+        raise BadInputError(f'{run.root} holds a policy for {shown(have, 60)}, not {shown(env_id, 60)}; '
                             'drop --env-id or use that run\'s folder')
 
 def _require_env(rd, command):
@@ -367,30 +360,35 @@ def _check_fast_flags(a):
                             '(or --fast)')
 
 # %% ../nbs/90_cli.ipynb #0f98fb1b
-def _train_residual(run_dir, c, force):
-    "A residual on `c.expert`: `train_residual` wraps the env and calls `train` back with the residual settings."
-    from dataclasses import fields
-    from ppo_trt.train.residual import train_residual
-    own = ('env_id', 'expert', 'residual_scale', 'append_expert_obs', 'zero_init', 'residual', 'wrap_env',
-           'init_model', 'spec')
-    rest = {f.name: getattr(c, f.name) for f in fields(c) if f.name not in own}
-    return train_residual(run_dir, env_id=c.env_id, expert=c.expert, residual_scale=c.residual_scale,
-                          append_expert_obs=c.append_expert_obs, zero_init=c.zero_init, force=force, **rest)
-
-def cmd_train(a):
-    "train: an `SB3TrainConfig` from the flags (its env's spec resolved once), or the fast trainer with --fast."
-    from ppo_trt.train.sb3 import train, SB3TrainConfig
+def _train_config(a):
+    "What train's flags ask: an `SB3TrainConfig` (its env's spec resolved once), or with --fast a `FastTrainConfig`."
+    from ppo_trt.train.sb3 import SB3TrainConfig
     from ppo_trt.envs.specs import env_spec
-    if a.fast: return _train_fast(a)
-    env_id, rd = _env_id(a), _run_dir(a)
-    config = from_args(SB3TrainConfig, a, env_id=env_id, spec=env_spec(env_id), progress=True)  # bad id: one line
-    _say(f'training {env_id} (preset {config.preset_name}) into {rd}')
+    if a.fast: return _fast_train_config(a)
+    env_id = _env_id(a)
+    return from_args(SB3TrainConfig, a, env_id=env_id, spec=env_spec(env_id), progress=True)  # bad id: one line
+
+def _train_stage(run_dir, config, force=False):
+    "The train stage: `config` trained into `run_dir` by its trainer (SB3, a residual on its expert, or fast PPO)."
+    from ppo_trt.train.sb3 import train
+    from ppo_trt.train.residual import train_residual
+    if isinstance(config, _fast_config_class()): return _fast_stage(run_dir, config, force)
+    _say(f'training {config.env_id} (preset {config.preset_name}) into {run_dir}')
     if config.expert: _say(f'residual on expert {config.expert} (scale {config.residual_scale})')
-    r = _train_residual(rd, config, a.force) if config.expert else train(rd, config, force=a.force)
+    r = (train_residual if config.expert else train)(run_dir, config, force=force)
     _say(f"trained {r.timesteps:,} steps in {r.wall_s:.0f} s ({r.steps_per_s:,.0f} steps/s); "
          f"kept the policy of step {r.kept_timesteps:,} ({r.keep}): return on {r.final_eval_episodes} "
          f"held-out episodes {r.final_eval_mean:.1f} ± {r.final_eval_std:.1f}")
     return r
+
+def _train_into(run_dir, a):
+    "The training `a`'s flags ask for, into `run_dir`: `_train_stage` on their config, or the teacher-student trainer."
+    if a.fast and a.teacher_student:  # the one trainer that takes the flags, not a config
+        _fast_settings(a)  # the checks of every --fast training
+        return _train_teacher_student(a, _env_id(a), run_dir)
+    return _train_stage(run_dir, _train_config(a), a.force)
+
+def cmd_train(a): return _train_into(_run_dir(a), a)
 
 # %% ../nbs/90_cli.ipynb #831aa53b
 def _threads_line(plan):
@@ -451,26 +449,36 @@ def _check_num_envs(env_id, st):
     check_memory(st.num_envs * per_env, '--num-envs', st.num_envs, per_env)
 
 # %% ../nbs/90_cli.ipynb #0b68941b
-FAST_FROM_FLAGS = ('timesteps', 'seed', 'expert', 'residual_scale', 'compile', 'cudagraphs', 'randomize',
-                   'torch_threads', 'history', 'privileged_critic')  # `FastTrainConfig` fields named as their flags
+def _fast_config(a, **fields):
+    "The `FastTrainConfig` of train's flags: a field with help takes its flag's value (its own or SB3's)."
+    FastTrainConfig = _fast_config_class()
+    from_flags = [f.name for f in dataclasses.fields(FastTrainConfig) if f.metadata.get('help')]
+    return from_args(FastTrainConfig, a, from_flags, **fields)
 
-def _train_fast(a):
-    import dataclasses
-    from ppo_trt.train.fast_ppo import fast_train, fast_preset
-    env_id, device, rd = _env_id(a), a.device or 'cpu', _run_dir(a)
+def _fast_settings(a):
+    "The preset's `FastSettings` with --num-envs, checked against free memory and --env-threads."
+    from ppo_trt.train.fast_ppo import fast_preset
+    env_id = _env_id(a)
     st = fast_preset(env_id)['settings']
     if a.num_envs: st = dataclasses.replace(st, num_envs=a.num_envs)
     _check_num_envs(env_id, st)
     if a.env_threads and a.env_threads > st.num_envs:
         raise BadInputError(f'--env-threads {a.env_threads} is more than the {st.num_envs} envs they step: '
                             f'use at most {st.num_envs}')
-    if a.teacher_student: return _train_teacher_student(a, env_id, rd)
-    _say(f'fast on-device PPO on {env_id} ({st.num_envs} envs on {device}) into {rd}')
+    return st
+
+def _fast_train_config(a):
+    "train --fast's `FastTrainConfig`, every flag checked before anything is said or made."
+    st = _fast_settings(a)
     if a.adr and (a.curriculum or a.curriculum_return is not None):
         raise BadInputError('--adr is a curriculum of its own: drop --curriculum / --curriculum-return or --adr')
-    config = from_args(_fast_config_class(), a, FAST_FROM_FLAGS, env_id=env_id, device=device, settings=st,
-                       num_threads=a.env_threads, curriculum=_curriculum(a))
-    r = fast_train(rd, config, force=a.force)
+    return _fast_config(a, env_id=_env_id(a), device=a.device or 'cpu', settings=st, curriculum=_curriculum(a))
+
+def _fast_stage(run_dir, config, force=False):
+    "The train stage of a `FastTrainConfig`: fast PPO into `run_dir`, its summary and where the time went."
+    from ppo_trt.train.fast_ppo import fast_train
+    _say(f'fast on-device PPO on {config.env_id} ({config.settings.num_envs} envs on {config.device}) into {run_dir}')
+    r = fast_train(run_dir, config, force=force)
     _say(f"{r.timesteps:,} steps in {r.wall_s:.1f} s ({r.steps_per_s:,.0f} steps/s, env + inference + "
          f"training; envs: {r.env_backend}; {_threads_line(r.thread_plan)}); "
          f"return on {r.final_eval_episodes} held-out episodes {r.final_eval_mean:.1f} ± {r.final_eval_std:.1f}"
@@ -480,15 +488,18 @@ def _train_fast(a):
     return r
 
 # %% ../nbs/90_cli.ipynb #63f63569
-def cmd_export(a):
+def _export_stage(run_dir, parity_obs=1000, env_id=None):
+    "The export stage: policy.onnx of the run, checked against the trained model on `parity_obs` observations."
     from ppo_trt.export.deployment import export_run
-    r = export_run(_run_dir(a), n_obs=a.parity_obs, env_id=a.env_id)
+    r = export_run(run_dir, n_obs=parity_obs, env_id=env_id)
     res = r.metadata.get('residual')  # as written into policy.onnx's metadata
     if res: _say('expert folded into policy.onnx' if res['folded'] else f"policy.onnx holds the residual network only: "
                  f"{res['fold_reason']}; the runners add the expert on the host")
     _say(f"exported policy.onnx (opset {r.opset}); ORT vs model.predict max abs err "
          f"{r.parity_ort_cpu.max_abs_err:.2e} on {r.parity_ort_cpu.n} rollout observations")
     return r
+
+def cmd_export(a): return _export_stage(_run_dir(a), a.parity_obs, a.env_id)
 
 # %% ../nbs/90_cli.ipynb #b6d5c842
 def _library_rows(source, a, env_id=None):
@@ -519,7 +530,7 @@ def cmd_export_c(a):
     if a.policy: lib = _export_c_file(a)
     else:
         rd = _run_dir(a)
-        _check_env(a, rd)
+        _check_env(a.env_id, rd)
         if a.target != 'host':
             from ppo_trt.measure.targets import export_target, print_target
             rec = export_target(rd, a.target, a.out)
@@ -542,7 +553,7 @@ def cmd_export_c(a):
 def cmd_c_loop(a):
     from ppo_trt.measure.c_loop import c_loop, print_c_loop
     rd = _run_dir(a)
-    _check_env(a, rd)
+    _check_env(a.env_id, rd)
     _require_env(rd, 'c-loop')
     if a.target != 'host':
         from ppo_trt.measure.hil import c_loop_target, print_hil
@@ -563,7 +574,7 @@ def cmd_c_loop(a):
 def cmd_build(a):
     from ppo_trt.export.tensorrt import build_engine, build_with_trtexec
     rd = _run_dir(a)
-    _check_env(a, rd)
+    _check_env(a.env_id, rd)
     if a.trtexec:
         p = build_with_trtexec(rd, a.precision, a.min_batch, a.opt_batch, a.max_batch)
         _say(f'trtexec wrote {p}'); return p
@@ -649,13 +660,17 @@ def bench_failures(result, asked=None):
     return (f"{len(bad)} backend(s) failed: " + '; '.join(f'{b}: {shown(why, 160)}' for b, why in bad.items())
             + f"; their records are in {RunDir(result.run_dir).path('bench_record')}")
 
-def _bench(a):
-    "bench.json of the run folder (or of `a.policy`'s folder): the bench stage of `bench` and of `run`."
+def _bench_stage(run_dir, backends, settings, env_id=None, replace=False):
+    "The bench stage: `backends` (None: all) on the run's policy as `settings` (a `BenchSettings`) ask -> bench.json."
     from ppo_trt.measure.bench import bench
-    rd, fresh = _bench_file(a) if a.policy else (_run_dir(a), False)
     live = sys.stdout.isatty()  # a progress bar on a terminal; piped, a line per backend as it finishes
-    r = bench(rd, a.backends, _bench_settings(a), env_id=a.env_id, progress=live, replace=a.replace or fresh,
-              say=None if live else _say)
+    return bench(run_dir, backends, settings, env_id=env_id, progress=live, replace=replace,
+                 say=None if live else _say)
+
+def _bench(a):
+    "bench.json of the run folder (or of `a.policy`'s folder): `bench`'s stage."
+    rd, fresh = _bench_file(a) if a.policy else (_run_dir(a), False)
+    r = _bench_stage(rd, a.backends, _bench_settings(a), a.env_id, a.replace or fresh)
     if a.policy: _say(f'benched {a.policy} in {rd}, the run folder made for it (the file: only read)')
     _say(f"wrote {RunDir(rd).path('bench_record')}")
     return r
@@ -733,20 +748,22 @@ def cmd_env_bench(a):
     return rec['rows']
 
 # %% ../nbs/90_cli.ipynb #391f8131
-def cmd_report(a):
+def _report_stage(run_dir, env_id=None):
+    "The report stage: report.html of the run (an explicit `env_id` must be the run's)."
     from ppo_trt.results.report import render_report
-    rd = _run_dir(a)
-    _check_env(a, rd)
-    _require_env(rd, 'report')
-    p = render_report(rd)
+    _check_env(env_id, run_dir)
+    _require_env(run_dir, 'report')
+    p = render_report(run_dir)
     _say(f'wrote {p}')
     return p
+
+def cmd_report(a): return _report_stage(_run_dir(a), a.env_id)
 
 # %% ../nbs/90_cli.ipynb #77dea6a1
 def cmd_advise(a):
     from ppo_trt.measure.bench import print_advice
     rd = _run_dir(a)
-    _check_env(a, rd)
+    _check_env(a.env_id, rd)
     r = load_artifact(RunDir(rd), 'bench_record')
     print_advice(r)
     return r
@@ -886,24 +903,21 @@ def cmd_sweep(a):
     return rec
 
 # %% ../nbs/90_cli.ipynb #a3e19074
-def _stage_args(a, command, run_dir):
-    "The arguments of `ppo-trt COMMAND --run-dir RUN_DIR` given the flags `run` was given (COMMAND's defaults else)."
-    own = vars(parser().parse_args([command, '--run-dir', str(run_dir)]))
-    return argparse.Namespace(**{k: v if k in ('command', 'run_dir') else vars(a).get(k, v) for k, v in own.items()})
-
 def cmd_run(a):
-    "train -> export -> bench -> report, each stage called with its own command's arguments."
+    "train -> export -> bench -> report: each stage called with its config, built from run's flags."
     from ppo_trt.backends import registry as B
     for n in a.backends or []: B.check_name(n)  # fail before training, not after
     if a.fast and _env_id(a) == FAST_ENV_ID:
         raise BadInputError(f'run --fast exports the policy, which needs continuous actions: use --env-id Pendulum-v1 '
                             f'(or `ppo-trt train --fast` for {FAST_ENV_ID})')
     t0, rd = time.perf_counter(), Path(_folder(a))
-    stage = lambda command: _stage_args(a, command, rd)
-    cmd_train(stage('train')); cmd_export(stage('export')); r = _bench(stage('bench')); cmd_report(stage('report'))
+    _train_into(rd, a)
+    _export_stage(rd, a.parity_obs, a.env_id)
+    r = _bench_stage(rd, a.backends, _bench_settings(a), a.env_id, a.replace)
+    _say(f"wrote {RunDir(rd).path('bench_record')}")
+    _report_stage(rd, a.env_id)
     _say(f'done in {time.perf_counter() - t0:.0f} s: open {RunDir(rd).path("report")}')
     if why := bench_failures(r, a.backends): raise CommandFailed(why)  # the report shows them; the exit status too
-
 
 # %% ../nbs/90_cli.ipynb #30fd9af7
 def cmd_compare(a):

@@ -15,7 +15,7 @@ SMOKE = dict(preset_name='smoke', eval_freq=256, n_eval_episodes=1, final_eval_e
 
 def _trained_and_exported(tmp_path_factory, env_id, scale, timesteps):
     d = tmp_path_factory.mktemp(env_id)/'run'
-    train_residual(d, env_id, 'pid', scale, timesteps=timesteps, **SMOKE)
+    train_residual(d, env_id, expert='pid', residual_scale=scale, timesteps=timesteps, **SMOKE)
     export_run(d)
     return d
 

@@ -5,7 +5,7 @@
 # %% ../../nbs/50_bench.ipynb #311d41d7
 from __future__ import annotations
 import gc, os, time
-from dataclasses import dataclass, asdict, field
+from dataclasses import dataclass, asdict
 import msgspec
 import numpy as np
 from ..core.run_folder import RunDir
@@ -30,6 +30,7 @@ __all__ = ['CDF_POINTS', 'TAIL_POINTS', 'DEFAULT_BATCHES', 'SOAK_CALLS', 'CHECKE
 # %% ../../nbs/50_bench.ipynb #49277fb9
 from ..core.machine import check_memory
 from ..core.files import BadArtifactError, policy_sha256, shown
+from ..core.options import option, number, number_list, MAX_BATCH, MAX_CALLS
 from ..export.onnx import policy_metadata, load_observations, policy_dims
 from ..backends.runner import HistoryRunner, RecurrentRunner
 
@@ -83,24 +84,22 @@ def latency_stats(ns):
 DEFAULT_BATCHES = (1, 4, 16, 64, 256, 1024, 4096)
 SOAK_CALLS = 1_000_000  # batch-1 calls per soak when `ppo-trt bench --soak` names no --soak-calls
 
-def _setting(default, help):
-    "A settings field with its default and the help of the flag that sets it (the CLI reads both from here)."
-    return field(default=default, metadata=dict(help=help))
-
 @dataclass
 class BenchSettings:
-    "Everything that shapes a benchmark run; saved into bench.json."
-    warmup: int = _setting(200, 'untimed calls before timing')
-    iters: int = _setting(2000, 'timed batch-1 calls per backend')
-    batches: tuple = _setting(DEFAULT_BATCHES, 'batch sweep, e.g. 1,16,256,4096')
-    sla_us: float = _setting(1000.0, 'SLA on the batch-1 p99 latency')
-    sweep_seconds: float = _setting(0.25, 'time budget per sweep point')  # iterations derive from it
-    closed_loop_steps: int = _setting(2000, 'control steps of the closed loop (0: skip it)')
-    threads: int = _setting(1, 'intra-op / torch / numba threads per backend')
+    "Everything that shapes a benchmark run; saved into bench.json. Each field's help and range are its flag's."
+    warmup: int = option(200, 'untimed calls before timing', type=number(int, 0, MAX_CALLS))
+    iters: int = option(2000, 'timed batch-1 calls per backend', type=number(int, 10, MAX_CALLS))
+    batches: tuple = option(DEFAULT_BATCHES, 'batch sweep, e.g. 1,16,256,4096', type=number_list(int, 1, MAX_BATCH))
+    sla_us: float = option(1000.0, 'SLA on the batch-1 p99 latency', cli=False)  # the CLI's --sla-ms
+    sweep_seconds: float = option(0.25, 'time budget per sweep point',  # iterations derive from it
+                                  type=number(float, hi=60, above=0))
+    closed_loop_steps: int = option(2000, 'control steps of the closed loop (0: skip it)',
+                                    type=number(int, 0, MAX_CALLS))
+    threads: int = option(1, 'intra-op / torch / numba threads per backend', type=number(int, 1, 1024))
     seed: int = 0
-    pin_cpu: int | None = _setting(None, 'pin the process to this CPU while benchmarking')
-    soak_calls: int = _setting(0, 'batch-1 calls of a soak per backend (0: no soak)')
-    soak_window: int = _setting(100_000, 'calls per soak window')
+    pin_cpu: int | None = option(None, 'pin the process to this CPU while benchmarking', type=number(int, 0))
+    soak_calls: int = option(0, 'batch-1 calls of a soak per backend (0: no soak)', cli=False)  # --soak, --soak-calls
+    soak_window: int = option(100_000, 'calls per soak window', type=number(int, 1, MAX_CALLS))
     obs_file: str | None = None  # observations to time and check on: a [n, obs_dim] float .npy (`--obs`)
     obs_range: tuple | None = None  # or a box (low, high) to draw them from uniformly (`--obs-range`)
     def __post_init__(self):

@@ -650,29 +650,33 @@ def fresh_run(run_dir, force):
     return run
 
 # %% ../../nbs/65_fast_ppo.ipynb #572e28d5
+from ..core.options import option, number
+
 @dataclass
 class FastTrainConfig:
-    "What a fast-PPO training is asked to do: `fast_train`'s settings (`ppo-trt train --fast`'s flags)."
+    "What a fast-PPO training is asked to do: `fast_train`'s settings; a field with help takes `ppo-trt train`'s flag."
     env_id: str = FAST_ENV_ID
-    timesteps: int | None = None          # default: the env preset's
-    seed: int = field(default=0, metadata=dict(help='seed of the env, the policy and the evaluations'))
-    device: str = 'cpu'                   # torch device: cpu, cuda, cuda:N
+    timesteps: int | None = option(None, "total timesteps (default: the env preset's)", cli=False)  # SB3's flag
+    seed: int = option(0, 'seed of the env, the policy and the evaluations', cli=False)
+    device: str = option('cpu', '--fast: torch device (cpu, cuda, cuda:N; default: cpu)', cli_default=None)
     settings: FastSettings | None = None  # hyperparameters (default: the env preset's)
-    expert: object = None                 # train a residual on it: zero, pid, a run folder, a policy file, a callable
-    residual_scale: float = field(default=0.5, metadata=dict(help='action = clip(expert + scale * residual)'))
-    compile: bool = False                 # torch.compile the rollout step and the loss
-    cudagraphs: bool = False              # CUDA graphs (torch.compile reduce-overhead); CUDA only
+    expert: object = option(None, 'train a residual on it: zero, pid, a run folder, a policy file, a callable',
+                            cli=False)
+    residual_scale: float = option(0.5, 'action = clip(expert + scale * residual)', cli=False)
+    compile: bool = option(False, '--fast: torch.compile the rollout step and the loss')
+    cudagraphs: bool = option(False, '--fast: CUDA graphs (torch.compile reduce-overhead); CUDA only')
     target_return: float | None = None    # stop at this evaluated return (default: the preset's)
     eval_every: int | None = None         # updates between evaluations (default: the preset's, else a tenth)
     eval_episodes: int | None = None      # episodes per evaluation (default: the preset's)
     final_eval_episodes: int = 10         # held-out episodes of the last evaluation
-    randomize: object = None              # ranges drawn every episode (`check_randomize`)
-    num_threads: int | None = None        # threads stepping MuJoCo envs (default: the thread plan)
-    torch_threads: int | None = None      # torch intra-op threads (default: the thread plan)
-    history: int = field(default=0, metadata=dict(
-        help='the policy also sees its last K actions (Markov again under a delay of up to K steps); '
-             'policy.onnx takes them after the observation and deployed runners keep them'))
-    privileged_critic: bool = False       # the critic also sees each episode's draws (`PrivilegedObs`)
+    randomize: object = option(None, 'ranges drawn every episode (`check_randomize`)', cli=False)
+    num_threads: int | None = option(None, '--fast on MuJoCo: EnvPool threads stepping the envs (default: one per '
+                                     'core not busy)', flag='--env-threads', type=number(int, 1, 1024))
+    torch_threads: int | None = option(None, 'torch intra-op threads (default: the thread plan)', cli=False)
+    history: int = option(0, 'the policy also sees its last K actions (Markov again under a delay of up to K steps); '
+                          'policy.onnx takes them after the observation and deployed runners keep them', cli=False)
+    privileged_critic: bool = option(False, '--fast with --randomize: the critic also sees what each episode drew '
+                                     '(never deployed)')
     curriculum: object = None             # a return threshold, True (the spec's) or an `ADR` (`check_curriculum`)
     progress: bool = True                 # a progress bar on a terminal, lines otherwise
 

@@ -4,7 +4,10 @@
 
 # %% ../../nbs/67_train_residual.ipynb #f84625a1
 from __future__ import annotations
-from .sb3 import train
+from dataclasses import replace
+from ..core.files import BadInputError
+from ..core.options import configured
+from .sb3 import train, SB3TrainConfig
 from ..export.deployment import make_expert, check_residual_settings, residual_record, residual_wrapper_class
 
 # %% auto #0
@@ -18,12 +21,16 @@ def zero_init_action_net(model):
         model.policy.action_net.weight.zero_(); model.policy.action_net.bias.zero_()
 
 # %% ../../nbs/67_train_residual.ipynb #f48a6703
-def train_residual(run_dir, env_id='Hopper-v4', expert='pid', residual_scale=0.5, append_expert_obs=False,
-                   zero_init=True, **train_kwargs):
-    "Train a residual PPO policy on `expert` into `run_dir`; return the train.json record."
-    ex = make_expert(expert, env_id)
-    check_residual_settings(ex, residual_scale, append_expert_obs)
+def train_residual(run_dir, config=None, force=False, **options):
+    "Train a residual on `config.expert` (default pid) into `run_dir`: `train`'s `SB3TrainConfig`, `options` win."
+    if not isinstance(force, bool):
+        raise BadInputError(f'train_residual(run_dir, config, force, **options) got force={force!r}: pass the expert '
+                            'and the scale by name (expert=..., residual_scale=...)')
+    c = configured(SB3TrainConfig, config, options)
+    expert, scale, append = 'pid' if c.expert is None else c.expert, c.residual_scale, c.append_expert_obs
+    ex = make_expert(expert, c.env_id)
+    check_residual_settings(ex, scale, append)
     wrapper = residual_wrapper_class()
-    return train(run_dir, env_id=env_id, residual=residual_record(ex, residual_scale, append_expert_obs, zero_init),
-                 wrap_env=lambda env: wrapper(env, make_expert(expert, env_id), residual_scale, append_expert_obs),
-                 init_model=zero_init_action_net if zero_init else None, **train_kwargs)
+    return train(run_dir, replace(c, expert=None, residual=residual_record(ex, scale, append, c.zero_init),
+                                  wrap_env=lambda env: wrapper(env, make_expert(expert, c.env_id), scale, append),
+                                  init_model=zero_init_action_net if c.zero_init else None), force=force)
