@@ -8,7 +8,7 @@ import difflib, re, warnings
 import numpy as np
 import gymnasium as gym
 from ..core.files import BadInputError
-from .specs import RANDOMIZABLE, env_spec
+from .specs import RANDOMIZABLE, as_spec, env_id_of, env_spec
 
 # %% auto #0
 __all__ = ['PHASES', 'RRLS_HOPPER_SETS', 'RRLS_HOPPER_DEFAULTS', 'RRLS_HOPPER_FIELDS', 'RRLS_ENV_ID', 'EVENTS', 'PUSH_STEPS',
@@ -26,9 +26,9 @@ def quiet_gym_warnings():
 
 # %% ../../nbs/11_envs.ipynb #fcc54021
 def make_env(env_id, seed=None, **kwargs):
-    "A gymnasium env with Box spaces, seeded when `seed` is given."
+    "A gymnasium env of `env_id` (an id or its `EnvSpec`) with Box spaces, seeded when `seed` is given."
     quiet_gym_warnings()
-    env_spec(env_id)
+    env_id = as_spec(env_id).env_id
     env = gym.make(env_id, **kwargs)
     for what, space in (('observation', env.observation_space), ('action', env.action_space)):
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
@@ -156,13 +156,13 @@ PHASES = {
 
 # %% ../../nbs/11_envs.ipynb #f4bce129
 def env_phases(env_id, phases=None):
-    "The phases of `phases` (default: all of `PHASES`) that `env_id`'s spec can take, in their order."
-    s = env_spec(env_id)
+    "The phases of `phases` (default: all of `PHASES`) that `env_id`'s spec (or the `EnvSpec`) can take, in order."
+    s = as_spec(env_id)
     return [p for p in (phases or PHASES) if s.why_not(p) is None]
 
 def skipped_phases(env_id):
-    "{phase: why `env_id` cannot take it, and what would let it}: what an evaluation of every phase leaves out."
-    s = env_spec(env_id)
+    "{phase: why `env_id` (or its `EnvSpec`) cannot take it, and what would let it}: what evaluating every phase skips."
+    s = as_spec(env_id)
     how = {'no body to push': 'a spec naming its push_body (a plugin in the ppo_trt.envs entry-point group)',
            'no MuJoCo model to scale': 'a MuJoCo env'}
     return {p: f'{why}: needs {how.get(why, "a spec that allows it")}' for p in PHASES if (why := s.why_not(p))}
@@ -174,11 +174,12 @@ def check_phases(phases, env_id=None):
     for p in ps:
         if p not in PHASES: raise BadInputError(f'unknown phase {p!r}; phases: {", ".join(PHASES)}')
     if not ps: raise BadInputError(f'no phase given; phases: {", ".join(PHASES)}')
-    allowed = list(PHASES) if env_id is None else env_phases(env_id)
+    s = None if env_id is None else as_spec(env_id)
+    allowed = list(PHASES) if s is None else env_phases(s)
     cannot = [p for p in ps if p not in allowed]
     if cannot:
-        why = ', '.join(sorted({env_spec(env_id).why_not(p) for p in cannot}))
-        raise BadInputError(f'{env_id} cannot take phase {", ".join(cannot)} ({why}); '
+        why = ', '.join(sorted({s.why_not(p) for p in cannot}))
+        raise BadInputError(f'{s.env_id} cannot take phase {", ".join(cannot)} ({why}); '
                             f'its phases: {", ".join(allowed)}')
     return list(dict.fromkeys(ps))
 
@@ -330,12 +331,13 @@ def format_randomize(ranges):
 # %% ../../nbs/11_envs.ipynb #3e0c1a24
 class Randomized(gym.Wrapper):
     "Domain and latency randomization: every `reset` draws each phase's parameter from its range (seeded)."
-    def __init__(self, env, ranges, seed=None):
-        ranges = check_randomize(env.spec.id, ranges) or {}
+    def __init__(self, env, ranges, seed=None, spec=None):  # spec: env's EnvSpec where the caller holds it
+        s = as_spec(spec if spec is not None and env_id_of(spec) == env.spec.id else env.spec.id)
+        ranges = check_randomize(s, ranges) or {}
         inner, wrappers = env, {}
         if 'mass' in ranges or 'friction' in ranges: inner = wrappers['model'] = ModelScale(inner)
         if 'push' in ranges:
-            inner = wrappers['push'] = Push(inner, PUSH_STEPS[0], (0.0, 0.0, 0.0), PUSH_DURATION)
+            inner = wrappers['push'] = Push(inner, PUSH_STEPS[0], (0.0, 0.0, 0.0), PUSH_DURATION, s.push_body)
         if 'delay' in ranges: inner = wrappers['delay'] = ActuationDelay(inner, steps=0)
         if 'noise' in ranges:
             inner = wrappers['noise'] = SensorNoise(inner, 0.0, seed=None if seed is None else [seed, 1])
@@ -369,13 +371,13 @@ class Randomized(gym.Wrapper):
 
 # %% ../../nbs/11_envs.ipynb #3e0c1a25
 def check_randomize(env_id, spec):
-    "The canonical ranges of `spec` for `env_id`: `all` is every knob its spec can take, and only those are let in."
-    s = env_spec(env_id)
+    "The canonical ranges of `spec` for `env_id` (or its `EnvSpec`): `all` is every knob it can take, only those pass."
+    s = as_spec(env_id)
     ranges = parse_randomize(spec, every=s.randomizable)
     cannot = [k for k in ranges or {} if k not in s.randomizable]
     if cannot:
         why = ', '.join(sorted({s.why_not(k) for k in cannot}))
-        raise BadInputError(f'{env_id} can randomize {", ".join(s.randomizable)} only, not {", ".join(cannot)} '
+        raise BadInputError(f'{s.env_id} can randomize {", ".join(s.randomizable)} only, not {", ".join(cannot)} '
                             f"({why}); drop {'them' if len(cannot) > 1 else 'it'} or use 'all'")
     return ranges
 

@@ -12,7 +12,7 @@ from ..core.files import BadInputError, error_line
 
 # %% auto #0
 __all__ = ['RANDOMIZABLE', 'MUJOCO_FAST', 'HOPPER_PID', 'INVERTED_PENDULUM_PID', 'SPECS', 'ENV_GROUP', 'Knob', 'FastPreset',
-           'EnvSpec', 'discover_specs', 'plugin_specs', 'generic_spec', 'env_spec', 'env_ids']
+           'EnvSpec', 'discover_specs', 'plugin_specs', 'generic_spec', 'env_spec', 'env_ids', 'as_spec', 'env_id_of']
 
 # %% ../../nbs/10_env_specs.ipynb #262ce267
 class Knob(NamedTuple):
@@ -202,3 +202,13 @@ def env_spec(env_id):
 def env_ids(having=None):
     "The ids of the specs (built-in, then plugins') whose field `having` is set ('pid', 'batched', ...), or all."
     return [i for i, s in {**SPECS, **plugin_specs()}.items() if having is None or getattr(s, having)]
+
+# %% ../../nbs/10_env_specs.ipynb #53d3b7b3
+def as_spec(env):
+    "The `EnvSpec` of `env`: `env` itself if it is one, else the spec of that id (one line if there is none)."
+    return env if isinstance(env, EnvSpec) else env_spec(env)
+
+# %% ../../nbs/10_env_specs.ipynb #1c852ed1
+def env_id_of(env):
+    "The id of `env`, an id or its `EnvSpec`, without looking its spec up."
+    return env.env_id if isinstance(env, EnvSpec) else env

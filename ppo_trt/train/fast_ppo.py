@@ -14,7 +14,7 @@ from ..core.run_folder import FAST_ENV_ID, RunDir
 from ..core.files import BadInputError, PpoTrtError, atomic_path, save_json, sha256_file
 from ..core.records import ConfigRecord, TrainRecord, locked, record, remove_derived
 from ..core.machine import thread_plan
-from ..envs.specs import env_spec, EnvSpec, RANDOMIZABLE
+from ..envs.specs import env_spec, EnvSpec, RANDOMIZABLE, as_spec
 from ..envs.gym import (make_env, env_spaces, training_seeds, check_randomize, check_history, ActionHistory,
                              scale_ranges, format_randomize)
 from ..core.machine import training_versions
@@ -58,7 +58,7 @@ class FastSettings:
 # %% ../../nbs/65_fast_ppo.ipynb #24c192ea
 def fast_preset(env_id):
     "The fast-PPO preset of `env_id`'s spec: timesteps, target, settings (`FastSettings`), eval_every, eval_episodes."
-    p = env_spec(env_id).fast
+    p = as_spec(env_id).fast  # an id or its EnvSpec
     return dict(timesteps=p.timesteps, target=p.target, settings=FastSettings(**p.settings), eval_every=p.eval_every,
                 eval_episodes=p.eval_episodes)
 
@@ -200,12 +200,12 @@ def gym_returns(agent, norm, env_id, episodes=5, seed=0, history=0):
 # %% ../../nbs/65_fast_ppo.ipynb #aec3fab1
 def eval_returns(agent, norm, env, episodes, seed, device='cpu', pool_threads=None, history=0):
     "Deterministic returns in `env` (an id or its `EnvSpec`): its batched tensors, MuJoCo's batch, else gymnasium."
-    spec = env if isinstance(env, EnvSpec) else env_spec(env)
+    spec = as_spec(env)
     if spec.batched: return greedy_returns(agent, norm, spec, episodes, device, seed, history)
     if pool_threads:  # the trainer's MuJoCo stepper, tested equal to gymnasium step by step (14_batched_mujoco)
-        env = batched_mujoco(spec.env_id, episodes, seed, None, min(pool_threads, episodes))[0]
+        env = batched_mujoco(spec, episodes, seed, None, min(pool_threads, episodes))[0]
         return first_episode_returns(agent, norm, BatchActionHistory(env, history) if history else env)
-    return gym_returns(agent, norm, spec.env_id, episodes, seed, history)
+    return gym_returns(agent, norm, spec, episodes, seed, history)
 
 # %% ../../nbs/65_fast_ppo.ipynb #5edf311f
 @dataclass
@@ -430,7 +430,7 @@ class ADR:
 
     def resolved(self, env):
         "This rule with its thresholds filled in from the spec of `env` (an id or its `EnvSpec`), checked."
-        spec = env if isinstance(env, EnvSpec) else env_spec(env)
+        spec = as_spec(env)
         high = self.high if self.high is not None else spec.fast.curriculum_return
         if high is None:
             raise BadInputError(f'{spec.env_id} has no curriculum return in its spec to take ADR\'s thresholds from: '
@@ -532,7 +532,7 @@ def check_curriculum(env, ranges, curriculum):
     if not ranges:
         raise BadInputError('a curriculum widens the randomization ranges, and there are none: '
                             "add --randomize (e.g. 'all') or drop --curriculum / --adr")
-    spec = env if isinstance(env, EnvSpec) else env_spec(env)
+    spec = as_spec(env)
     if isinstance(curriculum, ADR): return curriculum.resolved(spec)
     if curriculum is True:
         threshold = spec.fast.curriculum_return
@@ -713,7 +713,7 @@ def fast_plan(config, options=None):
     if c.privileged_critic and c.expert is not None:
         raise BadInputError('--privileged-critic trains a plain policy, not a residual: drop --expert or it')
     spec, history = c.spec, check_history(c.history, c.expert)
-    preset, ranges = spec.fast, check_randomize(spec.env_id, c.randomize)
+    preset, ranges = spec.fast, check_randomize(spec, c.randomize)
     device = resolve_device(c.device)
     if c.cudagraphs and device.type != 'cuda':
         raise BadInputError(f'--cudagraphs needs a CUDA device, but the device is {device}; '
@@ -740,7 +740,7 @@ def train_env(p, num_threads=None):
         return env, f'ppo_trt.envs.batched.torch on {env.device}'
     if p.device.type != 'cpu':
         raise BadInputError(f'{env_id} trains on MuJoCo envs stepped on the CPU; use --device cpu')
-    return batched_mujoco(env_id, s.num_envs, seed, p.ranges, num_threads)
+    return batched_mujoco(p.spec, s.num_envs, seed, p.ranges, num_threads)
 
 
 # %% ../../nbs/65_fast_ppo.ipynb #5c2a3d32
@@ -874,9 +874,9 @@ def save_run(run, config, trained):
                    not_deployable_reason=f'{env_id} has discrete actions; the ppo_trt deployable contract '
                                          '(policy.onnx: obs -> continuous action) covers Box action spaces only')
     else:
-        e = make_env(env_id); spaces = env_spaces(e); e.close()
+        e = make_env(config.spec); spaces = env_spaces(e); e.close()
         rec.update(**spaces, deployable=True)
-        model = _to_sb3(agent, env_id, s, norm, s.log_std_init, history)
+        model = _to_sb3(agent, config.spec, s, norm, s.log_std_init, history)
         with atomic_path(run.path('policy')) as tmp: model.save(tmp)
         width = spaces['obs_dim'] + history * spaces['act_dim']  # the policy's input
         plain = ObsNorm(np.zeros(width), np.ones(width) - 1e-8, 1e9, 1e-8)

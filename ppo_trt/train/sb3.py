@@ -163,10 +163,10 @@ def _versions():
 
 # %% ../../nbs/20_train.ipynb #d79a8f9d
 def _env_maker(env_id, wrap_env=None, randomize=None, seed=None):
-    "A function making one env: `env_id`, randomized each episode if `randomize` (seeded `seed`), then `wrap_env`."
+    "A function making one env: `env_id` (or its spec), randomized if `randomize` (seeded `seed`), then `wrap_env`."
     def make():
         env = make_env(env_id)
-        if randomize: env = Randomized(env, randomize, seed)
+        if randomize: env = Randomized(env, randomize, seed, env_id)
         return wrap_env(env) if wrap_env else env
     return make
 
@@ -261,8 +261,8 @@ def _model(run, c, p, ckpt):
     from stable_baselines3 import PPO
     from stable_baselines3.common.utils import set_random_seed
     set_random_seed(c.seed)
-    venv, eval_env = _vec_envs(c.env_id, c.seed, p['ppo'].get('gamma', 0.99), ckpt[2] if ckpt else None, c.wrap_env,
-                               c.randomize)
+    venv, eval_env = _vec_envs(c.spec or c.env_id, c.seed, p['ppo'].get('gamma', 0.99), ckpt[2] if ckpt else None,
+                               c.wrap_env, c.randomize)
     if ckpt: model = load_sb3_model(ckpt[1], env=venv, fix='pass --force to train again from scratch')
     else:
         model = PPO('MlpPolicy', venv, seed=c.seed, device='cpu', verbose=c.verbose, policy_kwargs=_policy_kwargs(p),
@@ -321,7 +321,7 @@ def _resolved(c):
     spec = c.spec if c.spec is not None and c.spec.env_id == c.env_id else env_spec(c.env_id)
     history = check_history(c.history, c.residual or c.wrap_env)
     wrap_env = (lambda env: ActionHistory(env, history)) if history else c.wrap_env  # outermost: records actions sent
-    return replace(c, timesteps=timesteps, spec=spec, randomize=check_randomize(c.env_id, c.randomize),
+    return replace(c, timesteps=timesteps, spec=spec, randomize=check_randomize(spec, c.randomize),
                    history=history, wrap_env=wrap_env,
                    eval_freq=c.eval_freq or max(min(timesteps // 20, 10_000), p['ppo']['n_steps']),
                    checkpoint_freq=c.checkpoint_freq or max(timesteps // 4, p['ppo']['n_steps']))
@@ -350,7 +350,7 @@ def train(run_dir, config=None, force=False, **options):
     wall = _learn(model, run, eval_env, c, bool(ckpt), say)
     total_steps = model.num_timesteps
     model, norm, kept_steps = _kept_policy(run, model, venv, c.keep)
-    mean_r, std_r = _held_out_evaluation(model, norm, c.env_id, c.seed, c.wrap_env, c.final_eval_episodes)
+    mean_r, std_r = _held_out_evaluation(model, norm, c.spec, c.seed, c.wrap_env, c.final_eval_episodes)
     with atomic_path(run.path('policy')) as tmp: model.save(tmp)
     norm.save(run.path('obs_norm'))
     rec = record(TrainRecord, env_id=c.env_id, seed=c.seed, preset=c.preset_name, timesteps=int(total_steps),

@@ -8,7 +8,7 @@ from dataclasses import dataclass, asdict, field, replace
 import numpy as np
 from ..core.files import BadInputError
 from ..core.records import locked
-from ..envs.specs import env_spec, EnvSpec
+from ..envs.specs import as_spec
 from ..envs.gym import check_history, training_seeds, scale_ranges, format_randomize
 from ..envs.batched.mujoco import BatchActionHistory, PrivilegedObs, batched_mujoco
 from .fast_ppo import (ADR, ADRDraws, AdaptiveRanges, FastTrainConfig, PhaseTimes, Report,
@@ -72,8 +72,7 @@ class World:
 
 def world_returns(agent, norm, world, privileged=False):
     "Deterministic returns of `world.episodes` first episodes of `world`; `privileged`: the agent reads the draws."
-    spec = world.env if isinstance(world.env, EnvSpec) else env_spec(world.env)
-    env, _ = batched_mujoco(spec.env_id, world.episodes, world.seed, world.ranges, world.threads)
+    env, _ = batched_mujoco(as_spec(world.env), world.episodes, world.seed, world.ranges, world.threads)
     env = BatchActionHistory(env, world.history)
     return first_episode_returns(agent, norm, PrivilegedObs(env) if privileged else env, world.seed)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from fastcore.basics import patch
 from ...core.files import BadInputError
-from ..specs import env_spec, env_ids
+from ..specs import SPECS, env_spec, env_ids, plugin_specs, as_spec, env_id_of
 from ..gym import make_env, check_randomize, check_history, Randomized
 from .torch import Batched, BatchWrapper
 
@@ -32,14 +32,15 @@ def import_envpool():
 def envpool_env_ids():
     "The ids of the env specs whose EnvPool task this EnvPool build has."
     have = set(import_envpool().list_all_envs())
-    return tuple(e for e in env_ids('envpool_id') if env_spec(e).envpool_id in have)
+    return tuple(i for i, s in {**SPECS, **plugin_specs()}.items() if s.envpool_id and s.envpool_id in have)
 
 # %% ../../../nbs/14_batched_mujoco.ipynb #0fb712a0
 def check_envpool_env(env_id):
-    "EnvPool's task id for `env_id` (its spec's), or one line naming the envs EnvPool has here."
-    task, have = env_spec(env_id).envpool_id, envpool_env_ids()
-    if env_id not in have:
-        raise BadInputError(f'EnvPool has no MuJoCo env {env_id!r}; it has {", ".join(have)}')
+    "EnvPool's task id for `env_id` (its spec's; or the `EnvSpec`), or one line naming the envs EnvPool has here."
+    s = as_spec(env_id)
+    task, have = s.envpool_id, envpool_env_ids()
+    if s.env_id not in have:
+        raise BadInputError(f'EnvPool has no MuJoCo env {s.env_id!r}; it has {", ".join(have)}')
     return task
 
 # %% ../../../nbs/14_batched_mujoco.ipynb #fd487a8c
@@ -64,7 +65,8 @@ class EnvPoolBatched(Batched):
         self.pool = import_envpool().make_gymnasium(task, num_envs=num_envs, batch_size=num_envs,
                                                     num_threads=threads, seed=seed)
         space = self.pool.action_space
-        self.env_id, self.num_envs, self.num_threads, self.device = env_id, num_envs, threads, torch.device('cpu')
+        self.env_id, self.num_envs, self.num_threads = env_id_of(env_id), num_envs, threads
+        self.device = torch.device('cpu')
         self.obs_dim, self.act_dim = self.pool.observation_space.shape[0], space.shape[0]
         self.action_low, self.action_high = space.low.astype(np.float32), space.high.astype(np.float32)
         self.max_episode_steps = self.pool.spec.config.max_episode_steps
@@ -217,12 +219,13 @@ class GymnasiumBatched(Batched):
     def __init__(self, env_id, num_envs, seed=0, ranges=None):
         import gymnasium as gym, torch
         if num_envs < 1: raise BadInputError(f'num_envs must be >= 1, got {num_envs}')
-        ranges = check_randomize(env_id, ranges)
-        make = lambda rank: lambda: Randomized(make_env(env_id), ranges, seed + rank) if ranges else make_env(env_id)
+        spec = as_spec(env_id)  # an id or its EnvSpec: looked up once, not once per env
+        ranges = check_randomize(spec, ranges)
+        make = lambda rank: lambda: Randomized(make_env(spec), ranges, seed + rank, spec) if ranges else make_env(spec)
         self.vec = gym.vector.SyncVectorEnv([make(i) for i in range(num_envs)],
                                             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         space = self.vec.single_action_space
-        self.env_id, self.num_envs, self.ranges, self.seed = env_id, num_envs, ranges, seed
+        self.env_id, self.num_envs, self.ranges, self.seed = spec.env_id, num_envs, ranges, seed
         self.device, self.act_dim = torch.device('cpu'), space.shape[0]
         self.obs_dim = self.vec.single_observation_space.shape[0]
         self.action_low, self.action_high = space.low.astype(np.float32), space.high.astype(np.float32)
@@ -330,12 +333,13 @@ class MujocoBatched(Batched):
     discrete_actions = 0
     def __init__(self, env_id, num_envs, seed=0, ranges=None, num_threads=None, base=None):
         import os, torch
-        ranges, batch = check_randomize(env_id, ranges) or {}, import_mujoco_batch()
+        spec = as_spec(env_id)  # an id or its EnvSpec
+        ranges, batch, env_id = check_randomize(spec, ranges) or {}, import_mujoco_batch(), spec.env_id
         if env_id not in MUJOCO_BATCHED_ENVS:
             raise BadInputError(f'MujocoBatched reproduces {", ".join(MUJOCO_BATCHED_ENVS)} only, not {env_id}; '
                                 'GymnasiumBatched steps the others')
         if num_envs < 1: raise BadInputError(f'num_envs must be >= 1, got {num_envs}')
-        gym_env = make_env(env_id)
+        gym_env = make_env(spec)
         h, space = gym_env.unwrapped, gym_env.action_space
         threads = num_threads or min(num_envs, len(os.sched_getaffinity(0)))
         self.env_id, self.num_envs, self.num_threads, self.seed, self.ranges = env_id, num_envs, threads, seed, ranges
@@ -350,7 +354,7 @@ class MujocoBatched(Batched):
         self.friction = self.sims.expand('geom_friction') if 'friction' in ranges or base['own_friction'] else None
         if self.mass is not None: self.mass[:] = self.base_mass
         if self.friction is not None: self.friction[:, :, 0] = self.base_friction
-        self.push_body = h.model.body(env_spec(env_id).push_body).id if 'push' in ranges else None
+        self.push_body = h.model.body(spec.push_body).id if 'push' in ranges else None
         self.push_step, self.push_force = np.zeros(num_envs, np.int64), np.zeros(num_envs)
         self.t = np.zeros(num_envs, np.int64)  # steps since the episode began: Push's clock and TimeLimit's
         self.draws = [EpisodeDraws(h, ranges, seed + i) for i in range(num_envs)]
@@ -464,32 +468,33 @@ def mujoco_batched_trajectories(env_id='Hopper-v4', ranges=None, num_envs=8, ste
 
 # %% ../../../nbs/14_batched_mujoco.ipynb #d19b8a43
 def mujoco_batch_missing(env_id):
-    "Why `MujocoBatched` cannot step `env_id` here, or None when it can."
-    if env_id not in MUJOCO_BATCHED_ENVS: return f'mujoco.batch runs {", ".join(MUJOCO_BATCHED_ENVS)} only'
+    "Why `MujocoBatched` cannot step `env_id` (or its `EnvSpec`) here, or None when it can."
+    if env_id_of(env_id) not in MUJOCO_BATCHED_ENVS: return f'mujoco.batch runs {", ".join(MUJOCO_BATCHED_ENVS)} only'
     try: import_mujoco_batch()
     except BadInputError as e: return str(e)
     return None
 
 def batched_mujoco(env_id, num_envs, seed=0, ranges=None, num_threads=None):
     "(batched env, what steps it): `MujocoBatched` for Hopper, else EnvPool or, if the model changes, gymnasium."
-    ranges = check_randomize(env_id, ranges)
+    spec = as_spec(env_id)  # an id or its EnvSpec: what is made below gets the spec
+    ranges = check_randomize(spec, ranges)
     needs_model = sorted(set(ranges or {}) - set(TENSOR_RANDOMIZABLE))
     in_tensors = set(ranges or {}) & set(TENSOR_RANDOMIZABLE)
     disturbed = lambda env: BatchDisturbances(env, ranges, seed) if in_tensors else env
-    batch_why = mujoco_batch_missing(env_id)
+    batch_why = mujoco_batch_missing(spec)
     if not batch_why:  # gymnasium's own dynamics, and the faster stepper inside training (see below)
         import mujoco
-        env = MujocoBatched(env_id, num_envs, seed, ranges, num_threads)
+        env = MujocoBatched(spec, num_envs, seed, ranges, num_threads)
         return disturbed(env), f'mujoco.batch {mujoco.__version__}, per-env models ({env.num_threads} threads)'
     if needs_model:
         why = f"randomizing {', '.join(needs_model)} changes the MuJoCo model, out of EnvPool's reach; {batch_why}"
     else:
         try: import_envpool()
         except BadInputError: why = 'EnvPool is not installed: pip install "ppo_trt[fast]"'
-        else: why = env_id not in envpool_env_ids() and f'EnvPool has no {env_id}'
-    if why: return GymnasiumBatched(env_id, num_envs, seed, ranges), f'gymnasium SyncVectorEnv ({why})'
+        else: why = spec.env_id not in envpool_env_ids() and f'EnvPool has no {spec.env_id}'
+    if why: return GymnasiumBatched(spec, num_envs, seed, ranges), f'gymnasium SyncVectorEnv ({why})'
     import envpool
-    env = EnvPoolBatched(env_id, num_envs, seed, num_threads)
+    env = EnvPoolBatched(spec, num_envs, seed, num_threads)
     return disturbed(env), f'envpool {envpool.__version__} ({env.num_threads} threads)'
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from fastcore.basics import patch
 from ...core.files import BadInputError, save_json, error_line
 from ...core.machine import cpu_model
-from ..specs import env_spec, env_ids, EnvSpec
+from ..specs import env_ids, as_spec
 
 # %% auto #0
 __all__ = ['SYNC_OPS', 'resolve_device', 'Batched', 'BatchWrapper', 'BatchedEnv', 'CartPole', 'Pendulum', 'MountainCarContinuous',
@@ -237,7 +237,7 @@ def torch_envs():
 
 def make_batched(env, num_envs, device='cpu', seed=0, dtype='float32'):
     "`num_envs` copies of `env` (an id or its `EnvSpec`) as tensors on `device`: the class its spec names."
-    spec = env if isinstance(env, EnvSpec) else env_spec(env)
+    spec = as_spec(env)
     name = spec.batched
     if name is None:
         raise BadInputError(f'no batched version of {spec.env_id}; batched envs: {", ".join(env_ids("batched"))}')
