@@ -435,17 +435,16 @@ def _train_teacher_student(a, env_id, rd):
 # %% ../nbs/90_cli.ipynb #88139ff5
 ENV_STATE_BYTES = 128 << 10  # a MuJoCo env's model and data, generously (a torch env's state is a few floats)
 
-def _check_num_envs(env_id, st):
+def _check_num_envs(spec, st):
     "Refuse a --num-envs whose rollout storage and env states would not fit in free memory (checked before any env)."
     import gymnasium as gym
     from ppo_trt.core.machine import check_memory
     from ppo_trt.envs.gym import quiet_gym_warnings
-    from ppo_trt.envs.specs import env_spec
     quiet_gym_warnings()
-    env = gym.make(env_id)  # its spaces only (CartPole's are discrete)
+    env = gym.make(spec.env_id)  # its spaces only (CartPole's are discrete)
     width = math.prod(env.observation_space.shape) + math.prod(env.action_space.shape or (1,))
     env.close()
-    per_env = st.n_steps * (width + 6) * 4 * 3 + (512 if env_spec(env_id).batched else ENV_STATE_BYTES)
+    per_env = st.n_steps * (width + 6) * 4 * 3 + (512 if spec.batched else ENV_STATE_BYTES)
     check_memory(st.num_envs * per_env, '--num-envs', st.num_envs, per_env)
 
 # %% ../nbs/90_cli.ipynb #0b68941b
@@ -458,10 +457,11 @@ def _fast_config(a, **fields):
 def _fast_settings(a):
     "The preset's `FastSettings` with --num-envs, checked against free memory and --env-threads."
     from ppo_trt.train.fast_ppo import fast_preset
-    env_id = _env_id(a)
-    st = fast_preset(env_id)['settings']
+    from ppo_trt.envs.specs import env_spec
+    spec = env_spec(_env_id(a))  # looked up once: the preset and the memory check take the spec
+    st = fast_preset(spec)['settings']
     if a.num_envs: st = dataclasses.replace(st, num_envs=a.num_envs)
-    _check_num_envs(env_id, st)
+    _check_num_envs(spec, st)
     if a.env_threads and a.env_threads > st.num_envs:
         raise BadInputError(f'--env-threads {a.env_threads} is more than the {st.num_envs} envs they step: '
                             f'use at most {st.num_envs}')
