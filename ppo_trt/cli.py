@@ -7,8 +7,7 @@ from __future__ import annotations
 import argparse, contextlib, dataclasses, errno, math, os, sys, time
 from pathlib import Path
 from .core.files import PpoTrtError, BadInputError, shown, terminal_line, leftovers
-from .core.run_folder import (DEFAULT_ENV_ID, FAST_ENV_ID, ARTIFACTS, OPTIONAL_STAGES, default_run_dir, RunDir,
-                                     check_timesteps)
+from .core.run_folder import (DEFAULT_ENV_ID, FAST_ENV_ID, ARTIFACTS, OPTIONAL_STAGES, default_run_dir, RunDir)
 from .core.records import load_artifact, lineage_problems, run_lock, LOCK_NAME, HOLDER_NAME
 from .core.records import policy_only, policy_only_advice
 from .export.onnx import onnx_metadata
@@ -338,8 +337,8 @@ def _require_env(rd, command):
 # %% ../nbs/90_cli.ipynb #62fe35ae
 def _bench_settings(a):
     "The `BenchSettings` of bench's flags: each field from its flag, the few that differ converted."
-    from ppo_trt.measure.bench import BenchSettings, DEFAULT_BATCHES
-    return from_args(BenchSettings, a, batches=a.batches or DEFAULT_BATCHES, sla_us=a.sla_ms * 1e3,
+    from ppo_trt.measure.bench import BenchSettings
+    return from_args(BenchSettings, a, sla_us=a.sla_ms * 1e3,
                      soak_calls=a.soak_calls if a.soak else 0, obs_file=a.obs, obs_range=a.obs_range)
 
 # %% ../nbs/90_cli.ipynb #e7575ef3

@@ -25,6 +25,13 @@ def python(code):
 def test_import_is_light():
     assert python(f'import sys, ppo_trt; print(sorted(m for m in {HEAVY!r} if m in sys.modules))') == '[]'
 
+def test_cli_parser_imports_no_framework():
+    "`ppo-trt --help` builds every subcommand's flags from the config classes without loading a framework."
+    code = ('import sys, ppo_trt.cli as c; c.parser(); '
+            "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'mujoco', 'stable_baselines3', 'numba', 'triton') "
+            'if m in sys.modules))')
+    assert python(code) == '[]'
+
 def test_from_ppo_trt_import_each_name():
     names = ', '.join(PUBLIC)
     out = python(f'from ppo_trt import {names}; import ppo_trt.train.sb3, ppo_trt.export.deployment, ppo_trt; '

@@ -5,7 +5,6 @@
 # %% ../../nbs/32_tensorrt.ipynb #9843b4bd
 from __future__ import annotations
 import importlib, os, shutil, subprocess, time
-import onnx
 from pathlib import Path
 import numpy as np
 from ..core.run_folder import RunDir
@@ -22,6 +21,7 @@ __all__ = ['FP16_TOL', 'FLAVOURS', 'fp32_outputs', 'fp16_onnx', 'EngineError', '
 # %% ../../nbs/32_tensorrt.ipynb #d30668e1
 def fp32_outputs(model):
     "`model` with every FP16 graph output produced in FP16 under a new name and cast to FP32 under its own."
+    import onnx  # here, not at import: `ppo-trt --help` reaches this module through the backends
     for out in model.graph.output:
         if out.type.tensor_type.elem_type != onnx.TensorProto.FLOAT16: continue
         inner = f'{out.name}_fp16'

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 from ..core.files import BadInputError, PpoTrtError, PARTIAL, load_json, save_json
 from ..core.run_folder import DEFAULT_ENV_ID, RunDir, check_timesteps
-from ..core.records import (LOCK_NAME, HOLDER_NAME, load_artifact, lineage_problems, remove_partial,
-                                  require_fresh, run_lock)
+from ..core.records import (LOCK_NAME, HOLDER_NAME, SWEEP_VERSION, load_artifact, lineage_problems,
+                                  remove_partial, require_fresh, run_lock)
 from ..core.machine import package_version, machine_summary
 from ..envs.specs import env_spec, env_ids
 from ..envs.gym import (check_randomize, format_randomize, parse_randomize, check_phases, env_phases,
@@ -566,7 +566,7 @@ def sweep(out_dir, config=None, **options):
         pairs = [(v, s) for v in settings['variants'] for s in settings['seeds']]
         finished = [(v, s) for v, s in pairs if run_finished(out/'runs'/run_name(v, s), settings, s)]
         todo = [x for x in pairs if x not in finished]
-        rec = dict(schema_version=1, status='running', settings=settings, created=time.strftime('%Y-%m-%dT%H:%M:%S%z'),
+        rec = dict(schema_version=SWEEP_VERSION, status='running', settings=settings, created=time.strftime('%Y-%m-%dT%H:%M:%S%z'),
                    ppo_trt=package_version('ppo_trt'), machine=machine_summary(),  # this invocation's
                    ray=(old or {}).get('ray') or dict(version=package_version('ray')),
                    runs={run_name(v, s): run_result(out/'runs'/run_name(v, s), settings, v, s) for v, s in finished},

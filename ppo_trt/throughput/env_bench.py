@@ -10,7 +10,6 @@ import numpy as np
 from ..core.files import BadInputError, save_json, error_line
 from ..core.machine import cpu_model
 from ..envs.batched.torch import make_batched, resolve_device, device_rollout, fused_step
-from ..envs.batched.triton_cartpole import TritonCartPole
 
 # %% auto #0
 __all__ = ['TRAIN_LEVEL_MAX_ENVS', 'gym_vector_throughput', 'EnvBench', 'env_throughput', 'print_throughput', 'train_level_sizes',
@@ -149,6 +148,7 @@ def env_bench(out, settings=None, levels=(), say=None):
 def triton_throughput(num_envs=(32, 1024, 65536, 1 << 20, 1 << 24), device='cuda', steps_per_launch=100, launches=10,
                       repeats=3):
     "Steps/s of the Triton CartPole kernel (env only, random actions on the device); rows like `env_throughput`'s."
+    from ppo_trt.envs.batched.triton_cartpole import TritonCartPole  # here: importing it imports Triton
     dev = resolve_device(device)
     if dev.type != 'cuda':
         raise BadInputError('the Triton kernel is timed on a CUDA GPU only (on the CPU it runs in the interpreter)')

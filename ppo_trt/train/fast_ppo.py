@@ -650,7 +650,8 @@ def fresh_run(run_dir, force):
     return run
 
 # %% ../../nbs/65_fast_ppo.ipynb #572e28d5
-from ..core.options import option, number
+from ..core.options import option, number, configured
+from .sb3 import HISTORY_HELP
 
 @dataclass
 class FastTrainConfig:
@@ -673,8 +674,7 @@ class FastTrainConfig:
     num_threads: int | None = option(None, '--fast on MuJoCo: EnvPool threads stepping the envs (default: one per '
                                      'core not busy)', flag='--env-threads', type=number(int, 1, 1024))
     torch_threads: int | None = option(None, 'torch intra-op threads (default: the thread plan)', cli=False)
-    history: int = option(0, 'the policy also sees its last K actions (Markov again under a delay of up to K steps); '
-                          'policy.onnx takes them after the observation and deployed runners keep them', cli=False)
+    history: int = option(0, HISTORY_HELP, cli=False)
     privileged_critic: bool = option(False, '--fast with --randomize: the critic also sees what each episode drew '
                                      '(never deployed)')
     curriculum: object = None             # a return threshold, True (the spec's) or an `ADR` (`check_curriculum`)
@@ -708,8 +708,7 @@ class FastPlan:
 
 def fast_plan(config, options=None):
     "The `FastPlan` of `config` (a `FastTrainConfig`) with `options` replacing its fields; one clear error if unfit."
-    c = config
-    if options: c = replace(c, **options)  # a new config: its own spec
+    c = configured(FastTrainConfig, config, options) if options else config  # an unknown option: one line
     if c.privileged_critic and c.expert is not None:
         raise BadInputError('--privileged-critic trains a plain policy, not a residual: drop --expert or it')
     spec, history = c.spec, check_history(c.history, c.expert)

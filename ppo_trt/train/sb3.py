@@ -11,7 +11,7 @@ import numpy as np
 from ..core.run_folder import RunDir, check_timesteps, DEFAULT_ENV_ID, FAST_ENV_ID
 from ..core.files import (BadInputError, BadArtifactError, PpoTrtError, atomic_path, save_json, sha256_file,
                                 error_line)
-from ..core.machine import package_version, thread_plan
+from ..core.machine import thread_plan, training_versions
 from ..core.records import BestRecord, ConfigRecord, TrainRecord, read_record, record, load_artifact, locked, remove_derived
 from ..envs.specs import env_spec
 from ..envs.gym import (quiet_gym_warnings, make_env, env_spaces, Randomized, check_randomize, format_randomize,
@@ -156,10 +156,6 @@ def latest_checkpoint(ckpt_dir):
         vn = p.with_name(f'ppo_vecnormalize_{m.group(1)}_steps.pkl') if m else None
         if m and vn.exists() and (best is None or int(m.group(1)) > best[0]): best = (int(m.group(1)), p, vn)
     return best
-
-# %% ../../nbs/20_train.ipynb #c08b5736
-def _versions():
-    return {p: package_version(p) for p in ('ppo_trt', 'torch', 'stable-baselines3', 'gymnasium', 'mujoco')}
 
 # %% ../../nbs/20_train.ipynb #d79a8f9d
 def _env_maker(env_id, wrap_env=None, randomize=None, seed=None):
@@ -341,7 +337,7 @@ def train(run_dir, config=None, force=False, **options):
     ckpt = latest_checkpoint(run.path('checkpoints')) if c.resume else None
     if c.resume: _truncate_timeline(run, ckpt[0] if ckpt else 0)
     ConfigRecord(env_id=c.env_id, seed=c.seed, timesteps=c.timesteps, preset=c.preset_name, residual=c.residual,
-                 randomize=c.randomize, history_actions=c.history, versions=_versions()).save(run.root)
+                 randomize=c.randomize, history_actions=c.history, versions=training_versions()).save(run.root)
     threads = thread_plan(torch_threads=c.torch_threads).apply()  # SB3 steps one env in this thread
     say = (lambda m: print(f'[ppo-trt] {m}', flush=True)) if c.progress else None
     if say and c.randomize: say(f'randomizing every training episode: {format_randomize(c.randomize)}')
@@ -363,7 +359,7 @@ def train(run_dir, config=None, force=False, **options):
                  policy_kwargs=p['policy_kwargs'],
                  # the env's spaces, not a wrapper's
                  **env_spaces(venv.envs[0].unwrapped), residual=c.residual, randomize=c.randomize,
-                 history_actions=c.history, versions=_versions(), policy_sha256=sha256_file(run.path('policy')),
+                 history_actions=c.history, versions=training_versions(), policy_sha256=sha256_file(run.path('policy')),
                  obs_norm_sha256=sha256_file(run.path('obs_norm')))
     save_json(run.path('train_record'), rec)
     venv.close(); eval_env.close()

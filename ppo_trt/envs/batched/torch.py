@@ -4,12 +4,11 @@
 
 # %% ../../../nbs/13_batched_envs.ipynb #f8e6dc6a
 from __future__ import annotations
-import math, time
+import math
 from abc import ABC, abstractmethod
 import numpy as np
 from fastcore.basics import patch
-from ...core.files import BadInputError, save_json, error_line
-from ...core.machine import cpu_model
+from ...core.files import BadInputError, error_line
 from ..specs import env_ids, as_spec
 
 # %% auto #0
