@@ -89,12 +89,12 @@ def dest_of(f):
 def _is_flag(f):
     return bool(f.metadata.get('help')) and f.metadata.get('cli', True)
 
-def add_options(p, cls, names=None, extra=None):
+def add_options(p, cls, names=None):
     "Add the flags of `cls`'s fields (`names` in that order, default every field with help) to parser `p`."
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for n in names or [n for n, f in fields.items() if _is_flag(f)]:
         f = fields[n]
-        m = {**f.metadata, **(extra or {}).get(n, {})}
+        m = f.metadata
         kw = dict(dest=dest_of(f), help=m['help'])
         if f.type in (bool, 'bool'): kw.update(action='store_true')  # `negate`: the flag turns it off
         else:

@@ -371,8 +371,7 @@ def _make_agent(env, s, expert, residual_scale, device):
     "The actor-critic for `env` (an expert's torch module inside for Expert+Residual)."
     discrete = bool(env.discrete_actions)
     act_dim = env.discrete_actions if discrete else env.act_dim
-    bounds = (None if discrete else
-              tuple(np.broadcast_to(np.asarray(b, np.float32), (act_dim,)) for b in (env.action_low, env.action_high)))
+    bounds = None if discrete else env.action_bounds()
     obs_dim = getattr(env, 'policy_obs_dim', env.obs_dim)  # PrivilegedObs: the rest is the critic's
     residual = (expert.module().to(device), residual_scale) if expert else None
     return agent_class()(obs_dim, act_dim, discrete, s.hidden, s.log_std_init, residual, bounds,

@@ -139,7 +139,7 @@ def fit(self: Distillation, timer):
 def _teacher_and_student(env, s, device):
     "A teacher whose actor reads the whole row, and a student whose actor reads the policy's columns (same critic)."
     Agent = agent_class()
-    bounds = [np.broadcast_to(np.asarray(b, np.float32), (env.act_dim,)) for b in (env.action_low, env.action_high)]
+    bounds = env.action_bounds()
     teacher = Agent(env.obs_dim, env.act_dim, False, s.hidden, s.log_std_init, None, bounds).to(device)
     student = Agent(env.policy_obs_dim, env.act_dim, False, s.hidden, s.log_std_init, None, bounds,
                     critic_extra=env.obs_dim - env.policy_obs_dim).to(device)

@@ -508,9 +508,7 @@ class BatchActionHistory(BatchWrapper):
         super().__init__(env)
         self.k = check_history(k)
         if not self.k: raise BadInputError('BatchActionHistory needs k >= 1 actions')
-        bound = lambda b: torch.as_tensor(np.broadcast_to(np.asarray(b, np.float32), (env.act_dim,)).copy(),
-                                          device=env.device)
-        self.low, self.high = bound(env.action_low), bound(env.action_high)
+        self.low, self.high = (torch.as_tensor(b.copy(), device=env.device) for b in env.action_bounds())
         self.history = torch.zeros(env.num_envs, self.k * env.act_dim, device=env.device)
         self.obs_dim = env.obs_dim + self.k * env.act_dim
     def reset(self, seed=None):

@@ -65,6 +65,11 @@ class Batched(ABC):
         "Set draw `knob` of the current episodes of envs `ids` to `value`; False where this layer does not draw it."
         return False
 
+    def action_bounds(self):
+        "(low, high) of a continuous action as float32 arrays of `act_dim` (a scalar bound broadcast)."
+        return tuple(np.broadcast_to(np.asarray(b, np.float32), (self.act_dim,))
+                     for b in (self.action_low, self.action_high))
+
 # %% ../../../nbs/13_batched_envs.ipynb #ee3e8c80
 class BatchWrapper(Batched):
     "A layer over the batched env `env`: the sizes of the contract are the env's unless the layer sets its own."
