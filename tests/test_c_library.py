@@ -108,11 +108,15 @@ def test_a_policy_with_a_nan_weight_is_refused(run_copy, tmp_path):
 
 
 def test_rewritten_over_its_own_library(library, run_dir, tmp_path):
+    "export-c again over its own library replaces its files; one the user edited since is kept, the rerun refusing."
     d = tmp_path/'lib'; shutil.copytree(library, d)
-    (d/'ppo_policy.c').write_text('/* an edit that a new export replaces */')
     r = ppo_trt('export-c', '--run-dir', run_dir, '--out', d, '--cc', 'none')
     assert r.returncode == 0, r.stderr
     assert (d/LIBRARY_MARKER).is_file() and (d/'ppo_policy.c').read_text() == (library/'ppo_policy.c').read_text()
+    (d/'ppo_policy.c').write_text('/* an edit of the user\'s */')
+    r = ppo_trt('export-c', '--run-dir', run_dir, '--out', d, '--cc', 'none')
+    assert r.returncode == 2 and 'ppo_policy.c was edited since ppo-trt made it' in r.stderr, r.stderr
+    assert (d/'ppo_policy.c').read_text() == "/* an edit of the user's */"
 
 
 def test_default_run_folder(run_dir, tmp_path):

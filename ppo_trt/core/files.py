@@ -11,11 +11,11 @@ from pathlib import Path
 import msgspec
 
 # %% auto #0
-__all__ = ['PARTIAL', 'MANIFEST_MAX', 'BUILDING', 'PpoTrtError', 'MissingArtifactError', 'BadArtifactError', 'BadInputError',
-           'error_line', 'shown', 'terminal_line', 'atomic_paths', 'atomic_path', 'atomic_write_text', 'json_text',
-           'save_json', 'inside', 'load_json', 'sha256_file', 'policy_sha256', 'made_by', 'owned_destination',
-           'staging', 'glob_escape', 'leftovers', 'mark_made_by', 'manifest', 'foreign_files', 'install_folder',
-           'user_cache']
+__all__ = ['PARTIAL', 'MANIFEST_MAX', 'MANIFEST_KEYS', 'KEY_MAX', 'HASHES_MAX', 'BUILDING', 'PpoTrtError', 'MissingArtifactError',
+           'BadArtifactError', 'BadInputError', 'error_line', 'shown', 'terminal_line', 'atomic_paths', 'atomic_path',
+           'atomic_write_text', 'json_text', 'save_json', 'inside', 'load_json', 'sha256_file', 'policy_sha256',
+           'made_by', 'manifest', 'owned_destination', 'no_links', 'staging', 'glob_escape', 'leftovers',
+           'mark_made_by', 'foreign_files', 'install_folder', 'user_cache']
 
 # %% ../../nbs/00_files.ipynb #ba4f0b97
 class PpoTrtError(Exception):
@@ -196,16 +196,65 @@ def made_by(folder, marker, command):
     d = _marker(folder, marker)
     return d is not None and d.get('made_by') == command
 
+# %% ../../nbs/00_files.ipynb #58f326b3
+MANIFEST_KEYS, KEY_MAX, HASHES_MAX = 100_000, 1024, 64  # paths a marker lists; characters in one; hashes per path
+
+def _bad_key(folder, key, marker):
+    "Why manifest `key` is not a plain relative path to a file inside `folder`, no link on the way ('' when it is)."
+    if not isinstance(key, str) or not 0 < len(key) <= KEY_MAX: return f'is not a path of 1 to {KEY_MAX} characters'
+    if '\0' in key or '\\' in key: return 'holds a NUL or a backslash'
+    if key.startswith('/'): return 'is an absolute path'
+    parts = key.split('/')
+    if any(p in ('', '.', '..') for p in parts): return "has an empty, '.' or '..' part"
+    if key == marker: return 'is the marker itself'
+    for i in range(1, len(parts)):  # the folders on the way (a link in the file's place is refused where it is written)
+        if os.path.islink(Path(folder, *parts[:i])): return f'passes through a symbolic link ({shown(parts[i - 1])})'
+    return ''
+
+def _hashes(value):
+    "The hashes a manifest keeps of one file (one, or a short list of them), or None if `value` is not that."
+    value = [value] if isinstance(value, str) else value
+    ok = isinstance(value, list) and len(value) <= HASHES_MAX
+    return value if ok and all(isinstance(h, str) and len(h) <= 128 for h in value) else None
+
+# %% ../../nbs/00_files.ipynb #76297886
+def manifest(folder, marker):
+    "{relative path: [hashes it may have]} `folder`'s marker lists, or None (none); refuses a key out of `folder`."
+    d = _marker(folder, marker) or {}
+    if 'files' not in d: return None  # an older marker, or one that lists nothing
+    files, path = d['files'], Path(folder)/marker
+    fix = ('nothing was moved (ppo_trt replaces only files a manifest names inside its folder, no link on the way): '
+           'choose an empty or new folder for the output')
+    if not isinstance(files, dict) or len(files) > MANIFEST_KEYS:
+        raise BadArtifactError(f'{shown(path)} does not list its files as a table of at most {MANIFEST_KEYS:,} '
+                               f'paths; {fix}')
+    for key, value in files.items():
+        why = _bad_key(folder, key, marker) or ('' if _hashes(value) is not None else 'has no list of sha256 hashes')
+        if why: raise BadArtifactError(f'{shown(path)} lists {shown(repr(key))}, which {why}; {fix}')
+    return {k: _hashes(v) for k, v in files.items()}
+
 # %% ../../nbs/00_files.ipynb #522bd0a5
 def owned_destination(out, marker, command):
-    "`out` made absolute if it is absent, empty or made by `command`; else one line refusing it (a link, a file...)."
+    "`out` made absolute if it is absent, empty or made by `command` (its manifest sane); else one line refusing it."
     dest = Path(out).absolute()
     if dest.is_symlink():
         raise BadInputError(f'{out} is a symbolic link; give a real folder ({command} never writes through a link)')
     if dest.exists() and not dest.is_dir(): raise BadInputError(f'{out} is a file; choose an empty or new folder')
     if dest.is_dir() and any(dest.iterdir()) and not made_by(dest, marker, command):
         raise BadInputError(f'{out} is not empty and was not made by `{command}`; choose an empty or new folder')
+    if dest.is_dir(): manifest(dest, marker)  # a key out of the folder: refused before any work
     return dest
+
+# %% ../../nbs/00_files.ipynb #5c76ea72
+def no_links(root, *rels):
+    "`root` if neither it nor any folder on the way to `root/rel` (for each of `rels`) is a link; else one line."
+    root, paths = Path(root), [Path(root)]
+    for rel in rels: paths += [root.joinpath(*Path(rel).parts[:i]) for i in range(1, len(Path(rel).parts) + 1)]
+    for p in paths:
+        if p.is_symlink():
+            raise BadInputError(f'{shown(p)} is a symbolic link (to {shown(os.readlink(p))}); ppo_trt never writes '
+                                'through a link: make it a real folder, or choose another --out')
+    return root
 
 # %% ../../nbs/00_files.ipynb #cc4b0827
 BUILDING = '.building-'  # in the name of a folder a command is building; one whose process is gone was killed
@@ -260,12 +309,6 @@ def _files(folder, marker):
             if rel != marker and p.is_file() and not p.is_symlink(): out[rel] = sha256_file(p)
     return out
 
-def manifest(folder, marker):
-    "{relative path: [hashes it may have]} of the files `folder`'s marker lists, or None (an older marker lists none)."
-    files = (_marker(folder, marker) or {}).get('files')
-    if not isinstance(files, dict): return None
-    return {k: v if isinstance(v, list) else [v] for k, v in files.items() if isinstance(k, str)}
-
 # %% ../../nbs/00_files.ipynb #77a70160
 def _in_the_way(dest, rel, ours):
     "Why writing `dest/rel` would touch what is not ours ('' when it would not): a user's file, or a link on the way."
@@ -276,7 +319,15 @@ def _in_the_way(dest, rel, ours):
         if p.exists() and not p.is_dir(): return f'{p} is a file of yours where the new build puts a folder'
     if target.is_symlink(): return f'{target} is a symbolic link'
     if os.path.lexists(target) and rel not in ours: return f'{target} is not one of the files it wrote'
+    if target.is_dir(): return f'{target} is a folder of yours where the new build puts a file'
     return ''
+
+def _edited(dest, rel, hashes, new=None):
+    "Why `dest/rel`, listed with `hashes`, is the user's now: edited since it was written ('' if not, or unknown)."
+    target = Path(dest)/rel
+    if not hashes or target.is_symlink() or not target.is_file(): return ''
+    sha = sha256_file(target)
+    return '' if sha in hashes or sha == new else f'{target} was edited since ppo-trt made it'
 
 def foreign_files(folder, marker):
     "The paths under `folder` that its manifest does not list (the user's), or [] where it lists none (all its own)."
@@ -309,7 +360,9 @@ def _update_folder(built, dest, marker, command, stage, new):
     "Replace the files `dest`'s manifest lists by `built`'s, each by a rename; refuse first if any is the user's."
     old = manifest(dest, marker)
     if old is None: old = {rel: [] for rel in _files(dest, marker) if rel in new}  # an older marker: what it writes
-    problems = [why for rel in new if (why := _in_the_way(dest, rel, old))]
+    problems = [why for rel in sorted({*old, *new})
+                if (why := (_in_the_way(dest, rel, old) if rel in new else '')
+                    or _edited(dest, rel, old.get(rel), new.get(rel)))]
     if problems:
         raise BadInputError(f'{problems[0]}{f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""}; '
                             f'{command} keeps what is yours: move it out of {dest}, or choose another folder')
@@ -337,4 +390,3 @@ def user_cache(*parts):
         raise PpoTrtError(f'cannot create the cache folder {path} ({e.strerror}); '
                           'set PPO_TRT_CACHE to a writable folder') from None
     return path
-

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import time
 from pathlib import Path
 import numpy as np
-from ..core.files import save_json
+from ..core.files import save_json, no_links
 from ..core.records import ResidualStudyRecord, record
 from ..train.sb3 import train, read_train_log
 from ..envs.controllers import rollout_returns
@@ -37,7 +37,8 @@ def residual_study(out_dir, study=None, progress=True, record_dir=None):
     st = study or ResidualStudy()
     env_id, expert, residual_scale, seed, preset_name = st.env_id, st.expert, st.residual_scale, st.seed, st.preset_name
     ex = make_expert(expert, env_id)  # an env without the expert (no PID preset): refused before a folder is made
-    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
+    out = no_links(out_dir, f'{env_id}-ppo', f'{env_id}-residual')  # never trains into a link's target
+    out.mkdir(parents=True, exist_ok=True)
     kw = dict(env_id=env_id, seed=seed, timesteps=st.timesteps, preset_name=preset_name, eval_freq=st.eval_freq,
               n_eval_episodes=st.n_eval_episodes, progress=progress, force=True)
     t0 = time.perf_counter()

@@ -10,7 +10,7 @@ from rich.markup import escape
 from pathlib import Path
 from dataclasses import dataclass
 import numpy as np
-from ..core.files import BadInputError, PpoTrtError, PARTIAL, load_json, save_json
+from ..core.files import BadInputError, PpoTrtError, PARTIAL, load_json, save_json, no_links
 from ..core.run_folder import DEFAULT_ENV_ID, RunDir, check_timesteps
 from ..core.records import (LOCK_NAME, HOLDER_NAME, SWEEP_VERSION, load_artifact, lineage_problems,
                                   remove_partial, require_fresh, run_lock)
@@ -559,6 +559,7 @@ def sweep(out_dir, config=None, **options):
     c = configured(SweepConfig, config, options)
     settings, progress, reps, num_cpus = sweep_settings(c), c.progress, c.reps, c.num_cpus
     address, out, con = check_address(c.address), Path(out_dir).absolute(), c.con or console()
+    no_links(out, 'runs', *(f'runs/{run_name(v, s)}' for v in settings['variants'] for s in settings['seeds']))
     with run_lock(out, 'ppo-trt sweep', wait=False, no_wait_flag=False):
         old = _previous_sweep(out)
         if old: check_same_settings(old['settings'], settings, out/'sweep.json')
