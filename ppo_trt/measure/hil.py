@@ -21,10 +21,10 @@ from .c_loop import (POLICY_CFLAGS, LOOP_CFLAGS, C_LOOP_MARKER, C_LOOP_MADE_BY, 
 from ..backends import registry as B
 
 # %% auto #0
-__all__ = ['LINK_HEADER', 'SYNC', 'HOST_LINK', 'LINK_TIMEOUT_STATUS', 'DEVICE_M4', 'DEVICE_POSIX', 'DEVICE_EXE',
-           'LINK_TIMEOUT_MS', 'HIL_TOL', 'encode_frame', 'decode_frames', 'hil_sources', 'hil_commands', 'hil_missing',
-           'build_hil', 'device', 'ask', 'run_linked', 'action_differences', 'fallback_run', 'c_loop_target',
-           'print_hil']
+__all__ = ['LINK_HEADER', 'SYNC', 'HOST_LINK', 'LINK_TIMEOUT_STATUS', 'LINK_DOWN_STATUS', 'DEVICE_M4', 'DEVICE_POSIX',
+           'DEVICE_EXE', 'LINK_TIMEOUT_MS', 'HIL_TOL', 'encode_frame', 'decode_frames', 'hil_sources', 'hil_commands',
+           'hil_missing', 'build_hil', 'device', 'ask', 'run_linked', 'action_differences', 'fallback_run',
+           'c_loop_target', 'print_hil']
 
 # %% ../../nbs/56_hil.ipynb #488712b5
 LINK_HEADER = template_text('hil', 'ppo_link.h')
@@ -51,6 +51,7 @@ def decode_frames(data):
 # %% ../../nbs/56_hil.ipynb #8b21e233
 HOST_LINK = template_text('hil', 'ppo_link_host.c')
 LINK_TIMEOUT_STATUS = 16  # PPO_LINK_TIMEOUT: ppo_policy_act's status when no answer came in time
+LINK_DOWN_STATUS = 17     # PPO_LINK_DOWN: the link is closed or broken; the loop falls back from then on
 
 # %% ../../nbs/56_hil.ipynb #d9d679f5
 DEVICE_M4 = template_text('hil', 'hil_device_m4.c')

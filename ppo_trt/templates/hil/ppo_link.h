@@ -16,6 +16,11 @@
 #include <string.h>
 #include "ppo_policy.h"
 
+/* The host's ppo_policy_act (ppo_link_host.c) returns the library's statuses and these two; on either, `act` is
+ * untouched and the loop's fallback acts. */
+#define PPO_LINK_TIMEOUT 16  /* no valid answer within PPO_LINK_TIMEOUT_MS */
+#define PPO_LINK_DOWN 17     /* the link is closed or broken, or could not be opened: every later call returns it */
+
 #define PPO_LINK_SYNC0 0xA5u
 #define PPO_LINK_SYNC1 0x5Au
 #define PPO_LINK_OBS 'O'
