@@ -4,12 +4,12 @@
 
 # %% ../../nbs/84_jupyter.ipynb #987680d8
 from __future__ import annotations
-import copy, inspect, sys
+import configparser, copy, inspect, sys
 from pathlib import Path
 from jupyter_client.kernelspec import KernelSpec, NoSuchKernel
 
 # %% auto #0
-__all__ = ['runs_this_python', 'kernel_metadata', 'with_kernel_metadata']
+__all__ = ['runs_this_python', 'kernel_metadata', 'with_kernel_metadata', 'project_notebooks', 'in_project']
 
 # %% ../../nbs/84_jupyter.ipynb #604d4d1e
 def runs_this_python(spec):
@@ -30,20 +30,44 @@ def kernel_metadata(spec, name):
 
 # %% ../../nbs/84_jupyter.ipynb #71b18f49
 def with_kernel_metadata(nb, specs):
-    "Notebook `nb` (a dict, changed in place) with its kernel's metadata from kernelspec manager `specs`."
-    name = nb.get('metadata', {}).get('kernelspec', {}).get('name')
-    if not name: return nb  # no kernel named: JupyterLab asks which one to start
-    try: spec = specs.get_kernel_spec(name)
-    except NoSuchKernel: return nb
-    nb['metadata'].update(kernel_metadata(spec, name))
+    "Notebook `nb` (a dict, changed in place) with its kernel's metadata from `specs`; malformed, left as it is."
+    meta = nb.get('metadata') if isinstance(nb, dict) else None
+    kernelspec = meta.get('kernelspec') if isinstance(meta, dict) else None
+    name = kernelspec.get('name') if isinstance(kernelspec, dict) else None
+    if not isinstance(name, str) or not name: return nb  # no kernel named (or not as nbformat says): left as it is
+    try: md = kernel_metadata(specs.get_kernel_spec(name), name)
+    except Exception: return nb  # NoSuchKernel, or a kernelspec that does not load: JupyterLab says so itself
+    meta.update(md)
     return nb
 
+# %% ../../nbs/84_jupyter.ipynb #b4c0e478
+def project_notebooks():
+    "The resolved `nbs/` folder of the source checkout ppo_trt runs from (its settings.ini says so), or None."
+    import ppo_trt
+    package = Path(ppo_trt.__file__).resolve().parent
+    cfg = configparser.ConfigParser(interpolation=None)
+    try: cfg.read(package.parent/'settings.ini', encoding='utf-8')
+    except (OSError, UnicodeError, configparser.Error): return None
+    ini = cfg['DEFAULT']
+    if ini.get('lib_name') != 'ppo_trt' or (package.parent/ini.get('lib_path', '')).resolve() != package: return None
+    nbs = (package.parent/ini.get('nbs_path', 'nbs')).resolve()
+    return nbs if nbs.is_dir() else None
+
+# %% ../../nbs/84_jupyter.ipynb #b47f68d3
+def in_project(path, nbs):
+    "Whether file `path`, resolved, is under folder `nbs` (a `project_notebooks()`; None: no folder, nothing is)."
+    try: return nbs is not None and Path(nbs) in Path(path).resolve().parents
+    except (OSError, ValueError, RuntimeError): return False
+
 # %% ../../nbs/84_jupyter.ipynb #5c614957
-def _wrap_get(get, specs):
-    "A contents manager's `get` (sync or async, as it was) whose notebooks carry their kernel's metadata."
+def _wrap_get(get, specs, root_dir=None, nbs=None):
+    "A contents manager's `get` (sync or async, as it was) whose notebooks under `nbs` carry their kernel's metadata."
     def fill(model):
-        if model.get('type') == 'notebook' and isinstance(model.get('content'), dict):
-            with_kernel_metadata(model['content'], specs)
+        try:
+            if (isinstance(model, dict) and model.get('type') == 'notebook' and isinstance(model.get('content'), dict)
+                    and root_dir is not None and in_project(Path(root_dir, str(model.get('path') or '')), nbs)):
+                with_kernel_metadata(model['content'], specs)
+        except Exception: pass  # the extension never fails a load: the notebook is served as the manager read it
         return model
     if inspect.iscoroutinefunction(get):
         async def get_filled(*args, **kw): return fill(await get(*args, **kw))
@@ -60,8 +84,9 @@ def _jupyter_server_extension_points():
 def _wrap_contents(server):
     "Make the server's contents manager hand out notebooks with their kernel's metadata."
     cm = server.web_app.settings['contents_manager']
-    cm.get = _wrap_get(cm.get, server.kernel_spec_manager)
-    server.log.info("ppo_trt: notebooks open with their kernel's metadata, unmodified")
+    nbs = project_notebooks()
+    cm.get = _wrap_get(cm.get, server.kernel_spec_manager, getattr(cm, 'root_dir', None), nbs)
+    server.log.info(f"ppo_trt: the notebooks of {nbs or '(no source checkout)'} open with their kernel's metadata")
 
 # %% ../../nbs/84_jupyter.ipynb #c0f9bfbb
 def _load_jupyter_server_extension(server):
