@@ -190,7 +190,8 @@ def _arch_params(kwargs, obs, act):
             raise _Refused(f'its net_arch is {shown(kwargs.get("net_arch"), 80)} (at most 64 layers of '
                            f'{SB3_WIDTH_MAX:,} units)')
     chain = lambda ws: sum(a * b + b for a, b in zip(ws[:-1], ws[1:]))
-    return chain([obs] + shared) + chain([(shared or [obs])[-1]] + pi + [act]) + chain([(shared or [obs])[-1]] + vf + [1])
+    top = (shared or [obs])[-1]
+    return chain([obs] + shared) + chain([top] + pi + [act]) + chain([top] + vf + [1])
 
 # %% ../../nbs/04_checkpoint.ipynb #caeff518
 def _setting(key, v):
@@ -339,18 +340,20 @@ PKL_DTYPES = ('f2', 'f4', 'f8', 'i1', 'i2', 'i4', 'i8', 'u1', 'u2', 'u4', 'u8', 
 _CLASSES = {  # the classes a VecNormalize file names -> the attributes of each kept (others dropped, never stored)
     'VecNormalize': ('obs_rms', 'ret_rms', 'clip_obs', 'clip_reward', 'gamma', 'epsilon', 'training', 'norm_obs',
                      'norm_reward'),
-    'RunningMeanStd': ('mean', 'var', 'count'), 'Box': (), 'Dict': ()}
+    'RunningMeanStd': ('mean', 'var', 'count'), 'Box': (), 'Discrete': (), 'Dict': ()}
 _GLOBALS = {('numpy', 'dtype'): 'dtype', ('numpy', 'ndarray'): 'ndarray', ('_codecs', 'encode'): 'encode',
             ('collections', 'OrderedDict'): 'dict',
             ('stable_baselines3.common.vec_env.vec_normalize', 'VecNormalize'): 'VecNormalize',
             ('stable_baselines3.common.running_mean_std', 'RunningMeanStd'): 'RunningMeanStd',
             ('gymnasium.spaces.box', 'Box'): 'Box', ('gym.spaces.box', 'Box'): 'Box',
-            ('gymnasium.spaces.dict', 'Dict'): 'Dict', ('gym.spaces.dict', 'Dict'): 'Dict'} | {
-    (f'numpy.{c}.{m}', n): n for c in ('core', '_core') for m, n in (('multiarray', '_reconstruct'),
-                                                                    ('multiarray', 'scalar'), ('numeric', '_frombuffer'))
+            ('gymnasium.spaces.dict', 'Dict'): 'Dict', ('gym.spaces.dict', 'Dict'): 'Dict',
+            ('gymnasium.spaces.discrete', 'Discrete'): 'Discrete', ('gym.spaces.discrete', 'Discrete'): 'Discrete'} | {
+    (f'numpy.{c}.{m}', n): n for c in ('core', '_core')
+    for m, n in (('multiarray', '_reconstruct'), ('multiarray', 'scalar'), ('numeric', '_frombuffer'))
 } | {(m, n): 'opaque' for m, n in (  # numpy's random generator inside a seeded Box: read, then thrown away
     ('numpy.random._pickle', '__generator_ctor'), ('numpy.random._pickle', '__bit_generator_ctor'),
     ('numpy.random._pickle', '__randomstate_ctor'), ('numpy.random._pcg64', 'PCG64'),
+    ('numpy.random._mt19937', 'MT19937'), ('numpy.random', '__RandomState_ctor'),
     ('numpy.random.bit_generator', '__pyx_unpickle_SeedSequence'), ('numpy.random.bit_generator', 'SeedSequence'))}
 
 # %% ../../nbs/04_checkpoint.ipynb #151a2ef4
