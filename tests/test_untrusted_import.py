@@ -60,10 +60,11 @@ HOSTILE = {  # name: (the file's bytes, what the one line must say)
                              'its observation mean is not a vector of floats'),
     'rms_own_interface': (vecnorm(rms(__array_interface__=D(data=T(I(16), TRUE), **INTERFACE))),
                           'RunningMeanStd has an attribute __array_interface__'),
-    'object_dtype': (vecnorm(rms(mean=array(shape=(1,), dt=call(G('numpy', 'dtype'), S('O8'), FALSE, TRUE),
-                                            raw=B(b'A' * 8)))), 'it calls dtype with arguments numpy never writes'),
-    'structured_object_dtype': (vecnorm(rms(mean=array(shape=(1,), raw=B(b'A' * 8), dt=call(
-        G('numpy', 'dtype'), b']' + T(S('a'), S('O')) + b'a', FALSE, TRUE)))), 'it calls dtype'),
+    'object_dtype_flags_cleared': (vecnorm(rms(mean=array(shape=(1,), raw=B(b'A' * 8), dt=call(
+        G('numpy', 'dtype'), S('O8'), FALSE, TRUE) + T(I(3), S('|'), NONE, NONE, NONE, I(-1), I(-1), I(0)) + b'b'))),
+        'it calls dtype with arguments numpy never writes'),
+    'structured_object_dtype': (vecnorm(rms(mean=call(G('numpy', 'ndarray'), T(I(1)), call(
+        G('numpy', 'dtype'), b']' + T(S('a'), S('O')) + b'a'), B(b'A' * 8)))), 'it calls dtype'),
     'dtype_state_rewritten': (vecnorm(rms(mean=array([1.0], dt=dtype(flags=63)))), 'it sets the state of dtype'),
     'ndarray_stride_0': (vecnorm(rms(mean=call(G('numpy', 'ndarray'), T(I(1 << 27)), S('u1'), B(b'\0'), I(0),
                                                T(I(0))))), 'it calls ndarray'),
@@ -262,7 +263,7 @@ BIG = {  # a zip within the unpacked-size cap whose settings ask for gigabytes (
     'box_8_gib': (lambda j: j['observation_space'].update(_shape=[1 << 20, 1 << 10], low='-1.0', high='1.0'),
                   'observation_space is a Box of shape [1048576, 1024]'),
     'list_40m': (b'"junk": [' + b'0,' * 40_000_000 + b'0], ', 'its data holds 80,0'),
-    'net_arch_4096': (lambda j: j.update(policy_kwargs={'net_arch': [4096, 4096]}), 'its net_arch declares 33,'),
+    'net_arch_4096': (lambda j: j.update(policy_kwargs={'net_arch': [4096, 4096]}), 'its net_arch declares 16,805,890 weights'),
     'rollout_2_40': (lambda j: j.update(n_steps=1 << 40), 'rollout buffer of'),
 }
 

@@ -180,10 +180,11 @@ def _policy_class(item):
                    'torch.onnx, then `ppo-trt import POLICY.onnx`)')
 def _arch_params(kwargs, obs, act):
     "Weights the policy's net_arch declares for `obs` inputs and `act` actions (checked widths), before SB3 builds it."
-    arch = kwargs.get('net_arch', {'pi': [64, 64], 'vf': [64, 64]})
-    shared = []
+    arch, shared = kwargs.get('net_arch'), []
+    if arch is None: arch = {'pi': [64, 64], 'vf': [64, 64]}  # SB3's default
     if type(arch) is list and arch and type(arch[-1]) is dict: shared, arch = arch[:-1], arch[-1]  # SB3 1.x
-    pi, vf = (arch.get('pi', []), arch.get('vf', [])) if type(arch) is dict else (arch, arch)
+    if type(arch) is list: shared, arch = arch, {}  # shared in SB3 1.x, one per head in 2.x: count the fewer weights
+    pi, vf = (arch.get('pi', []), arch.get('vf', [])) if type(arch) is dict else (None, None)
     for layers in (shared, pi, vf):
         if not (type(layers) is list and len(layers) <= 64
                 and all(type(w) is int and 0 < w <= SB3_WIDTH_MAX for w in layers)):
