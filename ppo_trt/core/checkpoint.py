@@ -4,19 +4,21 @@
 
 # %% ../../nbs/04_checkpoint.ipynb #5d0c1ac3
 from __future__ import annotations
-import base64, io, json, pickle, re, zipfile
+import base64, io, json, math, pickletools, re, struct, zipfile, zlib
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
+from fastcore.basics import patch
 from .files import BadArtifactError, save_json, error_line, inside, shown
 from .run_folder import RunDir
 from .records import ObsNormRecord, read_record, record
 
 # %% auto #0
-__all__ = ['SB3_ZIP_MAX', 'SB3_MEMBERS', 'SB3_KEYS', 'ACTIVATIONS', 'OPTIMIZERS', 'POLICY_KWARGS', 'ON_POLICY', 'ObsNorm',
-           'Sb3Zip', 'read_sb3_zip', 'sb3_algorithm', 'load_sb3_model', 'load_policy', 'VecNormStats',
-           'read_vecnormalize']
+__all__ = ['SB3_ZIP_MAX', 'SB3_DATA_MAX', 'SB3_SPACE_MAX', 'SB3_WIDTH_MAX', 'SB3_ROLLOUT_MAX', 'SB3_METHODS', 'SB3_MEMBERS',
+           'SB3_KEYS', 'ACTIVATIONS', 'OPTIMIZERS', 'SB3_COUNTS', 'SB3_REALS', 'POLICY_KWARGS', 'ON_POLICY', 'PKL_MAX',
+           'PKL_OPS_MAX', 'PKL_NDIM_MAX', 'PKL_DTYPES', 'ObsNorm', 'Sb3Zip', 'read_sb3_zip', 'sb3_algorithm',
+           'load_sb3_model', 'load_policy', 'VecNormStats', 'read_pickle_data', 'read_vecnormalize']
 
 # %% ../../nbs/04_checkpoint.ipynb #88e9a191
 @dataclass
@@ -60,7 +62,12 @@ class ObsNorm:
         return self
 
 # %% ../../nbs/04_checkpoint.ipynb #8aac9f7a
-SB3_ZIP_MAX = 1 << 30    # bytes an SB3 zip's members may unpack to: more is refused, not unpacked
+SB3_ZIP_MAX = 1 << 28      # bytes an SB3 zip's members may unpack to: more is refused, not unpacked
+SB3_DATA_MAX = 1 << 23     # bytes its `data` JSON may hold (a real one: tens of KiB)
+SB3_SPACE_MAX = 1 << 16    # elements a Box it declares may have
+SB3_WIDTH_MAX = 1 << 14    # units a layer of its net_arch may have (and 64 layers at most)
+SB3_ROLLOUT_MAX = 1 << 26  # floats of the rollout buffer SB3 allocates on loading (n_steps x n_envs x widths)
+SB3_METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)  # what zipfile unpacks
 SB3_MEMBERS = ('data', 'policy.pth', 'policy.optimizer.pth', 'pytorch_variables.pth', '_stable_baselines3_version')
 SB3_KEYS = {  # the algorithm settings an SB3 PPO zip may set (JSON values); any other key is left out
     'verbose', 'policy_kwargs', 'num_timesteps', '_total_timesteps', '_num_timesteps_at_start', 'seed',
@@ -72,6 +79,10 @@ SB3_KEYS = {  # the algorithm settings an SB3 PPO zip may set (JSON values); any
     'ep_success_buffer'}
 ACTIVATIONS = ('Tanh', 'ReLU', 'ELU', 'LeakyReLU', 'SiLU', 'GELU', 'Sigmoid', 'Softplus', 'SELU', 'Mish', 'Identity')
 OPTIMIZERS = ('Adam', 'AdamW', 'SGD', 'RMSprop')
+SB3_COUNTS = ('verbose', 'num_timesteps', '_total_timesteps', '_num_timesteps_at_start', 'seed', '_episode_num',
+              'sde_sample_freq', '_stats_window_size', '_n_updates', 'n_steps', 'batch_size', 'n_epochs', 'n_envs')
+SB3_REALS = ('start_time', 'learning_rate', '_current_progress_remaining', 'gamma', 'gae_lambda', 'ent_coef', 'vf_coef',
+             'max_grad_norm', 'clip_range', 'clip_range_vf', 'target_kl')  # finite numbers where set as plain JSON
 POLICY_KWARGS = ('net_arch', 'activation_fn', 'ortho_init', 'log_std_init', 'full_std', 'use_expln', 'squash_output',
                  'features_extractor_class', 'features_extractor_kwargs', 'share_features_extractor',
                  'normalize_images', 'optimizer_class', 'optimizer_kwargs')
@@ -97,19 +108,28 @@ def _numbers(text, shape, what):
     if a.size != n: raise _Refused(f'its {what} holds {a.size} numbers for shape {tuple(shape)}')
     return a.reshape(shape)
 
+def _whole(v):
+    "`v` (a JSON int, or the digits SB3 writes for a numpy int) as an int of at most 18 digits, else None."
+    if type(v) is str and re.fullmatch(r'-?\d{1,18}', v): return int(v)
+    return v if type(v) is int and abs(v) < 10 ** 18 else None
+
 def _space(item, key):
     "A gymnasium Box or Discrete rebuilt from the plain fields SB3 writes beside its pickle."
     from gymnasium import spaces
     kind = _class_name(item.get(':type:'), r'gymnasium\.spaces\.\w+|gym\.spaces\.\w+')
     if kind == 'Box':
         shape, dtype = item.get('_shape') or item.get('shape'), str(item.get('dtype'))
-        if (not isinstance(shape, list) or not all(isinstance(d, int) and 0 < d <= 1 << 20 for d in shape)
-                or dtype not in ('float32', 'float64')):
+        if (not isinstance(shape, list) or not 0 < len(shape) <= 8 or dtype not in ('float32', 'float64')
+                or not all(type(d) is int and 0 < d <= SB3_SPACE_MAX for d in shape)):
             raise _Refused(f'{key} is a Box of shape {shown(shape, 40)} and dtype {shown(dtype, 20)}')
+        if math.prod(shape) > SB3_SPACE_MAX:
+            raise _Refused(f'{key} is a Box of {math.prod(shape):,} elements (ppo_trt reads at most {SB3_SPACE_MAX:,})')
         low, high = (_numbers(item.get(k), shape, f'{key} {k}').astype(dtype) for k in ('low', 'high'))
         return spaces.Box(low, high, tuple(shape), np.dtype(dtype))
     if kind == 'Discrete':
-        n, start = int(str(item.get('n'))), int(str(item.get('start', 0)))
+        n, start = (_whole(item.get(k, d)) for k, d in (('n', None), ('start', 0)))
+        if not (n is not None and 0 < n <= SB3_SPACE_MAX and start is not None):
+            raise _Refused(f'{key} is a Discrete of {shown(n, 40)} values')
         return spaces.Discrete(n, start=start)
     raise _Refused(f'{key} is a {shown(item.get(":type:"), 60)}, not a Box or Discrete space')
 
@@ -158,8 +178,31 @@ def _policy_class(item):
     raise _Refused(f"its policy is {shown(name.group(1) if name else init, 60)}, not PPO's or A2C's ActorCriticPolicy "
                    '(ppo_trt imports those; an off-policy actor, SAC or TD3, comes in as ONNX: export it with '
                    'torch.onnx, then `ppo-trt import POLICY.onnx`)')
+def _arch_params(kwargs, obs, act):
+    "Weights the policy's net_arch declares for `obs` inputs and `act` actions (checked widths), before SB3 builds it."
+    arch, shared = kwargs.get('net_arch'), []
+    if arch is None: arch = {'pi': [64, 64], 'vf': [64, 64]}  # SB3's default
+    if type(arch) is list and arch and type(arch[-1]) is dict: shared, arch = arch[:-1], arch[-1]  # SB3 1.x
+    if type(arch) is list: shared, arch = arch, {}  # shared in SB3 1.x, one per head in 2.x: count the fewer weights
+    pi, vf = (arch.get('pi', []), arch.get('vf', [])) if type(arch) is dict else (None, None)
+    for layers in (shared, pi, vf):
+        if not (type(layers) is list and len(layers) <= 64
+                and all(type(w) is int and 0 < w <= SB3_WIDTH_MAX for w in layers)):
+            raise _Refused(f'its net_arch is {shown(kwargs.get("net_arch"), 80)} (at most 64 layers of '
+                           f'{SB3_WIDTH_MAX:,} units)')
+    chain = lambda ws: sum(a * b + b for a, b in zip(ws[:-1], ws[1:]))
+    top = (shared or [obs])[-1]
+    return chain([obs] + shared) + chain([top] + pi + [act]) + chain([top] + vf + [1])
 
 # %% ../../nbs/04_checkpoint.ipynb #caeff518
+def _setting(key, v):
+    "A plain JSON setting of SB3's: a count a whole number (-1: unset), a real one finite (`SB3_COUNTS`, `SB3_REALS`)."
+    if key in SB3_COUNTS and v is not None and not (type(v) is int and -1 <= v < 1 << 62):
+        raise _Refused(f'its {key} is {shown(v, 40)}, not a whole number (-1 to 2**62)')
+    if key in SB3_REALS and v is not None and not (type(v) in (int, float) and math.isfinite(v)):
+        raise _Refused(f'its {key} is {shown(v, 40)}, not a finite number')
+    return v
+
 def _rebuilt(data):
     "(settings, objects): the JSON settings SB3 may set, and the objects of its `:serialized:` entries, rebuilt."
     settings, objects, window = {}, {}, data.get('_stats_window_size', 100)
@@ -170,7 +213,7 @@ def _rebuilt(data):
             if key == 'policy_kwargs':
                 if not isinstance(item, dict): raise _Refused('its policy_kwargs are not a mapping')
                 objects[key] = _policy_kwargs(item)
-            else: settings[key] = item
+            else: settings[key] = _setting(key, item)
             continue
         if key in ('observation_space', 'action_space'): objects[key] = _space(item, key)
         elif key == 'policy_kwargs': objects[key] = _policy_kwargs(item)
@@ -187,19 +230,36 @@ def _rebuilt(data):
     return settings, objects
 
 def _zip_members(path):
-    "{member: bytes} of the SB3 zip at `path` that ppo_trt reads (`SB3_MEMBERS`), sizes checked before unpacking."
+    "({member: bytes} of the SB3 zip at `path` that ppo_trt reads (`SB3_MEMBERS`), sizes checked first; all names)."
     with zipfile.ZipFile(path) as z:
         infos = {i.filename: i for i in z.infolist() if i.filename in SB3_MEMBERS}
         total = sum(i.file_size for i in infos.values())
         if total > SB3_ZIP_MAX: raise _Refused(f'its members unpack to {total:,} bytes (more than {SB3_ZIP_MAX:,})')
         if 'data' not in infos or 'policy.pth' not in infos: raise _Refused('it holds no data or no policy.pth')
-        return {n: z.read(i) for n, i in infos.items()}
+        if infos['data'].file_size > SB3_DATA_MAX:
+            raise _Refused(f'its data holds {infos["data"].file_size:,} bytes (more than {SB3_DATA_MAX:,})')
+        for n, i in infos.items():
+            if i.flag_bits & 0x1: raise _Refused(f'its member {n} is encrypted')
+            if i.compress_type not in SB3_METHODS:
+                raise _Refused(f'its member {n} is packed with zip method {i.compress_type}, which ppo_trt does not '
+                               'unpack (SB3 writes deflate)')
+        return {n: z.read(i) for n, i in infos.items()}, tuple(z.namelist())
 
 def _weights(blob, name):
     "The tensors of a .pth member, loaded by torch's weights-only unpickler (tensors and containers, never code)."
     import torch
     try: return torch.load(io.BytesIO(blob), map_location='cpu', weights_only=True)
     except Exception as e: raise _Refused(f'its {name} is not plain tensors ({error_line(e, 100)})') from None
+
+def _policy_weights(blob):
+    "How many numbers policy.pth holds: a mapping of names to tensors (`_weights`), every float one finite."
+    import torch
+    sd = _weights(blob, 'policy.pth')
+    if not (isinstance(sd, dict) and all(isinstance(t, torch.Tensor) for t in sd.values())):
+        raise _Refused('its policy.pth is not a mapping of names to tensors')
+    if not all(bool(torch.isfinite(t).all()) for t in sd.values() if t.is_floating_point()):
+        raise _Refused('its policy.pth holds NaN or inf weights')
+    return sum(t.numel() for t in sd.values())
 
 # %% ../../nbs/04_checkpoint.ipynb #8f91ddc3
 @dataclass
@@ -210,24 +270,39 @@ class Sb3Zip:
     objects: dict    # rebuilt from the plain fields beside each pickle: spaces, policy class, policy_kwargs, ...
     members: dict    # {'policy.pth': bytes, ...}: each checked to load with torch.load(weights_only=True)
     version: str     # the SB3 version that wrote it
+    data: dict = None    # its `data` JSON as written (pickled payloads included, never unpickled)
+    names: tuple = ()    # the names of all its members
+
+def _sizes_fit(settings, objects, held):
+    "Refuse a model whose net or rollout buffer, as its settings declare them, outgrows its weights or the bounds."
+    obs, act = (math.prod(getattr(objects[k], 'shape', ()) or (1,)) for k in ('observation_space', 'action_space'))
+    want = _arch_params(objects.get('policy_kwargs') or {}, obs, act)
+    if want > held: raise _Refused(f'its net_arch declares {want:,} weights, its policy.pth holds {held:,}')
+    rollout = max(settings.get('n_steps') or 1, 1) * max(settings.get('n_envs') or 1, 1) * (obs + act + 8)
+    if rollout > SB3_ROLLOUT_MAX:
+        raise _Refused(f'its n_steps x n_envs ask SB3 for a rollout buffer of {rollout:,} numbers (more than '
+                       f'{SB3_ROLLOUT_MAX:,})')
 
 def read_sb3_zip(path, fix='it was not written by stable-baselines3, or it was altered'):
     "`path` (an SB3 model .zip) read without unpickling anything: an `Sb3Zip`, or one line saying why not and `fix`."
     path = Path(path)
     try:
-        members = _zip_members(path)
+        members, names = _zip_members(path)
         data = json.loads(members['data'].decode('utf-8'))
         if not isinstance(data, dict): raise _Refused('its data is not a JSON object')
         settings, objects = _rebuilt(data)
+        _sizes_fit(settings, objects, _policy_weights(members['policy.pth']))
         for name in members:
-            if name.endswith('.pth'): _weights(members[name], name)
+            if name.endswith('.pth') and name != 'policy.pth': _weights(members[name], name)
     except _Refused as e: raise BadArtifactError(f'{path} cannot be read as an SB3 model without running code in it: '
                                                  f'{e}; {fix}') from None
-    except (zipfile.BadZipFile, OSError, ValueError, RecursionError, UnicodeDecodeError, KeyError) as e:
+    except (zipfile.BadZipFile, OSError, ValueError, RecursionError, UnicodeDecodeError, KeyError, EOFError,
+            RuntimeError, NotImplementedError, zlib.error) as e:
         raise BadArtifactError(f'{path} is not a readable SB3 model ({error_line(e, 120)}); it is damaged or '
                                f'truncated: {fix}') from None
     version = members.get('_stable_baselines3_version', b'?').decode('utf-8', 'replace')[:40]
-    return Sb3Zip(path, settings, objects, {k: v for k, v in members.items() if k.endswith('.pth')}, version)
+    return Sb3Zip(path, settings, objects, {k: v for k, v in members.items() if k.endswith('.pth')}, version, data,
+                  names)
 
 # %% ../../nbs/04_checkpoint.ipynb #1558dce8
 ON_POLICY = ('PPO', 'A2C')  # the SB3 algorithms whose ActorCriticPolicy ppo_trt deploys
@@ -258,47 +333,241 @@ def load_policy(run_dir):
     path = run.require('policy')
     return load_sb3_model(path, fix=f'run `ppo-trt train --force --run-dir {run.root}` again')
 
-# %% ../../nbs/04_checkpoint.ipynb #73fba3a6
-class _Fields:
-    "An inert stand-in for an allowed class in a pickle: it keeps the state it is given, and runs nothing."
-    def __init__(self, *args, **kwargs): pass
-    def __setstate__(self, state):
-        if isinstance(state, tuple) and len(state) == 2 and all(s is None or isinstance(s, dict) for s in state):
+# %% ../../nbs/04_checkpoint.ipynb #1286a34b
+PKL_MAX = 1 << 26      # bytes a VecNormalize file may hold (a real one: a few KiB, plus old_obs for many envs)
+PKL_OPS_MAX = 1 << 20  # pickle opcodes it may run (a real one runs a few hundred)
+PKL_NDIM_MAX = 8       # dimensions an array in it may have
+PKL_DTYPES = ('f2', 'f4', 'f8', 'i1', 'i2', 'i4', 'i8', 'u1', 'u2', 'u4', 'u8', 'b1')  # plain numeric dtypes only
+_CLASSES = {  # the classes a VecNormalize file names -> the attributes of each kept (others dropped, never stored)
+    'VecNormalize': ('obs_rms', 'ret_rms', 'clip_obs', 'clip_reward', 'gamma', 'epsilon', 'training', 'norm_obs',
+                     'norm_reward'),
+    'RunningMeanStd': ('mean', 'var', 'count'), 'Box': (), 'Discrete': (), 'Dict': ()}
+_GLOBALS = {('numpy', 'dtype'): 'dtype', ('numpy', 'ndarray'): 'ndarray', ('_codecs', 'encode'): 'encode',
+            ('collections', 'OrderedDict'): 'dict',
+            ('stable_baselines3.common.vec_env.vec_normalize', 'VecNormalize'): 'VecNormalize',
+            ('stable_baselines3.common.running_mean_std', 'RunningMeanStd'): 'RunningMeanStd',
+            ('gymnasium.spaces.box', 'Box'): 'Box', ('gym.spaces.box', 'Box'): 'Box',
+            ('gymnasium.spaces.dict', 'Dict'): 'Dict', ('gym.spaces.dict', 'Dict'): 'Dict',
+            ('gymnasium.spaces.discrete', 'Discrete'): 'Discrete', ('gym.spaces.discrete', 'Discrete'): 'Discrete'} | {
+    (f'numpy.{c}.{m}', n): n for c in ('core', '_core')
+    for m, n in (('multiarray', '_reconstruct'), ('multiarray', 'scalar'), ('numeric', '_frombuffer'))
+} | {(m, n): 'opaque' for m, n in (  # numpy's random generator inside a seeded Box: read, then thrown away
+    ('numpy.random._pickle', '__generator_ctor'), ('numpy.random._pickle', '__bit_generator_ctor'),
+    ('numpy.random._pickle', '__randomstate_ctor'), ('numpy.random._pcg64', 'PCG64'),
+    ('numpy.random._mt19937', 'MT19937'), ('numpy.random', '__RandomState_ctor'),
+    ('numpy.random.bit_generator', '__pyx_unpickle_SeedSequence'), ('numpy.random.bit_generator', 'SeedSequence'))}
+
+# %% ../../nbs/04_checkpoint.ipynb #151a2ef4
+class _Global:
+    "A global the file names, as its role in `_GLOBALS`: a token, never the object itself."
+    __slots__ = ('role',)
+    def __init__(self, role): self.role = role
+
+class _Dtype:
+    "A plain numeric dtype the file names (a code of `PKL_DTYPES`), its byte order set once by numpy's own state."
+    __slots__ = ('code', 'order', 'set')
+    def __init__(self, code): self.code, self.order, self.set = code, '=', False
+    def dtype(self): return np.dtype(self.code).newbyteorder(self.order)
+
+class _Array:
+    "An array the file builds: its value is set once, from bytes of the file whose length its shape and dtype give."
+    __slots__ = ('value',)
+    def __init__(self, value=None): self.value = value
+
+class _Obj:
+    "An object of an allowed class (`_CLASSES`): its kind, and the attributes kept of it as a plain dict."
+    __slots__ = ('kind', 'attrs')
+    def __init__(self, kind): self.kind, self.attrs = kind, {}
+
+class _Opaque:
+    "A value the file builds that ppo_trt never reads (a random generator's state): it keeps nothing."
+    __slots__ = ()
+
+_PLAIN_KEYS = (str, int, float, bool, bytes, type(None))
+
+# %% ../../nbs/04_checkpoint.ipynb #c8d710b4
+class _PickleData:
+    "A pickle-opcode interpreter of our own that builds plain data only: no `pickle.Unpickler`, no callable run."
+    def __init__(self, blob):
+        self.blob, self.pos, self.stack, self.marks, self.memo = bytes(blob), 0, [], [], {}
+        self.budget = len(self.blob)  # bytes of arrays and decoded bytes it may make: no more than the file holds
+
+    def take(self, n):
+        if self.pos + n > len(self.blob): raise _Refused('it is truncated')
+        self.pos += n
+        return self.blob[self.pos - n:self.pos]
+
+    def uint(self, n): return int.from_bytes(self.take(n), 'little')
+    def text(self, n): return self.take(n).decode('utf-8', 'surrogatepass')
+    def push(self, v): self.stack.append(v)
+
+    def spend(self, n):
+        if n > self.budget: raise _Refused(f'it builds more bytes of arrays than its own {len(self.blob):,}')
+        self.budget -= n
+
+    def mark(self): self.marks.append(self.stack); self.stack = []
+
+    def pop_mark(self):
+        items, self.stack = self.stack, self.marks.pop()
+        return items
+
+    def run(self):
+        "The value the pickle builds, or `_Refused` naming the first thing in it that is not plain data."
+        for _ in range(PKL_OPS_MAX):
+            op = self.take(1)
+            if op == b'.':
+                if len(self.stack) != 1 or self.marks: raise _Refused('it is not a well-formed pickle')
+                return self.stack[0]
+            if op not in _OPS:
+                o = pickletools.code2op.get(op.decode('latin1'))
+                raise _Refused(f'it holds the pickle opcode {o.name if o else repr(op)}, which a VecNormalize file '
+                               'never needs')
+            _OPS[op](self)
+        raise _Refused(f'it runs more than {PKL_OPS_MAX:,} pickle opcodes')
+
+# %% ../../nbs/04_checkpoint.ipynb #bd34f349
+@patch
+def array(self: _PickleData, shape, dt, fortran, raw):
+    "A numpy array of plain dtype `dt` and `shape` from the file's bytes `raw`, its size checked before it is made."
+    if not (type(shape) is tuple and len(shape) <= PKL_NDIM_MAX
+            and all(type(n) is int and 0 <= n <= len(self.blob) for n in shape)):
+        raise _Refused(f'it holds an array of shape {shown(shape, 60)}')
+    if not isinstance(dt, _Dtype) or type(fortran) is not bool or type(raw) is not bytes:
+        raise _Refused('it holds an array whose data is not plain numbers')
+    want = math.prod(shape) * np.dtype(dt.code).itemsize
+    if want != len(raw): raise _Refused(f'it holds an array of shape {shape} in {len(raw):,} bytes, not {want:,}')
+    self.spend(want)
+    return np.frombuffer(raw, dt.dtype()).reshape(shape, order='F' if fortran else 'C').copy()
+
+@patch
+def call(self: _PickleData, f, args):
+    "What REDUCE of the global `f` on `args` builds: only numpy's dtype / array / scalar forms, checked, or a token."
+    role = f.role if isinstance(f, _Global) else None
+    if role == 'dtype' and len(args) in (1, 3) and args[0] in PKL_DTYPES and args[1:] in ((), (False, True)):
+        return _Dtype(args[0])
+    if role == '_reconstruct' and len(args) == 3 and isinstance(args[0], _Global) and args[0].role == 'ndarray' \
+            and args[1:] == ((0,), b'b'):
+        return _Array()  # numpy's empty shell: BUILD gives it its shape, dtype and bytes
+    if role == '_frombuffer' and len(args) == 4 and args[3] in ('C', 'F'):
+        return _Array(self.array(args[2], args[1], args[3] == 'F', args[0]))
+    if role == 'scalar' and len(args) == 2 and isinstance(args[0], _Dtype):
+        return self.array((), args[0], False, args[1]).item()
+    if role == 'encode' and len(args) == 2 and type(args[0]) is str and args[1] in ('latin1', 'latin-1'):
+        self.spend(len(args[0]))
+        return args[0].encode('latin1')
+    if role == 'dict' and args == (): return {}
+    if role == 'opaque': return _Opaque()
+    raise _Refused(f'it calls {role or type(f).__name__} with arguments numpy never writes')
+
+@patch
+def build(self: _PickleData, obj, state):
+    "BUILD: an allowed object keeps its known attributes; an array or a dtype takes numpy's own state, once."
+    if isinstance(obj, _Obj):
+        if type(state) is tuple and len(state) == 2 and all(s is None or type(s) is dict for s in state):
             state = {**(state[0] or {}), **(state[1] or {})}  # (__dict__, slots)
-        if isinstance(state, dict): self.__dict__.update({k: v for k, v in state.items() if isinstance(k, str)})
+        if type(state) is not dict: raise _Refused(f'its {obj.kind} has a state that is not a mapping')
+        for k, v in state.items():
+            if k in _CLASSES[obj.kind]: obj.attrs[k] = v
+            elif obj.kind == 'RunningMeanStd':
+                raise _Refused(f'its RunningMeanStd has an attribute {shown(k, 40)}, which RunningMeanStd never has')
+    elif isinstance(obj, _Array) and obj.value is None and type(state) is tuple and len(state) == 5 \
+            and state[0] == 1:
+        obj.value = self.array(*state[1:])
+    elif isinstance(obj, _Dtype) and not obj.set and type(state) is tuple and len(state) == 8 \
+            and state[1] in ('<', '>', '|', '=') and state[:1] + state[2:] == (3, None, None, None, -1, -1, 0):
+        obj.order, obj.set = state[1], True
+    elif not isinstance(obj, _Opaque):
+        raise _Refused(f'it sets the state of {type(obj).__name__.strip("_").lower()} to something numpy and SB3 '
+                       'never write')
 
-def _inert(*args, **kwargs): return _Fields()
+# %% ../../nbs/04_checkpoint.ipynb #2804f39f
+@patch
+def glob(self: _PickleData, module, name):
+    "The token of an allowed global (`_GLOBALS`), or one line naming the global."
+    if type(module) is not str or type(name) is not str or (module, name) not in _GLOBALS:
+        raise _Refused(f'it names {shown(module, 60)}.{shown(name, 40)}, which a VecNormalize file never needs')
+    return _Global(_GLOBALS[module, name])
 
-_NUMPY = {('numpy', 'dtype'), ('numpy', 'ndarray')} | {
-    (m, n) for m in ('numpy.core.multiarray', 'numpy._core.multiarray') for n in ('_reconstruct', 'scalar')}
-_STANDINS = {('stable_baselines3.common.vec_env.vec_normalize', 'VecNormalize'),
-             ('stable_baselines3.common.running_mean_std', 'RunningMeanStd'), ('gymnasium.spaces.box', 'Box'),
-             ('gymnasium.spaces.dict', 'Dict'), ('gym.spaces.box', 'Box'),
-             ('numpy.random._pickle', '__generator_ctor'), ('numpy.random._pickle', '__bit_generator_ctor'),
-             ('numpy.random._pickle', '__randomstate_ctor'), ('numpy.random._pcg64', 'PCG64'),
-             ('numpy.random.bit_generator', '__pyx_unpickle_SeedSequence'),
-             ('numpy.random.bit_generator', 'SeedSequence'), ('collections', 'OrderedDict')}
+@patch
+def newobj(self: _PickleData, cls, args):
+    "NEWOBJ: an empty `_Obj` of an allowed class (or a thrown-away random generator)."
+    role = cls.role if isinstance(cls, _Global) else None
+    if role in _CLASSES and args == (): return _Obj(role)
+    if role == 'opaque': return _Opaque()
+    raise _Refused(f'it makes an object of {role or type(cls).__name__}, which a VecNormalize file never needs')
 
-class _StatsUnpickler(pickle.Unpickler):
-    "pickle's Unpickler admitting only the globals VecNormalize's statistics need (`_NUMPY`, `_STANDINS`)."
-    def find_class(self, module, name):
-        if (module, name) in _NUMPY: return getattr(np, name) if module == 'numpy' else _numpy_helper(name)
-        if (module, name) == ('collections', 'OrderedDict'): return dict
-        if (module, name) in _STANDINS:
-            return _inert if name.startswith('__') else type(name, (_Fields,), {})
-        if (module, name) == ('_codecs', 'encode'): return _latin1
-        raise pickle.UnpicklingError(f'it names {shown(module, 60)}.{shown(name, 40)}, which a VecNormalize file '
-                                     'never needs')
+def _key(k):
+    "`k` if it is plain data a dict may be keyed by."
+    if type(k) in _PLAIN_KEYS or (type(k) is tuple and all(type(x) in _PLAIN_KEYS for x in k)): return k
+    raise _Refused('it keys a mapping by something other than plain data')
 
-def _numpy_helper(name):
-    try: from numpy._core import multiarray
-    except ImportError: from numpy.core import multiarray
-    return getattr(multiarray, name)
+def _into(target, kind):
+    "`target` if it is exactly a `kind` (list or dict) the file built."
+    if type(target) is not kind: raise _Refused(f'it adds items to a {type(target).__name__.strip("_")}')
+    return target
 
-def _latin1(text, encoding='latin1'):
-    "`_codecs.encode` as protocol-2 pickles use it for bytes: str to bytes, nothing else."
-    if not isinstance(text, str) or encoding not in ('latin1', 'latin-1'): raise pickle.UnpicklingError('bad bytes')
-    return text.encode('latin1')
+def _readline(s):
+    "GLOBAL's text argument (up to a newline, at most 256 bytes)."
+    end = s.blob.find(b'\n', s.pos, s.pos + 256)
+    if end < 0: raise _Refused('it is truncated')
+    return s.take(end - s.pos + 1)[:-1].decode('ascii', 'replace')
+
+def _long(s, n):
+    "LONG1 / LONG4: a signed integer of `n` bytes (at most 1 KiB: a random generator's state is 16)."
+    if n > 1024: raise _Refused(f'it holds an integer of {n:,} bytes')
+    return int.from_bytes(s.take(n), 'little', signed=True)
+
+def _setitems(s, items):
+    d = _into(s.stack[-1], dict)
+    if len(items) % 2: raise _Refused('it is not a well-formed pickle')
+    for k, v in zip(items[::2], items[1::2]): d[_key(k)] = v
+
+def _memo_get(s, i):
+    if i not in s.memo: raise _Refused('it is not a well-formed pickle')
+    s.push(s.memo[i])
+
+def _callee_args(s):
+    "(callable, args) of REDUCE / NEWOBJ, the args a tuple."
+    args, f = s.stack.pop(), s.stack.pop()
+    if type(args) is not tuple: raise _Refused('it is not a well-formed pickle')
+    return f, args
+
+def _memo_put(s, i): s.memo[i] = s.stack[-1]
+
+def _protocol(s):
+    if not 2 <= (p := s.uint(1)) <= 5: raise _Refused(f'it is a protocol-{p} pickle (SB3 writes protocol 2 to 5)')
+
+_OPS = {
+    b'\x80': _protocol, b'\x95': lambda s: s.take(8),  # PROTO, FRAME (its length is only a hint)
+    b'(': lambda s: s.mark(), b'0': lambda s: s.stack.pop(), b'1': lambda s: s.pop_mark(),
+    b'2': lambda s: s.push(s.stack[-1]),
+    b'N': lambda s: s.push(None), b'\x88': lambda s: s.push(True), b'\x89': lambda s: s.push(False),
+    b'J': lambda s: s.push(int.from_bytes(s.take(4), 'little', signed=True)),
+    b'K': lambda s: s.push(s.uint(1)), b'M': lambda s: s.push(s.uint(2)),
+    b'\x8a': lambda s: s.push(_long(s, s.uint(1))), b'\x8b': lambda s: s.push(_long(s, s.uint(4))),
+    b'G': lambda s: s.push(struct.unpack('>d', s.take(8))[0]),
+    b'\x8c': lambda s: s.push(s.text(s.uint(1))), b'X': lambda s: s.push(s.text(s.uint(4))),
+    b'\x8d': lambda s: s.push(s.text(s.uint(8))),
+    b'C': lambda s: s.push(s.take(s.uint(1))), b'B': lambda s: s.push(s.take(s.uint(4))),
+    b'\x8e': lambda s: s.push(s.take(s.uint(8))), b'\x96': lambda s: s.push(s.take(s.uint(8))),  # BYTEARRAY8 as bytes
+    b']': lambda s: s.push([]), b')': lambda s: s.push(()), b'}': lambda s: s.push({}),
+    b'a': lambda s: _into(s.stack[-2], list).append(s.stack.pop()),
+    b'e': lambda s: (lambda items: _into(s.stack[-1], list).extend(items))(s.pop_mark()),
+    b'l': lambda s: s.push(s.pop_mark()), b't': lambda s: s.push(tuple(s.pop_mark())),
+    b'\x85': lambda s: s.push((s.stack.pop(),)),
+    b'\x86': lambda s: s.push(tuple(s.stack.pop() for _ in range(2))[::-1]),
+    b'\x87': lambda s: s.push(tuple(s.stack.pop() for _ in range(3))[::-1]),
+    b's': lambda s: _setitems(s, [s.stack.pop(-2), s.stack.pop()]),
+    b'u': lambda s: _setitems(s, s.pop_mark()),
+    b'd': lambda s: (lambda items: (s.push({}), _setitems(s, items)))(s.pop_mark()),
+    b'c': lambda s: s.push(s.glob(_readline(s), _readline(s))),
+    b'\x93': lambda s: s.push(s.glob(*[s.stack.pop() for _ in range(2)][::-1])),
+    b'R': lambda s: s.push(s.call(*_callee_args(s))),
+    b'\x81': lambda s: s.push(s.newobj(*_callee_args(s))),
+    b'b': lambda s: s.build(s.stack[-2], s.stack.pop()),
+    b'q': lambda s: _memo_put(s, s.uint(1)), b'r': lambda s: _memo_put(s, s.uint(4)),
+    b'\x94': lambda s: _memo_put(s, len(s.memo)),
+    b'h': lambda s: _memo_get(s, s.uint(1)), b'j': lambda s: _memo_get(s, s.uint(4))}
 
 # %% ../../nbs/04_checkpoint.ipynb #70833fe0
 @dataclass
@@ -340,35 +609,62 @@ class VecNormStats:
 
 # %% ../../nbs/04_checkpoint.ipynb #9d510ce0
 def _real(x, what):
-    "`x` as a finite float, or one line."
-    try: v = float(np.asarray(x).reshape(()))
-    except (TypeError, ValueError): raise _Refused(f'its {what} is not a number') from None
-    if not np.isfinite(v): raise _Refused(f'its {what} is not finite')
+    "`x` (a Python number, or a one-value float array the file built) as a finite float, or one line."
+    if isinstance(x, _Array) and x.value is not None and x.value.dtype.kind == 'f' and x.value.size == 1:
+        x = x.value.item()
+    if type(x) not in (int, float): raise _Refused(f'its {what} is not a number')
+    try: v = float(x)
+    except OverflowError: raise _Refused(f'its {what} is not finite') from None
+    if not math.isfinite(v): raise _Refused(f'its {what} is not finite')
     return v
 
+def _vector(x, what):
+    "`x` as a float64 vector, when the file built it as a 1-D float array."
+    if not (isinstance(x, _Array) and x.value is not None and x.value.dtype.kind == 'f' and x.value.ndim == 1):
+        raise _Refused(f'its observation {what} is not a vector of floats')
+    return x.value.astype(np.float64)
+
+def _flag(x, what):
+    "`x` as a bool (absent: True, SB3's default)."
+    if x is _ABSENT: return True
+    if type(x) is not bool: raise _Refused(f'its {what} is not True or False')
+    return x
+
+_ABSENT = object()
+
+def _running(vn, key):
+    "The attributes of the RunningMeanStd at `vn`'s `key`, or one line."
+    rms = vn.attrs.get(key)
+    if type(rms) is dict: raise _Refused(f'its {key} is a dict (a Dict observation space): ppo_trt deploys Box ones')
+    if not (isinstance(rms, _Obj) and rms.kind == 'RunningMeanStd'): raise _Refused('it holds no running statistics')
+    return rms.attrs
+
+# %% ../../nbs/04_checkpoint.ipynb #48acb37c
+def read_pickle_data(path):
+    "The plain data the pickle at `path` builds, read by `_PickleData` (at most `PKL_MAX` bytes); or `_Refused`."
+    with open(path, 'rb') as f: blob = f.read(PKL_MAX + 1)
+    if len(blob) > PKL_MAX: raise _Refused(f'it is larger than {PKL_MAX >> 20} MiB')
+    try: return _PickleData(blob).run()
+    except _Refused: raise
+    except (IndexError, ValueError, TypeError, KeyError, struct.error):
+        raise _Refused('it is not a well-formed pickle') from None
+
 def read_vecnormalize(path, fix='re-run `ppo-trt train`'):
-    "The statistics in SB3's VecNormalize pickle `path`, unpickled through an allow-list (`_StatsUnpickler(file)`)."
+    "The statistics in SB3's VecNormalize pickle `path`, read as plain data (`read_pickle_data`), never unpickled."
     path = Path(path)
     try:
-        if path.stat().st_size > 1 << 26: raise _Refused('it is larger than 64 MiB')
-        with open(path, 'rb') as f: vn = _StatsUnpickler(f).load()
-        if not isinstance(vn, _Fields) or type(vn).__name__ != 'VecNormalize':
-            raise _Refused('it is not a VecNormalize')
-        obs, ret = getattr(vn, 'obs_rms', None), getattr(vn, 'ret_rms', None)
-        if not isinstance(obs, _Fields) or not isinstance(ret, _Fields):
-            raise _Refused('it holds no running statistics')
-        mean, var = (np.asarray(getattr(obs, k, None), np.float64) for k in ('mean', 'var'))
-        if mean.ndim != 1 or mean.shape != var.shape or not (np.isfinite(mean).all() and np.isfinite(var).all()):
+        vn = read_pickle_data(path)
+        if not (isinstance(vn, _Obj) and vn.kind == 'VecNormalize'): raise _Refused('it is not a VecNormalize')
+        obs, ret, a = _running(vn, 'obs_rms'), _running(vn, 'ret_rms'), vn.attrs
+        mean, var = _vector(obs.get('mean'), 'mean'), _vector(obs.get('var'), 'var')
+        if mean.shape != var.shape or not (np.isfinite(mean).all() and np.isfinite(var).all()):
             raise _Refused('its observation statistics are not two finite vectors of one length')
-        num = lambda part, key, what: _real(getattr(part, key, None), what)
-        return VecNormStats(mean, var, num(obs, 'count', 'count'), num(ret, 'mean', 'return mean'),
-                            num(ret, 'var', 'return var'), num(ret, 'count', 'return count'),
-                            num(vn, 'clip_obs', 'clip_obs'), num(vn, 'clip_reward', 'clip_reward'),
-                            num(vn, 'gamma', 'gamma'), num(vn, 'epsilon', 'epsilon'),
-                            bool(getattr(vn, 'norm_obs', True)),
-                            bool(getattr(vn, 'norm_reward', True)), bool(getattr(vn, 'training', True)))
-    except (_Refused, pickle.UnpicklingError) as e:
+        return VecNormStats(mean, var, _real(obs.get('count'), 'count'), _real(ret.get('mean'), 'return mean'),
+                            _real(ret.get('var'), 'return var'), _real(ret.get('count'), 'return count'),
+                            *(_real(a.get(k), k) for k in ('clip_obs', 'clip_reward', 'gamma', 'epsilon')),
+                            *(_flag(a.get(k, _ABSENT), k) for k in ('norm_obs', 'norm_reward', 'training')))
+    except _Refused as e:
         raise BadArtifactError(f'{path} cannot be read as VecNormalize statistics without running code in it: {e}; '
                                f'{fix}') from None
-    except (OSError, EOFError, ValueError, TypeError, AttributeError, IndexError, RecursionError, MemoryError) as e:
+    except OSError as e:
         raise BadArtifactError(f'{path} is not a readable VecNormalize file ({error_line(e, 100)}); {fix}') from None

@@ -16,10 +16,10 @@ from .onnx import (PARITY_TOL, DEPLOY_KEYS, read_onnx, onnx_metadata, set_metada
                                  control_period)
 
 # %% auto #0
-__all__ = ['CHECK_ROWS', 'IDENTITY_EPS', 'AdoptOptions', 'StatePair', 'Inference', 'graph_io', 'infer_io', 'free_batch',
-           'pack_recurrent', 'check_adopted', 'GraphFacts', 'graph_facts', 'Adopted', 'adopted_metadata', 'adopt',
-           'is_ppo_trt_policy', 'adopted_bytes', 'adopted_path', 'ImportSettings', 'import_onnx', 'identity_norm',
-           'sb3_ignored', 'sanitized_zip', 'import_sb3', 'import_policy']
+__all__ = ['CHECK_ROWS', 'IMPORT_WRITES', 'IDENTITY_EPS', 'AdoptOptions', 'StatePair', 'Inference', 'graph_io', 'infer_io',
+           'free_batch', 'pack_recurrent', 'check_adopted', 'GraphFacts', 'graph_facts', 'Adopted', 'adopted_metadata',
+           'adopt', 'is_ppo_trt_policy', 'adopted_bytes', 'adopted_path', 'ImportSettings', 'import_onnx',
+           'identity_norm', 'sb3_ignored', 'sanitized_zip', 'import_sb3', 'import_policy']
 
 # %% ../../nbs/39_foreign.ipynb #94f5d25b
 @dataclass(frozen=True)
@@ -528,10 +528,10 @@ def adopted_path(path, opts=AdoptOptions()):
     return dest, a
 
 # %% ../../nbs/39_foreign.ipynb #3b485308
-import json, zipfile
-from ..core.files import save_json, json_text
+import contextlib, json, os, zipfile
+from ..core.files import PpoTrtError, save_json, json_text, staging, error_line
 from ..core.run_folder import RunDir
-from ..core.records import ConfigRecord, TrainRecord, record, locked
+from ..core.records import ConfigRecord, TrainRecord, record, locked, LOCK_NAME, HOLDER_NAME
 from ..core.checkpoint import (ObsNorm, SB3_MEMBERS, SB3_KEYS, read_sb3_zip, read_vecnormalize, load_sb3_model,
                                      sb3_algorithm)
 from .onnx import export, plain_deployment, check_policy_env
@@ -550,12 +550,15 @@ class ImportSettings:
     seed: int = 0
 
 # %% ../../nbs/39_foreign.ipynb #06e60738
+IMPORT_WRITES = ('policy', 'obs_norm', 'config', 'train_record', 'onnx', 'export_obs', 'export_record')
+
 def _fresh_folder(run):
-    "Refuse a run folder that holds a policy already: import never replaces one."
-    held = [n for n in ('policy', 'onnx') if run.has(n)]
+    "Refuse a run folder that holds a policy, or any file import writes, already: import never replaces one."
+    held = [run.path(n).name for n in IMPORT_WRITES if os.path.lexists(run.path(n))]
     if held:
-        raise BadInputError(f'{run.root} already holds a policy ({", ".join(run.path(n).name for n in held)}): import '
-                            'never replaces one; choose another --run-dir')
+        what = 'a policy' if {'policy.zip', 'policy.onnx'} & set(held) else 'files import writes'
+        raise BadInputError(f'{run.root} already holds {what} ({", ".join(held)}): import never replaces one; '
+                            'choose another --run-dir')
 
 def import_onnx(path, s: ImportSettings):
     "Adopt the actor ONNX at `path` for `s.env_id` into `s.run_dir`/policy.onnx (a policy-only folder); its `Adopted`."
@@ -567,6 +570,31 @@ def import_onnx(path, s: ImportSettings):
     with atomic_path(run.path('onnx')) as tmp: tmp.write_bytes(a.proto.SerializeToString())
     return a
 
+# %% ../../nbs/39_foreign.ipynb #00d0cc69
+def _move_in(stage, root):
+    "Move the files import built in `stage` into `root` by renames: all of them, or (one in the way) none."
+    names = sorted(p.name for p in stage.iterdir() if p.is_file() and p.name not in (LOCK_NAME, HOLDER_NAME))
+    root.mkdir(parents=True, exist_ok=True)
+    if clash := [n for n in names if os.path.lexists(root/n)]:
+        raise BadInputError(f'{root} already holds {", ".join(clash)}: import never replaces a file; choose another '
+                            '--run-dir')
+    moved = []
+    try:
+        for n in names: os.replace(stage/n, root/n); moved.append(n)
+    except OSError:
+        for n in moved: os.replace(root/n, stage/n)
+        raise
+
+@contextlib.contextmanager
+def _staged_for(path, root):
+    "A stage folder beside `root` to build an import in: a failure names `path` and `root` (never the stage)."
+    with staging(root) as stage:
+        try: yield stage
+        except PpoTrtError as e:
+            line = str(e).replace(str(stage), str(root))
+            e.args = (line if str(path) in line else f'importing {path}: {line}',)
+            raise
+
 # %% ../../nbs/39_foreign.ipynb #02875fa0
 IDENTITY_EPS = 2.0 ** -27  # var + eps == 1 exactly: an observation an SB3 model without VecNormalize reads as it is
 
@@ -576,33 +604,28 @@ def identity_norm(obs_dim):
                    IDENTITY_EPS)
 
 # %% ../../nbs/39_foreign.ipynb #c823ab1c
-def sb3_ignored(path, z):
-    "What of SB3's zip at `path` import does not read (pickled payloads, other members, unknown settings), in words."
-    with zipfile.ZipFile(path) as f:
-        names = f.namelist()
-        data = json.loads(f.read('data').decode('utf-8'))  # its size was checked by read_sb3_zip
-    pickled = sorted(k for k, v in data.items() if isinstance(v, dict) and ':serialized:' in v)
+def sb3_ignored(z):
+    "What of the SB3 zip `z` (an `Sb3Zip`) import does not read (pickled payloads, other members, unknown settings)."
+    pickled = sorted(k for k, v in z.data.items() if isinstance(v, dict) and ':serialized:' in v)
     out = [f"the pickled payloads of {', '.join(pickled)}: never unpickled (spaces, policy class and settings are "
            'rebuilt from the JSON beside them; function schedules are not)'] if pickled else []
-    other = sorted(set(names) - set(SB3_MEMBERS))
-    if other: out.append(f"zip members {', '.join(map(repr, other))}: not read")
-    unknown = sorted(set(data) - SB3_KEYS)
-    if unknown: out.append(f"settings {', '.join(unknown)}: not used")
+    other = sorted(set(z.names) - set(SB3_MEMBERS))
+    if other: out.append(f"zip members {', '.join(shown(n, 60) for n in other[:20])}: not read")
+    unknown = sorted(set(z.data) - SB3_KEYS)
+    if unknown: out.append(f"settings {', '.join(shown(k, 40) for k in unknown[:20])}: not used")
     kept = sorted(n for n in z.members if n != 'policy.pth')
     if kept: out.append(f"{', '.join(kept)}: tensors (checked) kept in policy.zip, not used to act")
     return out
 
 # %% ../../nbs/39_foreign.ipynb #a7275ba3
-def sanitized_zip(path, dest):
-    "Copy SB3's zip at `path` to `dest` holding data only: its JSON, each pickled payload blanked, its tensors."
-    with zipfile.ZipFile(path) as f:
-        data = json.loads(f.read('data').decode('utf-8'))
-        members = {n: f.read(n) for n in SB3_MEMBERS if n != 'data' and n in f.namelist()}
-    for v in data.values():
-        if isinstance(v, dict) and ':serialized:' in v: v[':serialized:'] = ''  # rebuilt from the fields beside it
+def sanitized_zip(z, dest):
+    "Write the SB3 zip `z` (an `Sb3Zip`) to `dest` holding data only: its JSON, each pickled payload blanked, tensors."
+    data = {k: ({**v, ':serialized:': ''} if isinstance(v, dict) and ':serialized:' in v else v)  # rebuilt from fields
+            for k, v in z.data.items()}
     with atomic_path(dest) as tmp, zipfile.ZipFile(tmp, 'w', zipfile.ZIP_DEFLATED) as out:
         out.writestr('data', json.dumps(data, indent=4))
-        for n, blob in members.items(): out.writestr(n, blob)
+        for n, blob in z.members.items(): out.writestr(n, blob)
+        if '_stable_baselines3_version' in z.names: out.writestr('_stable_baselines3_version', z.version)
     return dest
 
 # %% ../../nbs/39_foreign.ipynb #ef37c1b7
@@ -651,8 +674,7 @@ def _returns(run, norm, s):
 def _import_records(run, z, norm, s, origin):
     "config.json, obs_norm.json and train.json of an imported SB3 model (its policy.zip written)."
     obs_dim, act_dim = norm.mean.size, int(np.prod(z.objects['action_space'].shape))
-    steps = int(z.settings.get('num_timesteps') or 0)
-    norm.check(obs_dim, 'the VecNormalize statistics')
+    steps = max(z.settings.get('num_timesteps') or 0, 0)  # a whole number: read_sb3_zip checked it
     norm.save(run.path('obs_norm'))
     ConfigRecord(env_id=s.env_id, seed=s.seed, timesteps=max(steps, 1), preset='imported').save(run.root)
     mean, std = _returns(run, norm, s)
@@ -667,35 +689,49 @@ def _import_records(run, z, norm, s, origin):
 
 # %% ../../nbs/39_foreign.ipynb #3d6b2b12
 def import_sb3(path, s: ImportSettings):
-    "Make `s.run_dir` a run folder of the SB3 PPO / A2C model at `path` and export it: (origin, export record)."
+    "Make `s.run_dir` a run folder of the SB3 PPO / A2C model at `path` and export it: all of it, or nothing."
     path, run = Path(path), RunDir(s.run_dir)
     _fresh_folder(run)
     z = read_sb3_zip(path, 'pass the model.zip SB3 or RL Zoo saved')
     obs_dim, _ = _check_spaces(z, s.env_id, path)
     norm, norm_what, norm_ignored = _norm_of(s, obs_dim)
+    norm.check(obs_dim, s.vecnormalize or 'the VecNormalize statistics')
     origin = dict(origin=f'an SB3 {sb3_algorithm(z)} model.zip (ppo-trt import)', file=path.name,
                   sha256=sha256_file(path), algorithm=sb3_algorithm(z), stable_baselines3=z.version,
-                  vecnormalize=norm_what, ignored=sb3_ignored(path, z) + norm_ignored)
-    run.root.mkdir(parents=True, exist_ok=True)
-    sanitized_zip(path, run.path('policy'))
-    _import_records(run, z, norm, s, origin)
-    dep = plain_deployment(run.root)
-    dep.meta = dict(imported_from=origin, normaliser=f'{norm_what}, baked into the graph (clip ±{norm.clip_obs:g})',
-                    action_scale='the mean action, clipped to the action bounds (as model.predict)')
-    return origin, export(run.root, n_obs=s.parity_obs, deployment=dep)
+                  vecnormalize=norm_what, ignored=sb3_ignored(z) + norm_ignored)
+    with _staged_for(path, run.root) as stage:  # built beside the folder, moved in only once exported
+        built = RunDir(stage)
+        sanitized_zip(z, built.path('policy'))
+        _import_records(built, z, norm, s, origin)
+        dep = plain_deployment(built.root)
+        dep.meta = dict(imported_from=origin, action_scale='the mean action, clipped to the action bounds (as '
+                        'model.predict)', normaliser=f'{norm_what}, baked into the graph (clip ±{norm.clip_obs:g})')
+        rec = export(built.root, n_obs=s.parity_obs, deployment=dep)
+        _move_in(stage, run.root)
+    return origin, rec
 
 # %% ../../nbs/39_foreign.ipynb #428337ac
+def _model_file(path):
+    "`path` if it is a model file; for a folder, one line naming the files in it to pass instead."
+    path = inside(Path(path))
+    if path.is_dir():
+        found = sorted(shown(p.name, 60) for p in path.iterdir() if p.suffix.lower() in ('.zip', '.onnx'))[:4]
+        found = ', '.join(found) or 'the model.zip SB3 or RL Zoo saved, or an actor .onnx'
+        raise BadInputError(f'{path} is a folder: pass the model file in it ({found}), with --vecnormalize its '
+                            'VecNormalize .pkl if it has one')
+    if not path.is_file(): raise BadInputError(f'{path} does not exist: pass a model.zip or an actor .onnx')
+    return path
+
 def import_policy(path, s: ImportSettings):
     "Import an SB3 model.zip or an actor ONNX at `path` into run folder `s.run_dir`: (a line saying what, the record)."
-    path = inside(Path(path))
-    if not path.is_file(): raise BadInputError(f'{path} does not exist: pass a model.zip or an actor .onnx')
+    path = _model_file(path)
     check_env_id(s.env_id, '--env-id')
-    if path.suffix == '.onnx':
+    if path.suffix.lower() == '.onnx':
         if s.vecnormalize: raise BadInputError('--vecnormalize goes with an SB3 model.zip; an ONNX actor carries its '
                                                'normaliser in its graph (or reads observations as they are)')
         a = import_onnx(path, s)
         return a.line(path.name), a
-    if path.suffix != '.zip': raise BadInputError(f'{path} is neither an SB3 model .zip nor an actor .onnx')
+    if path.suffix.lower() != '.zip': raise BadInputError(f'{path} is neither an SB3 model .zip nor an actor .onnx')
     origin, rec = import_sb3(path, s)
     return (f"{path.name}: {origin['algorithm']} (stable-baselines3 {origin['stable_baselines3']}), normaliser "
             f"{origin['vecnormalize']}; ONNX Runtime vs model.predict max abs err {rec.parity_ort_cpu.max_abs_err:.1e} "
