@@ -146,7 +146,8 @@ def test_weights_go_to_shared_memory_when_they_fit():
     small = source_of(load_onnx(HOPPER))
     assert small.weights_shared and small.smem == 4 * 5123 and small.threads == 64
     wide = source_of(load_onnx(HOPPER), smem_max=16 << 10)  # 20 KB of weights over the limit: read from global memory
-    assert not wide.weights_shared and wide.smem == 0 and 'const float *W = KW;' in wide.text and 'sw[i]' not in wide.text
+    assert not wide.weights_shared and wide.smem == 0
+    assert 'const float *W = KW;' in wide.text and 'sw[i]' not in wide.text
 
 
 def test_a_recurrent_policy_is_refused_with_where_it_runs():

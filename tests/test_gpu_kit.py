@@ -94,7 +94,7 @@ def test_quick_plan_fits_the_device_limits():
     "Every step has a hard limit; the budget and the run call fit the device tool; what comes back is <= 8 files."
     steps, budget = plan()
     assert budget == QUICK_BUDGET_S and budget + 30 <= RUN_TIMEOUT_S <= 600
-    assert list(steps)[:5] == ['install', 'nvidia-smi', 'versions', 'doctor', 'bench']
+    assert list(steps)[:6] == ['install', 'persistent', 'nvidia-smi', 'versions', 'doctor', 'bench']
     assert {'envs', 'ppo-cudagraphs', 'rollout', 'pytest', 'ppo-eager'} <= set(steps)
     for name, (limit, least) in steps.items():
         assert 5 <= least <= limit <= 120, (name, limit, least)
@@ -298,8 +298,13 @@ def test_rehearsal_runs_the_whole_session_within_its_budget(small_run, tmp_path)
     steps = {s['name']: s for s in session['steps']}
     assert set(steps) == set(plan()[0])
     assert steps['install']['status'] == 'ok' and steps['install']['reason'] == 'mode target'
-    for name in ('bench', 'envs', 'ppo-cudagraphs', 'rollout', 'pytest'):
+    for name in ('persistent', 'bench', 'envs', 'ppo-cudagraphs', 'rollout', 'pytest'):
         assert steps[name]['status'] == 'ok' and 'no CUDA GPU' in steps[name]['stand_in'], steps[name]
+    p = session['persistent']  # the host protocol against a thread standing in for the kernel
+    assert p['simulated'] and p['parity_ok'] and p['checked_call']['n'] == 10000
+    assert p['stopped'] == 'its loop has stopped'
+    readme = (next((out/'records').iterdir())/'README.md').read_text()
+    assert '## Batch 1 on the persistent kernel (cuda-persistent)' in readme
     assert all(s['status'] in ('ok', 'skipped') for s in session['steps']), session['steps']
     assert session['train']['cpu']['solved'] and session['pytest']['passed'] == session['pytest']['failed'] == 0
     assert len(list((out/'session').iterdir())) <= FILE_LIMIT

@@ -24,6 +24,12 @@
 #
 # Steps, in order (limit in s; `bash tools/gpu_session.sh plan` prints them; without a CUDA GPU the stand-in runs):
 #   install 45         the wheels of .gpu/wheels and this checkout, offline   | same (KIT_INSTALL=none: as it is)
+#   persistent 50      batch 1 on cuda-persistent (the resident kernel polling host-mapped memory): ppo-trt bench,
+#                      10 000 checked calls and hot-path calls, p50/p99/p99.9, parity vs ORT FP32 (its records stay in
+#                      the run's bench.json, which bench then adds to); then tools/gpu_persistent.py: parity one row at
+#                      a time and a timed close (the stop flag ends the kernel)
+#                                                                              | the host protocol against a thread
+#                      standing in for the kernel (tools/gpu_persistent.py --simulated), 10 000 calls
 #   nvidia-smi 10      name, driver, memory, clocks, compute capability       | skipped: no nvidia-smi
 #   versions 30        Python, torch/CUDA, triton, JAX, ORT, the GPU          | same
 #   doctor 30          ppo-trt doctor: every backend, available or why not    | same
@@ -43,7 +49,8 @@
 #                                                                              | the same on the CPU, small sizes,
 #                      when JAX and mujoco-mjx import, else skipped with the reason
 # Files under $OUT: quick.json (the record, rewritten after every step), quick.txt (step log, install, nvidia-smi,
-# versions, doctor), bench.txt, bench.json, envs.txt, env_bench.json, ppo.txt, pytest_gpu.txt.
+# versions, doctor), bench.txt (persistent's output first), bench.json, envs.txt, env_bench.json, ppo.txt,
+# pytest_gpu.txt.
 # Usage: tools/gpu_session.sh quick [STEP,...]   (STEPs: only these, after install; default all) | plan
 # Environment: PPO_TRT_PY (default python3), KIT_INSTALL=auto|venv|target|none (auto: into the Python's own environment
 # when it is writable and has setuptools, else pip install --target + PYTHONPATH; none: the Python already has the
@@ -72,8 +79,8 @@ GPU_BACKENDS=ort-cuda,ort-trt,trt,trt-rtx,torch-cuda,torch-cuda-graph,triton,tri
 # name:limit_s[:min_s] in order; a step with a min runs only when that much of the session is left
 # (the limits add up to more than the budget: a step that runs long takes from those after it, so the order is the
 # priority; the budget's deadline stops every step, whatever its limit)
-QUICK_PLAN=(install:45 nvidia-smi:10 versions:30 doctor:30 bench:100 envs:60 ppo-cudagraphs:60 rollout:30 pytest:110
-            ppo-eager:40:20)
+QUICK_PLAN=(install:45 persistent:50 nvidia-smi:10 versions:30 doctor:30 bench:100 envs:60 ppo-cudagraphs:60 rollout:30
+            pytest:110 ppo-eager:40:20)
 NAMED_PLAN=(mjx:200:60)  # run only when named
 command -v timeout > /dev/null || timeout() { while [[ $1 == -* ]]; do shift 2; done; shift; "$@"; }  # no coreutils
 
@@ -230,6 +237,23 @@ quick() {  # the session: every step in order (or those of $1), each recorded as
   local gpu=$([ -z "$GPU_WHY" ] && echo 1) cpu="no CUDA GPU ($GPU_WHY): CPU stand-in"
   cpu_only() { [ -n "$gpu" ] || echo "$1"; }
 
+  f="$OUT/bench.txt" PERSISTENT_RAN=''
+  if wanted persistent && ! no_install persistent "$f"; then
+    rm -f "$KIT/persistent.json"
+    if ! fresh_run; then skip persistent "$f" "no run folder in $GPUDIR/run: run tools/gpu_prepare.sh"
+    elif [ -n "$gpu" ]; then  # its bench records stay in $KIT/run/bench.json: the bench step adds to them
+      step persistent "$f" bash -c 'ppo-trt bench --run-dir "$0" --backends cuda-persistent --replace \
+          --closed-loop-steps 0 --batches 1 --iters 10000 --warmup 500 --sweep-seconds 0.02 &&
+        "$1" tools/gpu_persistent.py --run-dir "$0" --out "$2" --iters 1000 --warmup 100' \
+        "$KIT/run" "$PY" "$KIT/persistent.json" && PERSISTENT_RAN=1
+    else
+      STAND_IN="$cpu: the host protocol against a thread standing in for the kernel (simulated)" \
+        step persistent "$f" "$PY" tools/gpu_persistent.py --run-dir "$KIT/run" --out "$KIT/persistent.json" \
+        --simulated
+    fi
+    [ -f "$KIT/persistent.json" ] && rec set persistent --file "$KIT/persistent.json" > /dev/null
+  fi
+
   if wanted nvidia-smi; then
     if command -v nvidia-smi > /dev/null; then
       step nvidia-smi "$LOG" bash -c \
@@ -238,7 +262,7 @@ quick() {  # the session: every step in order (or those of $1), each recorded as
   fi
   wanted versions && step versions "$LOG" "$PY" tools/gpu_quick.py versions "$QJ"
   if wanted doctor && ! no_install doctor "$LOG"; then  # its JSON (every backend: available or why not) to quick.json
-    fresh_run || log "doctor: no run folder in $GPUDIR/run"
+    [ -f "$KIT/run/policy.onnx" ] || fresh_run || log "doctor: no run folder in $GPUDIR/run"  # keeps persistent's
     rm -f "$KIT/doctor.json"
     step doctor "$LOG" bash -c 'ppo-trt doctor --json --run-dir "$0" 2>&1 > "$1"' "$KIT/run" "$KIT/doctor.json"
     rec set doctor --file "$KIT/doctor.json" > /dev/null
@@ -246,9 +270,11 @@ quick() {  # the session: every step in order (or those of $1), each recorded as
 
   f="$OUT/bench.txt"
   if wanted bench && ! no_install bench "$f"; then
-    if ! fresh_run; then skip bench "$f" "no run folder in $GPUDIR/run: run tools/gpu_prepare.sh"
+    local keep=--replace  # after the persistent step: add to its records in the same run folder
+    if [ -n "$PERSISTENT_RAN" ] && [ -f "$KIT/run/bench.json" ]; then keep=''; elif ! fresh_run; then keep=none; fi
+    if [ "$keep" = none ]; then skip bench "$f" "no run folder in $GPUDIR/run: run tools/gpu_prepare.sh"
     elif [ -n "$gpu" ]; then
-      step bench "$f" ppo-trt bench --run-dir "$KIT/run" --backends "$GPU_BACKENDS" --replace --closed-loop-steps 0 \
+      step bench "$f" ppo-trt bench --run-dir "$KIT/run" --backends "$GPU_BACKENDS" $keep --closed-loop-steps 0 \
         --batches 1,16,256,4096,65536,262144,1048576 --iters 10000 --warmup 500 --sweep-seconds 0.1
     else
       STAND_IN="$cpu: the same command, batches 1-256 (GPU backends record why they skip)" \

@@ -58,7 +58,7 @@ class Mailbox:
 # %% ../../nbs/47_cuda_persistent.ipynb #f75b47e9
 @patch
 def ask(self: Mailbox, row, timeout_s):
-    "The device's answer (a view of the block's act row) to `row` [1, obs_dim] float32, or `DeviceError` at the deadline."
+    "The device's answer (a view of the block's act row) to `row` [1, obs_dim] float32; `DeviceError` at the deadline."
     np.copyto(self.obs, row)
     ctl, s = self.ctl, (self.seq + 1) & SEQ_MASK
     self.seq = s
@@ -171,7 +171,8 @@ def cuda_source(steps, dims, smem_max=SMEM_MAX):
     from ppo_trt.export.onnx_graph import NativeUnsupportedError, Recurrent, Dense, layer_stages
     obs, act = dims
     if isinstance(steps, Recurrent):
-        raise NativeUnsupportedError('cuda-persistent runs feed-forward policies; a recurrent one runs on triton or ort')
+        raise NativeUnsupportedError('cuda-persistent runs feed-forward policies; a recurrent one runs on triton or '
+                                     'ort')
     packed, consts, named = [], [], {}
     def weights(a):
         at = sum(p.size for p in packed); packed.append(np.asarray(a, np.float32).reshape(-1)); return at
