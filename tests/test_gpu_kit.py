@@ -301,7 +301,7 @@ def test_rehearsal_runs_the_whole_session_within_its_budget(small_run, tmp_path)
     for name in ('persistent', 'bench', 'envs', 'ppo-cudagraphs', 'rollout', 'pytest'):
         assert steps[name]['status'] == 'ok' and 'no CUDA GPU' in steps[name]['stand_in'], steps[name]
     p = session['persistent']  # the host protocol against a thread standing in for the kernel
-    assert p['simulated'] and p['parity_ok'] and p['checked_call']['n'] == 10000
+    assert p['simulated'] and p['parity_ok'] and p['checked_call']['n'] == 2000
     assert p['stopped'] == 'its loop has stopped'
     readme = (next((out/'records').iterdir())/'README.md').read_text()
     assert '## Batch 1 on the persistent kernel (cuda-persistent)' in readme
@@ -336,3 +336,40 @@ def test_mjx_step_records_the_cpu_steppers_and_why_mjx_did_not_run(tmp_path):
         gpu_records.check_mjx(damaged, out)
     md = gpu_records.readme(dict(steps=[]), None, None, {}, 'cpu', rec)
     assert '| mujoco.batch (C, threads), physics only | CPU, ' in md and '| 4 |' in md
+
+
+gpu_mjx = _tool('gpu_mjx')
+
+
+def test_mjx_sizes_go_cheapest_first_and_start_only_with_the_time_they_need(tmp_path):
+    "Sizes ascend whatever the order asked; a size's time is guessed from the last; the cache stays off what returns."
+    assert gpu_mjx.plan_sizes('65536,1024, 4096,1024,16384') == [1024, 4096, 16384, 65536]
+    assert gpu_mjx.plan_sizes('') == []
+    with pytest.raises(SystemExit, match='must be >= 1'): gpu_mjx.plan_sizes('1024,0')
+    assert gpu_mjx.expected_s(4096, []) is None
+    assert gpu_mjx.expected_s(4096, [(1024, 30.0, 3.0)]) == 42.0  # compile again, the runs 4 times longer at most
+    assert gpu_mjx.expected_s(1024, [(4096, 30.0, 3.0)]) == 33.0
+    out = tmp_path/'out'/'mjx.json'
+    assert gpu_mjx.cache_dir(tmp_path/'kit'/'jax_cache', out) == (tmp_path/'kit'/'jax_cache').resolve()
+    for inside in (tmp_path/'out', tmp_path/'out'/'jax_cache'):
+        with pytest.raises(SystemExit, match='which the device tool brings back'): gpu_mjx.cache_dir(inside, out)
+
+
+@pytest.mark.slow  # seconds of MuJoCo stepping before the kill
+def test_a_killed_mjx_step_keeps_the_rows_it_finished(tmp_path):
+    "The record is rewritten whole after each row: killed mid-way, it is valid JSON holding the rows done."
+    import signal
+    (tmp_path/'out').mkdir()
+    out = tmp_path/'out'/'mjx.json'
+    p = subprocess.Popen([sys.executable, str(TOOLS/'gpu_mjx.py'), '--out', out, '--sizes', '', '--cpu-sizes', '2,4096',
+                          '--cpu-steps', '2000', '--budget-s', '300', '--cache-dir', tmp_path/'kit'/'cache'],
+                         env={**os.environ, 'MUJOCO_GL': 'disable', 'PYTHONWARNINGS': 'ignore'},
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (out.exists() and len(json.loads(out.read_text())['rows']) >= 2):
+            time.sleep(0.05)
+    finally: p.send_signal(signal.SIGKILL); p.wait()
+    rec = json.loads(out.read_text())
+    assert rec['sizes'] == [] and len(rec['rows']) == 2 and {r['num_envs'] for r in rec['rows']} == {2}
+    assert gpu_records.check_mjx(rec, out) is rec

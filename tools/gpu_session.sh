@@ -29,7 +29,7 @@
 #                      the run's bench.json, which bench then adds to); then tools/gpu_persistent.py: parity one row at
 #                      a time and a timed close (the stop flag ends the kernel)
 #                                                                              | the host protocol against a thread
-#                      standing in for the kernel (tools/gpu_persistent.py --simulated), 10 000 calls
+#                      standing in for the kernel (tools/gpu_persistent.py --simulated), 2 000 calls
 #   nvidia-smi 10      name, driver, memory, clocks, compute capability       | skipped: no nvidia-smi
 #   versions 30        Python, torch/CUDA, triton, JAX, ORT, the GPU          | same
 #   doctor 30          ppo-trt doctor: every backend, available or why not    | same
@@ -44,8 +44,11 @@
 #   pytest 110         pytest -m gpu tests/test_gpu.py (KIT_PYTEST_K: -k)      | same: every test skips with its reason
 #   ppo-eager 40       train --fast on CUDA without graphs, if >= 20 s are left | skipped (the stand-in was eager)
 #  Only when named (`quick pytest,mjx`; not in a plain `quick`), writing mjx.txt and mjx.json beside the others:
-#   mjx 200            Hopper-v4 on the GPU through MuJoCo XLA (tools/gpu_mjx.py: 1 024 / 8 192 / 65 536 envs,
-#                      parity vs MuJoCo's C) against mujoco.batch and MujocoBatched on the machine's cores
+#   mjx 200            Hopper-v4 on the GPU through MuJoCo XLA (tools/gpu_mjx.py: 1 024 / 4 096 / 16 384 / 65 536
+#                      envs in that order, each row written as it ends, each size compiled once through JAX's
+#                      persistent cache in $KIT_DIR/jax_cache (kept on the machine between calls, not under $OUT); env 0
+#                      of the first size checked against MuJoCo's C) beside mujoco.batch and MujocoBatched on the
+#                      machine's cores
 #                                                                              | the same on the CPU, small sizes,
 #                      when JAX and mujoco-mjx import, else skipped with the reason
 # Files under $OUT: quick.json (the record, rewritten after every step), quick.txt (step log, install, nvidia-smi,
@@ -249,7 +252,7 @@ quick() {  # the session: every step in order (or those of $1), each recorded as
     else
       STAND_IN="$cpu: the host protocol against a thread standing in for the kernel (simulated)" \
         step persistent "$f" "$PY" tools/gpu_persistent.py --run-dir "$KIT/run" --out "$KIT/persistent.json" \
-        --simulated
+        --simulated --iters 2000 --warmup 100
     fi
     [ -f "$KIT/persistent.json" ] && rec set persistent --file "$KIT/persistent.json" > /dev/null
   fi
@@ -343,7 +346,7 @@ quick() {  # the session: every step in order (or those of $1), each recorded as
     if "$PY" -c "import jax, mujoco.mjx" >> "$f" 2>&1; then
       STAND_IN=$(cpu_only "$cpu: MJX on the CPU's JAX, small sizes") \
         step mjx "$f" "$PY" tools/gpu_mjx.py --out "$OUT/mjx.json" \
-        ${KIT_MJX_ARGS:-$([ -n "$gpu" ] && echo "--budget-s 140" ||
+        --cache-dir "$KIT/jax_cache" ${KIT_MJX_ARGS:-$([ -n "$gpu" ] && echo "--budget-s 150" ||
                            echo "--sizes 64,256 --steps 10 --cpu-sizes 16,64 --budget-s 100")}
     else skip mjx "$f" "JAX or mujoco-mjx does not import (mjx.txt): carry mujoco-mjx and trimesh (tools/gpu_carry.txt)"
     fi

@@ -15,8 +15,8 @@ from ppo_trt.backends.runner import Runner, Backend, Family, BackendUnavailable,
 # %% auto #0
 __all__ = ['SEQ_IN', 'SEQ_OUT', 'STOP', 'STATUS', 'STARTING', 'READY', 'STOPPED', 'LINE', 'SEQ_MASK', 'SMEM_MAX', 'WIDTH_MAX',
            'KERNEL_NAME', 'CUDA_PERSISTENT_FIX', 'FAMILY', 'mailbox_dtype', 'DeviceError', 'Mailbox', 'CudaSource',
-           'cuda_source', 'SimulatedDevice', 'PersistentRunner', 'SimulatedPersistentRunner', 'obtain_cubin',
-           'CudaDevice', 'CudaPersistentRunner']
+           'cuda_source', 'numpy_forward', 'SimulatedDevice', 'PersistentRunner', 'SimulatedPersistentRunner',
+           'obtain_cubin', 'CudaDevice', 'CudaPersistentRunner']
 
 # %% ../../nbs/47_cuda_persistent.ipynb #e175a541
 SEQ_IN, SEQ_OUT, STOP, STATUS = range(4)      # the control words, in this order at the block's start
@@ -202,7 +202,36 @@ def cuda_source(steps, dims, smem_max=SMEM_MAX):
     text = '\n'.join([*head, *_kernel_lines(body, obs, act, src, wmax, kw.size, shared), ''])
     return CudaSource(text, threads, 4 * kw.size if shared else 0, shared, obs, act)
 
-# %% ../../nbs/47_cuda_persistent.ipynb #3f01cb39
+# %% ../../nbs/47_cuda_persistent.ipynb #87ee8cf5
+def _np_ew(e, v):
+    "Elementwise op `e` on float32 array `v`, in numpy (what the kernel's statement computes)."
+    c, k, a = (None if e.c is None else np.asarray(e.c, np.float32)), e.kind, np.float32(e.alpha)
+    ops = dict(sub=lambda: v - c, add=lambda: v + c, mul=lambda: v * c, div=lambda: v / c,
+               min=lambda: np.minimum(v, c), max=lambda: np.maximum(v, c),
+               clip=lambda: np.minimum(np.maximum(v, c), np.asarray(e.c2, np.float32)), tanh=lambda: np.tanh(v),
+               relu=lambda: np.maximum(v, 0), sigmoid=lambda: 1 / (1 + np.exp(-v)),
+               elu=lambda: np.where(v > 0, v, a * (np.exp(v) - 1)), leakyrelu=lambda: np.where(v >= 0, v, a * v),
+               selu=lambda: np.where(v > 0, c * v, c * (a * np.exp(v) - a)), silu=lambda: v / (1 + np.exp(-v)),
+               softplus=lambda: (np.logaddexp(np.float32(0), v) if c is None else
+                                 np.where(v > c, v, np.logaddexp(np.float32(0), v))))
+    with np.errstate(over='ignore'): return ops[k]().astype(np.float32)
+
+def numpy_forward(steps):
+    "forward(obs [1, obs_dim], act [1, act_dim]) computing a parsed chain stage by stage in float32 numpy."
+    from ppo_trt.export.onnx_graph import Dense, Norm, layer_stages
+    stages = layer_stages(steps)
+    def forward(obs, act):
+        v = obs.astype(np.float32)
+        for head, ews in stages:
+            if isinstance(head, Dense): v = v @ head.W.astype(np.float32) + head.b.astype(np.float32)
+            elif isinstance(head, Norm):
+                d = v - v.mean(axis=1, keepdims=True)
+                v = d / np.sqrt((d * d).mean(axis=1, keepdims=True) + np.float32(head.eps))
+            for e in ews: v = _np_ew(e, v)
+        act[:] = v
+    return forward
+
+# %% ../../nbs/47_cuda_persistent.ipynb #82b6477e
 class SimulatedDevice:
     "A thread running the kernel's loop over a `Mailbox`'s block, computing with `forward(obs, act)`."
     def __init__(self, box, forward):
@@ -230,7 +259,7 @@ class SimulatedDevice:
     def alive(self): return self.thread.is_alive()
     def join(self, timeout_s): self.thread.join(timeout_s); return not self.thread.is_alive()
 
-# %% ../../nbs/47_cuda_persistent.ipynb #f0529f92
+# %% ../../nbs/47_cuda_persistent.ipynb #10f7253e
 class PersistentRunner(Runner):
     "Host side of a resident device loop: rows go one at a time through a `Mailbox` to whatever device answers it."
     name, device, reuses_output = 'cuda-persistent', 'cuda', True
@@ -251,7 +280,7 @@ class PersistentRunner(Runner):
         if self.box.ctl[STATUS] == STOPPED or not self.dev.alive:
             raise DeviceError(f'the device loop is not running ({self.box.said()}); load the runner again')
 
-# %% ../../nbs/47_cuda_persistent.ipynb #df77a55c
+# %% ../../nbs/47_cuda_persistent.ipynb #5ca0ffdf
 @patch
 def run(self: PersistentRunner, obs):
     hot_path_shape(obs, self.obs_dim)
@@ -276,7 +305,7 @@ def __call__(self: PersistentRunner, obs):
                           'the GPU is faulty; do not act on it')
     return out
 
-# %% ../../nbs/47_cuda_persistent.ipynb #bd805719
+# %% ../../nbs/47_cuda_persistent.ipynb #5c229d8e
 @patch
 def reset(self: PersistentRunner):
     "Start of an episode: the policy keeps no state; checks that the device loop still runs."
@@ -299,7 +328,7 @@ def __del__(self: PersistentRunner):
     try: self.close()
     except Exception: pass
 
-# %% ../../nbs/47_cuda_persistent.ipynb #9bf8d1ff
+# %% ../../nbs/47_cuda_persistent.ipynb #c7a6e42a
 class _ThreadDevice(SimulatedDevice):
     "A `SimulatedDevice` with the GPU device's `release`."
     def release(self, stopped, timeout_s): self.join(timeout_s)
@@ -309,12 +338,11 @@ class SimulatedPersistentRunner(PersistentRunner):
     name, device = 'cuda-persistent (simulated)', 'cpu (a thread stands in for the GPU kernel)'
     timeout_s = 5.0  # a thread on a busy CPU may wait for the interpreter lock; a GPU is held to timeout_s above
     def __init__(self, src, start_seq=0, forward=None):
-        from ppo_trt.backends.c_ext import NativeCRunner
-        inner = NativeCRunner(policy_source(src))
-        self.source = cuda_source(*_chain(policy_source(src)))  # what the GPU would run: generated and checked
-        box = Mailbox(bytearray(mailbox_dtype(inner.obs_dim, inner.act_dim).itemsize), inner.obs_dim,
-                      inner.act_dim, start_seq, idle=lambda: time.sleep(0))
-        self._start(box, _ThreadDevice(box, forward or inner._fwd), 5.0, provider='simulated device loop (native-c)',
+        steps, (obs, act) = _chain(policy_source(src))
+        self.source = cuda_source(steps, (obs, act))  # what the GPU would run: generated and checked
+        box = Mailbox(bytearray(mailbox_dtype(obs, act).itemsize), obs, act, start_seq, idle=lambda: time.sleep(0))
+        self._start(box, _ThreadDevice(box, forward or numpy_forward(steps)), 5.0,
+                    provider='simulated device loop (numpy, stage by stage)',
                     kernel=f'generated CUDA C {self.source.sha256[:16]} (not compiled: no GPU)')
 
 def _chain(src):
@@ -323,7 +351,7 @@ def _chain(src):
     from ppo_trt.export.onnx_graph import parse_chain
     return parse_chain(load_onnx(src.onnx()))
 
-# %% ../../nbs/47_cuda_persistent.ipynb #de6a905c
+# %% ../../nbs/47_cuda_persistent.ipynb #79fc63a2
 def _ck(result, what):
     "The value of a cuda-python call's `(err, value...)`, or `DeviceError` naming the call and the error."
     err, *vals = result if isinstance(result, tuple) else (result,)
@@ -349,7 +377,7 @@ def _nvrtc_compile(text, arch):
         return cubin
     finally: nvrtc.nvrtcDestroyProgram(prog)
 
-# %% ../../nbs/47_cuda_persistent.ipynb #34bd5caa
+# %% ../../nbs/47_cuda_persistent.ipynb #f9ce38ff
 def obtain_cubin(source, arch, folder=None):
     "(cubin bytes whose hash checked out, how they were obtained): from the user's cache, else compiled and cached."
     from cuda.bindings import nvrtc
@@ -370,7 +398,7 @@ def obtain_cubin(source, arch, folder=None):
     if hashlib.sha256(blob).hexdigest() != sha: raise DeviceError('the compiled kernel changed in memory')
     return blob, how
 
-# %% ../../nbs/47_cuda_persistent.ipynb #d1547d32
+# %% ../../nbs/47_cuda_persistent.ipynb #2b900a7f
 class CudaDevice:
     "The kernel resident on a CUDA GPU: loaded, launched once on its own stream over a mapped block; `release()`."
     def __init__(self, source, ordinal=0):
@@ -398,7 +426,7 @@ class CudaDevice:
         self.buf = (ctypes.c_ubyte * self.size).from_address(int(self.host))
         self.stream = _ck(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING), 'cuStreamCreate')
 
-# %% ../../nbs/47_cuda_persistent.ipynb #e37f2570
+# %% ../../nbs/47_cuda_persistent.ipynb #8c68c6bf
 @patch
 def launch(self: CudaDevice, source):
     "Launch the kernel once: one block of `source.threads`, its weights in `source.smem` bytes of shared memory."
@@ -426,7 +454,7 @@ def release(self: CudaDevice, stopped, timeout_s):
     cu.cuStreamDestroy(self.stream); cu.cuMemFreeHost(self.host); cu.cuModuleUnload(self.module)
     cu.cuDevicePrimaryCtxRelease(self.dev)
 
-# %% ../../nbs/47_cuda_persistent.ipynb #7f51cf92
+# %% ../../nbs/47_cuda_persistent.ipynb #9bd1c668
 class CudaPersistentRunner(PersistentRunner):
     "Batch 1 on a CUDA GPU through a resident kernel polling pinned, device-mapped host memory (one stream each)."
     def __init__(self, src, threads=1, device=0):
@@ -442,7 +470,7 @@ class CudaPersistentRunner(PersistentRunner):
                     kernel=f'generated CUDA C {self.source.sha256[:16]}: {dev.how}', threads=self.source.threads,
                     weights='shared memory' if self.source.weights_shared else 'global memory')
 
-# %% ../../nbs/47_cuda_persistent.ipynb #4a3039e3
+# %% ../../nbs/47_cuda_persistent.ipynb #c6f2b9b1
 CUDA_PERSISTENT_FIX = ('install cuda-python with NVRTC (pip install "ppo-trt[gpu]", or pip install cuda-python '
                        'nvidia-cuda-nvrtc) on a machine with an NVIDIA GPU and its driver')
 
