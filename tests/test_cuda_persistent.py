@@ -95,6 +95,19 @@ def test_a_bare_mailbox_and_device_stop_and_say_so():
     assert box.stop(5.0) and dev.join(5.0) and box.said() == 'its loop has stopped'
 
 
+def test_a_device_that_does_not_start_is_an_error_and_is_stopped_when_it_does(hopper):
+    "A loop that has not said READY by the deadline: one clear error, and the stop flag waits for it."
+    from ppo_trt.backends.cuda_persistent import PersistentRunner, _ThreadDevice
+    class Late(_ThreadDevice):
+        def _loop(self): time.sleep(0.3); super()._loop()
+    box = Mailbox(bytearray(mailbox_dtype(11, 3).itemsize), 11, 3, idle=lambda: time.sleep(0))
+    r, dev = PersistentRunner.__new__(PersistentRunner), Late(box, lambda o, a: a.fill(0))
+    with pytest.raises(DeviceError, match=r'did not start within 0.05 s \(it has not started\)'):
+        r._start(box, dev, 0.05)
+    assert dev.join(5.0) and box.said() == 'its loop has stopped' and int(box.ctl[SEQ_OUT]) == 0
+    r.close()  # never opened: nothing to do
+
+
 def test_nan_in_is_refused_before_the_device_sees_it(sim):
     seq = sim.box.seq
     with pytest.raises(BadInputError, match='NaN or inf'): sim(np.full((1, 11), np.nan, np.float32))

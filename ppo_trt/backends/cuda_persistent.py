@@ -267,14 +267,19 @@ class PersistentRunner(Runner):
     stop_s = 2.0       # how long close() waits for the loop to end
     def _start(self, box, device, ready_s, **info):
         "Adopt `box` and `device`; wait up to `ready_s` for the device to say READY."
-        self.box, self.dev, self._outs, self.closed = box, device, {}, False
+        self.box, self.dev, self._outs, self.closed = box, device, {}, True  # open once the device said READY
         deadline = time.perf_counter() + ready_s
-        while box.ctl[STATUS] != READY:
-            self._check_device()
-            if time.perf_counter() > deadline:
-                raise DeviceError(f'the device loop did not start within {ready_s:g} s ({box.said()})')
-            time.sleep(1e-4)
+        try:
+            while box.ctl[STATUS] != READY:
+                self._check_device()
+                if time.perf_counter() > deadline:
+                    raise DeviceError(f'the device loop did not start within {ready_s:g} s ({box.said()})')
+                time.sleep(1e-4)
+        except BaseException:
+            device.release(box.stop(1.0), 1.0)  # a kernel that starts late still finds the stop flag
+            raise
         super().__init__(box.obs.shape[1], box.act.shape[1], **info)
+        self.closed = False
     def _check_device(self):
         "Raise if the device can no longer answer (a stand-in: its thread ended; a GPU: its kernel failed)."
         if self.box.ctl[STATUS] == STOPPED or not self.dev.alive:
@@ -314,8 +319,9 @@ def reset(self: PersistentRunner):
 @patch
 def close(self: PersistentRunner):
     "Set the stop flag and wait for the device loop to end; then give back what the device holds. Idempotent."
+    if getattr(self, 'closed', True): return  # closed, or never opened (its start cleaned up after itself)
     with self._lock:
-        if getattr(self, 'closed', True): return
+        if self.closed: return
         self.closed = True
         stopped = self.box.stop(self.stop_s)
         self.dev.release(stopped, self.stop_s)
