@@ -274,6 +274,25 @@ def test_records_report_the_targets_of_a_gpu_session(tmp_path, short_session):
                         'env + policy steps/s': 'not met', 'PPO solves CartPole (s)': 'not measured'}
 
 
+def test_records_show_the_persistent_kernel_and_refuse_a_damaged_record(tmp_path, short_session):
+    "quick.json's persistent record (tools/gpu_persistent.py) becomes a README table; one that is not is refused."
+    out = _out_of_a_short_session(tmp_path, short_session)
+    rec = json.loads((out/'quick.json').read_text())
+    rec['persistent'] = dict(backend='cuda-persistent', simulated=False, info=dict(gpu='NVIDIA H100 80GB HBM3'),
+                             checked_call=_stats(3.1, 4.2), hot_path=_stats(2.0, 2.9), parity_ok=True, close_s=0.001,
+                             parity_vs_ort_fp32=dict(max_abs_err=2e-7, bound=1e-5, n=1000),
+                             stopped='its loop has stopped')
+    (out/'quick.json').write_text(json.dumps(rec))
+    md = (gpu_records.convert(out, tmp_path/'b')/'README.md').read_text()
+    assert 'On NVIDIA H100 80GB HBM3.' in md and '| runner(obs) | 1000 | 3.1 | 4.2 | 6.3 | 8.4 |' in md
+    assert 'Parity: 2e-07 (bound 1e-05): ok. Close: 0.001 s (its loop has stopped).' in md
+    rec['persistent']['checked_call'] = 'fast'
+    (out/'quick.json').write_text(json.dumps(rec))
+    with pytest.raises(gpu_records.RecordsError, match=r'quick.json \(persistent\) is not a tools/gpu_persistent.py'):
+        gpu_records.convert(out, tmp_path/'c')
+    assert not (tmp_path/'c').exists()
+
+
 @pytest.mark.parametrize('name,slug', [('NVIDIA H100 80GB HBM3', 'h100'), ('NVIDIA H200', 'h200'),
                                        ('NVIDIA GeForce RTX 4090', 'geforce-rtx-4090'),
                                        ('NVIDIA A100-SXM4-80GB', 'a100')])
