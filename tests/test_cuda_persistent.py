@@ -189,3 +189,28 @@ def test_nvcc_compiles_the_generated_source(tmp_path, name):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     assert 'error' not in r.stderr.lower(), r.stderr[-3000:]
+
+
+def _nvrtc():
+    "True when cuda-python's NVRTC compiles here (no GPU needed: it makes a cubin for any architecture)."
+    try:
+        from cuda.bindings import nvrtc
+        return int(nvrtc.nvrtcVersion()[0]) == 0
+    except Exception: return False
+
+
+@pytest.mark.slow  # NVRTC takes about a second a source
+@pytest.mark.skipif(not _nvrtc(), reason='needs cuda-python and NVRTC (pip install cuda-python nvidia-cuda-nvrtc)')
+def test_nvrtc_compiles_a_cubin_that_the_cache_hands_back_only_after_its_hash_checks_out(tmp_path):
+    from ppo_trt.backends.cuda_persistent import obtain_cubin
+    src = source_of(load_onnx(HOPPER))
+    blob, how = obtain_cubin(src, 'sm_90', tmp_path)
+    assert blob[:4] == b'\x7fELF' and how == 'compiled with NVRTC'
+    assert obtain_cubin(src, 'sm_90', tmp_path) == (blob, 'loaded from the cache (hash verified)')
+    cubin = next(tmp_path.glob('*.cubin'))
+    cubin.write_bytes(blob[:-8] + b'\0' * 8)  # damaged on disk: compiled again, never loaded
+    again, how = obtain_cubin(src, 'sm_90', tmp_path)
+    assert again == blob and how.startswith('recompiled: the cached binary does not match the hash')
+    bad = type(src)(src.text.replace('fmaf(', 'fmaff('), src.threads, src.smem, src.weights_shared, 11, 3)
+    with pytest.raises(DeviceError, match=r'NVRTC could not compile the generated kernel: .*error: identifier "fmaff"'):
+        obtain_cubin(bad, 'sm_90', tmp_path)

@@ -376,7 +376,8 @@ def _nvrtc_compile(text, arch):
         if int(err) != 0:
             size = _ck(nvrtc.nvrtcGetProgramLogSize(prog), 'nvrtcGetProgramLogSize')
             log = b' ' * size; nvrtc.nvrtcGetProgramLog(prog, log)
-            raise DeviceError(f'NVRTC could not compile the generated kernel: {log.decode(errors="replace")[-600:]}')
+            errors = [l.strip() for l in log.decode(errors='replace').splitlines() if ': error' in l]
+            raise DeviceError(f'NVRTC could not compile the generated kernel: {"; ".join(errors)[:600]}')
         size = _ck(nvrtc.nvrtcGetCUBINSize(prog), 'nvrtcGetCUBINSize')
         cubin = b' ' * size
         _ck(nvrtc.nvrtcGetCUBIN(prog, cubin), 'nvrtcGetCUBIN')
