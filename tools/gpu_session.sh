@@ -10,14 +10,20 @@
 #   b. tools/gpu_rehearse.sh: this script end to end here, offline install and the GPU image's imports enforced; every
 #      GPU step says why it skips, every stand-in passes, the records convert. Fix until it exits 0; commit.
 #  On the device:
-#   1. run(command="bash tools/gpu_session.sh quick", carry=[".gpu"], timeout_s=420): once (<= 6 min + the start).
+#   1. run(command="bash tools/gpu_session.sh quick", carry=[".gpu"], timeout_s=420): once (<= 6 min + the start);
+#      the persistent kernel's batch-1 figures come first.
+#   1b. At once on the warm machine (its install reused), MuJoCo XLA: with L = budget_left_s >= 300,
+#        run(command="KIT_QUICK_S=<min(L-60, 300)> bash tools/gpu_session.sh quick mjx", carry=[".gpu"],
+#            timeout_s=<min(L-30, 330)>)
+#      (rows at 1 024 / 4 096 / 16 384 / 65 536 envs, each kept as it ends; a repeat call loads the compiled sizes
+#      from the machine's JAX cache.)
 #   2. give_back() at once, unless the next call follows within seconds (an idle machine costs the same as a busy one).
 #   3. Read the reply's output_tail (the step table) and files_at/quick.json: every step ok / failed / timeout /
 #      skipped / not run, with its reason; the logs beside it say why. Keep them at once:
 #      python tools/gpu_records.py FILES_AT (-> benchmarks/<gpu>-<yyyy-mm-dd>/); commit.
 #   4. Fix what broke on the CPU box; rehearse again.
 #   5. status(): with L = budget_left_s >= 300, one more call for the steps that failed or did not run:
-#        run(command="KIT_QUICK_S=<L-150> bash tools/gpu_session.sh quick bench,pytest", carry=[".gpu"],
+#        run(command="KIT_QUICK_S=<L-150> bash tools/gpu_session.sh quick persistent,bench,pytest", carry=[".gpu"],
 #            timeout_s=<L-120>)
 #      then give_back(); convert with --name <gpu>-<date>-2. Under 300 s left: stop (no machine starts under 4 min).
 #   6. Closing note: the figures and the device, what broke on first contact and how it was fixed, device time used.
@@ -318,7 +324,7 @@ quick() {  # the session: every step in order (or those of $1), each recorded as
 
   if wanted rollout && ! no_install rollout "$OUT/envs.txt"; then
     STAND_IN=$(cpu_only "$cpu: the same rollout on the CPU, no sync check") step rollout "$OUT/envs.txt" \
-      "$PY" tools/gpu_quick.py rollout "$QJ"
+      "$PY" tools/gpu_quick.py rollout "$QJ" --cpu-envs 1024  # the CPU stand-in: 4 096 envs ran past 30 s on a busy box
   fi
 
   f="$OUT/pytest_gpu.txt"
