@@ -8,11 +8,11 @@ import pytest
 import torch
 from conftest import ppo_trt
 from ppo_trt.backends import registry as B
-from ppo_trt.core.files import load_json
+from ppo_trt.core.files import load_json, BadInputError
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA GPU')]
 GPU_BACKENDS = ('torch-cuda', 'torch-cuda-graph', 'torch-compile', 'ort-cuda', 'ort-trt', 'trt', 'trt-rtx', 'triton',
-                'triton-tf32')
+                'triton-tf32', 'cuda-persistent')
 BOUND = dict(fp32=1e-5, tf32=5e-3, fp16=2e-2)  # max abs action error vs ORT FP32 (actions are in [-1, 1])
 
 
@@ -30,14 +30,34 @@ def test_gpu_backend_parity_and_kernel_time(gpu_run, name):
     ok, why = B.available()[name]
     if not ok: pytest.skip(f'{name} cannot run on this GPU machine: {why}')
     obs = np.load(gpu_run/'export_obs.npy')
-    r, ref = B.load(name, gpu_run), B.load('ort', gpu_run)(obs)
-    one = np.concatenate([r(obs[i:i + 1]) for i in range(64)])
-    err = max(np.abs(r(obs) - ref).max(), np.abs(one - ref[:64]).max())
-    assert err <= BOUND[r.precision], (name, r.precision, err)
-    if hasattr(r, 'kernel_us'):
-        k = r.kernel_us(1, 50)
-        assert len(k) == 50 and (k > 0).all()
-    r.close()
+    ref = B.load('ort', gpu_run)(obs)
+    r = B.load(name, gpu_run)
+    try:  # a resident kernel left running would hold every later device-wide synchronisation
+        one = np.concatenate([r(obs[i:i + 1]) for i in range(64)])
+        err = max(np.abs(r(obs) - ref).max(), np.abs(one - ref[:64]).max())
+        assert err <= BOUND[r.precision], (name, r.precision, err)
+        if hasattr(r, 'kernel_us'):
+            k = r.kernel_us(1, 50)
+            assert len(k) == 50 and (k > 0).all()
+    finally: r.close()
+
+
+def test_persistent_kernels_one_per_stream_answer_and_stop(gpu_run):
+    "Two resident kernels at once (one stream each) answer their own callers; close ends each kernel, none hangs."
+    ok, why = B.available()['cuda-persistent']
+    if not ok: pytest.skip(f'cuda-persistent cannot run on this GPU machine: {why}')
+    from ppo_trt.backends.cuda_persistent import DeviceError
+    obs = np.load(gpu_run/'export_obs.npy')[:32]
+    ref = B.load('ort', gpu_run)(obs)
+    a, b = B.load('cuda-persistent', gpu_run), B.load('cuda-persistent', gpu_run)
+    try:
+        for r in (a, b, a):
+            assert np.abs(np.concatenate([r(o[None]) for o in obs]) - ref).max() <= BOUND['fp32']
+        with pytest.raises(BadInputError, match='NaN or inf'): a(np.full((1, obs.shape[1]), np.nan, np.float32))
+    finally:
+        for r in (a, b): r.close()
+    assert not a.dev.alive and not b.dev.alive and a.box.said() == 'its loop has stopped'
+    with pytest.raises(DeviceError, match='closed'): a(obs[:1])
 
 
 def test_bench_records_kernel_only(gpu_run):

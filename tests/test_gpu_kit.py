@@ -94,7 +94,7 @@ def test_quick_plan_fits_the_device_limits():
     "Every step has a hard limit; the budget and the run call fit the device tool; what comes back is <= 8 files."
     steps, budget = plan()
     assert budget == QUICK_BUDGET_S and budget + 30 <= RUN_TIMEOUT_S <= 600
-    assert list(steps)[:5] == ['install', 'nvidia-smi', 'versions', 'doctor', 'bench']
+    assert list(steps)[:6] == ['install', 'persistent', 'nvidia-smi', 'versions', 'doctor', 'bench']
     assert {'envs', 'ppo-cudagraphs', 'rollout', 'pytest', 'ppo-eager'} <= set(steps)
     for name, (limit, least) in steps.items():
         assert 5 <= least <= limit <= 120, (name, limit, least)
@@ -274,6 +274,25 @@ def test_records_report_the_targets_of_a_gpu_session(tmp_path, short_session):
                         'env + policy steps/s': 'not met', 'PPO solves CartPole (s)': 'not measured'}
 
 
+def test_records_show_the_persistent_kernel_and_refuse_a_damaged_record(tmp_path, short_session):
+    "quick.json's persistent record (tools/gpu_persistent.py) becomes a README table; one that is not is refused."
+    out = _out_of_a_short_session(tmp_path, short_session)
+    rec = json.loads((out/'quick.json').read_text())
+    rec['persistent'] = dict(backend='cuda-persistent', simulated=False, info=dict(gpu='NVIDIA H100 80GB HBM3'),
+                             checked_call=_stats(3.1, 4.2), hot_path=_stats(2.0, 2.9), parity_ok=True, close_s=0.001,
+                             parity_vs_ort_fp32=dict(max_abs_err=2e-7, bound=1e-5, n=1000),
+                             stopped='its loop has stopped')
+    (out/'quick.json').write_text(json.dumps(rec))
+    md = (gpu_records.convert(out, tmp_path/'b')/'README.md').read_text()
+    assert 'On NVIDIA H100 80GB HBM3.' in md and '| runner(obs) | 1000 | 3.1 | 4.2 | 6.3 | 8.4 |' in md
+    assert 'Parity: 2e-07 (bound 1e-05): ok. Close: 0.001 s (its loop has stopped).' in md
+    rec['persistent']['checked_call'] = 'fast'
+    (out/'quick.json').write_text(json.dumps(rec))
+    with pytest.raises(gpu_records.RecordsError, match=r'quick.json \(persistent\) is not a tools/gpu_persistent.py'):
+        gpu_records.convert(out, tmp_path/'c')
+    assert not (tmp_path/'c').exists()
+
+
 @pytest.mark.parametrize('name,slug', [('NVIDIA H100 80GB HBM3', 'h100'), ('NVIDIA H200', 'h200'),
                                        ('NVIDIA GeForce RTX 4090', 'geforce-rtx-4090'),
                                        ('NVIDIA A100-SXM4-80GB', 'a100')])
@@ -298,8 +317,13 @@ def test_rehearsal_runs_the_whole_session_within_its_budget(small_run, tmp_path)
     steps = {s['name']: s for s in session['steps']}
     assert set(steps) == set(plan()[0])
     assert steps['install']['status'] == 'ok' and steps['install']['reason'] == 'mode target'
-    for name in ('bench', 'envs', 'ppo-cudagraphs', 'rollout', 'pytest'):
+    for name in ('persistent', 'bench', 'envs', 'ppo-cudagraphs', 'rollout', 'pytest'):
         assert steps[name]['status'] == 'ok' and 'no CUDA GPU' in steps[name]['stand_in'], steps[name]
+    p = session['persistent']  # the host protocol against a thread standing in for the kernel
+    assert p['simulated'] and p['parity_ok'] and p['checked_call']['n'] == 2000
+    assert p['stopped'] == 'its loop has stopped'
+    readme = (next((out/'records').iterdir())/'README.md').read_text()
+    assert '## Batch 1 on the persistent kernel (cuda-persistent)' in readme
     assert all(s['status'] in ('ok', 'skipped') for s in session['steps']), session['steps']
     assert session['train']['cpu']['solved'] and session['pytest']['passed'] == session['pytest']['failed'] == 0
     assert len(list((out/'session').iterdir())) <= FILE_LIMIT
@@ -331,3 +355,40 @@ def test_mjx_step_records_the_cpu_steppers_and_why_mjx_did_not_run(tmp_path):
         gpu_records.check_mjx(damaged, out)
     md = gpu_records.readme(dict(steps=[]), None, None, {}, 'cpu', rec)
     assert '| mujoco.batch (C, threads), physics only | CPU, ' in md and '| 4 |' in md
+
+
+gpu_mjx = _tool('gpu_mjx')
+
+
+def test_mjx_sizes_go_cheapest_first_and_start_only_with_the_time_they_need(tmp_path):
+    "Sizes ascend whatever the order asked; a size's time is guessed from the last; the cache stays off what returns."
+    assert gpu_mjx.plan_sizes('65536,1024, 4096,1024,16384') == [1024, 4096, 16384, 65536]
+    assert gpu_mjx.plan_sizes('') == []
+    with pytest.raises(SystemExit, match='must be >= 1'): gpu_mjx.plan_sizes('1024,0')
+    assert gpu_mjx.expected_s(4096, []) is None
+    assert gpu_mjx.expected_s(4096, [(1024, 30.0, 3.0)]) == 42.0  # compile again, the runs 4 times longer at most
+    assert gpu_mjx.expected_s(1024, [(4096, 30.0, 3.0)]) == 33.0
+    out = tmp_path/'out'/'mjx.json'
+    assert gpu_mjx.cache_dir(tmp_path/'kit'/'jax_cache', out) == (tmp_path/'kit'/'jax_cache').resolve()
+    for inside in (tmp_path/'out', tmp_path/'out'/'jax_cache'):
+        with pytest.raises(SystemExit, match='which the device tool brings back'): gpu_mjx.cache_dir(inside, out)
+
+
+@pytest.mark.slow  # seconds of MuJoCo stepping before the kill
+def test_a_killed_mjx_step_keeps_the_rows_it_finished(tmp_path):
+    "The record is rewritten whole after each row: killed mid-way, it is valid JSON holding the rows done."
+    import signal
+    (tmp_path/'out').mkdir()
+    out = tmp_path/'out'/'mjx.json'
+    p = subprocess.Popen([sys.executable, str(TOOLS/'gpu_mjx.py'), '--out', out, '--sizes', '', '--cpu-sizes', '2,4096',
+                          '--cpu-steps', '2000', '--budget-s', '300', '--cache-dir', tmp_path/'kit'/'cache'],
+                         env={**os.environ, 'MUJOCO_GL': 'disable', 'PYTHONWARNINGS': 'ignore'},
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (out.exists() and len(json.loads(out.read_text())['rows']) >= 2):
+            time.sleep(0.05)
+    finally: p.send_signal(signal.SIGKILL); p.wait()
+    rec = json.loads(out.read_text())
+    assert rec['sizes'] == [] and len(rec['rows']) == 2 and {r['num_envs'] for r in rec['rows']} == {2}
+    assert gpu_records.check_mjx(rec, out) is rec

@@ -2,8 +2,8 @@
 benchmarks/<gpu>-<yyyy-mm-dd>/, each in the project's schema and read back through it before anything is written:
 bench.json (BenchFile), env_bench_CartPole-v1.json (EnvBenchRecord), fast-<variant>/train.json (TrainRecord),
 gpu_session.json (the session: device, versions, each step's limit, wall time and status, the skips and their reasons,
-the device rollout's sync check, pytest per test), mjx_Hopper-v4.json (the mjx step, when it ran), logs/*.txt, and
-README.md (the figures and the targets, met or not).
+the persistent kernel's batch-1 figures, the device rollout's sync check, pytest per test), mjx_Hopper-v4.json (the
+mjx step, when it ran), logs/*.txt, and README.md (the figures and the targets, met or not).
 Without a GPU (the CPU box's rehearsal) the folder is named cpu-rehearsal-<date>. Nothing is half-written: the folder
 is built beside its place and renamed into it; an existing one is kept unless --replace.
 Usage: python tools/gpu_records.py OUT_DIR [--dest benchmarks] [--name NAME] [--replace]"""
@@ -84,6 +84,33 @@ def check_mjx(mjx, source):
     return mjx
 
 
+def check_persistent(rec, source):
+    "quick.json's `persistent` (tools/gpu_persistent.py) as it must be to be shown: figures, or the error it met."
+    figures = lambda d: isinstance(d, dict) and all(isinstance(d.get(k), (int, float)) for k in ('p50_us', 'p99_us',
+                                                                                                   'p999_us'))
+    ok = isinstance(rec, dict) and (isinstance(rec.get('error'), str) or (
+        figures(rec.get('checked_call')) and figures(rec.get('hot_path')) and isinstance(rec.get('parity_ok'), bool)
+        and isinstance((rec.get('parity_vs_ort_fp32') or {}).get('max_abs_err'), (int, float))))
+    if not ok: raise RecordsError(f'{source} is not a tools/gpu_persistent.py record (latency figures and parity)')
+    return rec
+
+
+def persistent_section(rec):
+    "README lines of the persistent kernel's batch-1 figures (or why there are none)."
+    L = ['', '## Batch 1 on the persistent kernel (cuda-persistent)', '']
+    if 'error' in rec: return L + [f"Failed: {cell(rec['error'])}"]
+    c, h, p = rec['checked_call'], rec['hot_path'], rec['parity_vs_ort_fp32']
+    where = ('Simulated: a Python thread stands in for the kernel (the host protocol tested, no GPU timed).'
+             if rec.get('simulated') else f"On {cell((rec.get('info') or {}).get('gpu', '?'))}.")
+    return L + [where + ' Latency in µs; parity: max abs action error vs ONNX Runtime FP32, one row at a time.', '',
+                '| call | calls | p50 | p99 | p99.9 | max |', '| --- | --- | --- | --- | --- | --- |',
+                *(f"| {cell(k)} | {d.get('n', '-')} | {fmt(d['p50_us'])} | {fmt(d['p99_us'])} | {fmt(d['p999_us'])} | "
+                  f"{fmt(d.get('max_us'))} |" for k, d in (('runner(obs)', c), ('runner.run(obs)', h))), '',
+                f"Parity: {fmt(p['max_abs_err'])} (bound {fmt(p.get('bound'))}): "
+                f"{'ok' if rec['parity_ok'] else 'FAILED'}. Close: {fmt(rec.get('close_s'))} s "
+                f"({cell(rec.get('stopped', '?'))})."]
+
+
 def readme(session, bench, env, trains, name, mjx=None):
     "README.md of the folder: the device, each step, the figures, the targets; every string escaped for markdown."
     from ppo_trt.results.report import gpu_backend_table, gpu_targets_table, gpu_mjx_section
@@ -105,6 +132,7 @@ def readme(session, bench, env, trains, name, mjx=None):
     for s in session['steps']:
         L.append(f"| {cell(s['name'])} | {cell(s['status'])} | {cell(s.get('wall_s', '-'))} / "
                  f"{cell(s.get('limit_s', '-'))} | {cell(s.get('reason') or s.get('stand_in') or '')} |")
+    if session.get('persistent'): L += persistent_section(session['persistent'])
     if bench:
         L += ['', '## Policy latency and throughput (bench.json)', '',
               'Batch 1: the checked call `runner(obs)` and the kernel alone (CUDA events), p50 / p99 / p99.9 in µs; '
@@ -157,6 +185,7 @@ def convert(out, dest, name=None, replace=False):
     bench = load(out/'bench.json') if (out/'bench.json').exists() else None
     env = load(out/'env_bench.json') if (out/'env_bench.json').exists() else None
     mjx = check_mjx(load(out/'mjx.json'), out/'mjx.json') if (out/'mjx.json').exists() else None
+    if 'persistent' in session: check_persistent(session['persistent'], out/'quick.json (persistent)')
     env_id = (env or {}).get('env_id') or 'CartPole-v1'
     if not re.fullmatch(r'[A-Za-z0-9_-]+-v\d+', env_id): raise RecordsError(f'env_bench.json: env id {env_id!r}')
     trains = {}

@@ -10,20 +10,32 @@
 #   b. tools/gpu_rehearse.sh: this script end to end here, offline install and the GPU image's imports enforced; every
 #      GPU step says why it skips, every stand-in passes, the records convert. Fix until it exits 0; commit.
 #  On the device:
-#   1. run(command="bash tools/gpu_session.sh quick", carry=[".gpu"], timeout_s=420): once (<= 6 min + the start).
+#   1. run(command="bash tools/gpu_session.sh quick", carry=[".gpu"], timeout_s=420): once (<= 6 min + the start);
+#      the persistent kernel's batch-1 figures come first.
+#   1b. At once on the warm machine (its install reused), MuJoCo XLA: with L = budget_left_s >= 300,
+#        run(command="KIT_QUICK_S=<min(L-60, 300)> bash tools/gpu_session.sh quick mjx", carry=[".gpu"],
+#            timeout_s=<min(L-30, 330)>)
+#      (rows at 1 024 / 4 096 / 16 384 / 65 536 envs, each kept as it ends; a repeat call loads the compiled sizes
+#      from the machine's JAX cache.)
 #   2. give_back() at once, unless the next call follows within seconds (an idle machine costs the same as a busy one).
 #   3. Read the reply's output_tail (the step table) and files_at/quick.json: every step ok / failed / timeout /
 #      skipped / not run, with its reason; the logs beside it say why. Keep them at once:
 #      python tools/gpu_records.py FILES_AT (-> benchmarks/<gpu>-<yyyy-mm-dd>/); commit.
 #   4. Fix what broke on the CPU box; rehearse again.
 #   5. status(): with L = budget_left_s >= 300, one more call for the steps that failed or did not run:
-#        run(command="KIT_QUICK_S=<L-150> bash tools/gpu_session.sh quick bench,pytest", carry=[".gpu"],
+#        run(command="KIT_QUICK_S=<L-150> bash tools/gpu_session.sh quick persistent,bench,pytest", carry=[".gpu"],
 #            timeout_s=<L-120>)
 #      then give_back(); convert with --name <gpu>-<date>-2. Under 300 s left: stop (no machine starts under 4 min).
 #   6. Closing note: the figures and the device, what broke on first contact and how it was fixed, device time used.
 #
 # Steps, in order (limit in s; `bash tools/gpu_session.sh plan` prints them; without a CUDA GPU the stand-in runs):
 #   install 45         the wheels of .gpu/wheels and this checkout, offline   | same (KIT_INSTALL=none: as it is)
+#   persistent 50      batch 1 on cuda-persistent (the resident kernel polling host-mapped memory): ppo-trt bench,
+#                      10 000 checked calls and hot-path calls, p50/p99/p99.9, parity vs ORT FP32 (its records stay in
+#                      the run's bench.json, which bench then adds to); then tools/gpu_persistent.py: parity one row at
+#                      a time and a timed close (the stop flag ends the kernel)
+#                                                                              | the host protocol against a thread
+#                      standing in for the kernel (tools/gpu_persistent.py --simulated), 2 000 calls
 #   nvidia-smi 10      name, driver, memory, clocks, compute capability       | skipped: no nvidia-smi
 #   versions 30        Python, torch/CUDA, triton, JAX, ORT, the GPU          | same
 #   doctor 30          ppo-trt doctor: every backend, available or why not    | same
@@ -38,12 +50,16 @@
 #   pytest 110         pytest -m gpu tests/test_gpu.py (KIT_PYTEST_K: -k)      | same: every test skips with its reason
 #   ppo-eager 40       train --fast on CUDA without graphs, if >= 20 s are left | skipped (the stand-in was eager)
 #  Only when named (`quick pytest,mjx`; not in a plain `quick`), writing mjx.txt and mjx.json beside the others:
-#   mjx 200            Hopper-v4 on the GPU through MuJoCo XLA (tools/gpu_mjx.py: 1 024 / 8 192 / 65 536 envs,
-#                      parity vs MuJoCo's C) against mujoco.batch and MujocoBatched on the machine's cores
+#   mjx 200            Hopper-v4 on the GPU through MuJoCo XLA (tools/gpu_mjx.py: 1 024 / 4 096 / 16 384 / 65 536
+#                      envs in that order, each row written as it ends, each size compiled once through JAX's
+#                      persistent cache in $KIT_DIR/jax_cache (kept on the machine between calls, not under $OUT); env 0
+#                      of the first size checked against MuJoCo's C) beside mujoco.batch and MujocoBatched on the
+#                      machine's cores
 #                                                                              | the same on the CPU, small sizes,
 #                      when JAX and mujoco-mjx import, else skipped with the reason
 # Files under $OUT: quick.json (the record, rewritten after every step), quick.txt (step log, install, nvidia-smi,
-# versions, doctor), bench.txt, bench.json, envs.txt, env_bench.json, ppo.txt, pytest_gpu.txt.
+# versions, doctor), bench.txt (persistent's output first), bench.json, envs.txt, env_bench.json, ppo.txt,
+# pytest_gpu.txt.
 # Usage: tools/gpu_session.sh quick [STEP,...]   (STEPs: only these, after install; default all) | plan
 # Environment: PPO_TRT_PY (default python3), KIT_INSTALL=auto|venv|target|none (auto: into the Python's own environment
 # when it is writable and has setuptools, else pip install --target + PYTHONPATH; none: the Python already has the
@@ -72,8 +88,8 @@ GPU_BACKENDS=ort-cuda,ort-trt,trt,trt-rtx,torch-cuda,torch-cuda-graph,triton,tri
 # name:limit_s[:min_s] in order; a step with a min runs only when that much of the session is left
 # (the limits add up to more than the budget: a step that runs long takes from those after it, so the order is the
 # priority; the budget's deadline stops every step, whatever its limit)
-QUICK_PLAN=(install:45 nvidia-smi:10 versions:30 doctor:30 bench:100 envs:60 ppo-cudagraphs:60 rollout:30 pytest:110
-            ppo-eager:40:20)
+QUICK_PLAN=(install:45 persistent:50 nvidia-smi:10 versions:30 doctor:30 bench:100 envs:60 ppo-cudagraphs:60 rollout:30
+            pytest:110 ppo-eager:40:20)
 NAMED_PLAN=(mjx:200:60)  # run only when named
 command -v timeout > /dev/null || timeout() { while [[ $1 == -* ]]; do shift 2; done; shift; "$@"; }  # no coreutils
 
@@ -230,6 +246,23 @@ quick() {  # the session: every step in order (or those of $1), each recorded as
   local gpu=$([ -z "$GPU_WHY" ] && echo 1) cpu="no CUDA GPU ($GPU_WHY): CPU stand-in"
   cpu_only() { [ -n "$gpu" ] || echo "$1"; }
 
+  f="$OUT/bench.txt" PERSISTENT_RAN=''
+  if wanted persistent && ! no_install persistent "$f"; then
+    rm -f "$KIT/persistent.json"
+    if ! fresh_run; then skip persistent "$f" "no run folder in $GPUDIR/run: run tools/gpu_prepare.sh"
+    elif [ -n "$gpu" ]; then  # its bench records stay in $KIT/run/bench.json: the bench step adds to them
+      step persistent "$f" bash -c 'ppo-trt bench --run-dir "$0" --backends cuda-persistent --replace \
+          --closed-loop-steps 0 --batches 1 --iters 10000 --warmup 500 --sweep-seconds 0.02 &&
+        "$1" tools/gpu_persistent.py --run-dir "$0" --out "$2" --iters 1000 --warmup 100' \
+        "$KIT/run" "$PY" "$KIT/persistent.json" && PERSISTENT_RAN=1
+    else
+      STAND_IN="$cpu: the host protocol against a thread standing in for the kernel (simulated)" \
+        step persistent "$f" "$PY" tools/gpu_persistent.py --run-dir "$KIT/run" --out "$KIT/persistent.json" \
+        --simulated --iters 2000 --warmup 100
+    fi
+    [ -f "$KIT/persistent.json" ] && rec set persistent --file "$KIT/persistent.json" > /dev/null
+  fi
+
   if wanted nvidia-smi; then
     if command -v nvidia-smi > /dev/null; then
       step nvidia-smi "$LOG" bash -c \
@@ -238,7 +271,7 @@ quick() {  # the session: every step in order (or those of $1), each recorded as
   fi
   wanted versions && step versions "$LOG" "$PY" tools/gpu_quick.py versions "$QJ"
   if wanted doctor && ! no_install doctor "$LOG"; then  # its JSON (every backend: available or why not) to quick.json
-    fresh_run || log "doctor: no run folder in $GPUDIR/run"
+    [ -f "$KIT/run/policy.onnx" ] || fresh_run || log "doctor: no run folder in $GPUDIR/run"  # keeps persistent's
     rm -f "$KIT/doctor.json"
     step doctor "$LOG" bash -c 'ppo-trt doctor --json --run-dir "$0" 2>&1 > "$1"' "$KIT/run" "$KIT/doctor.json"
     rec set doctor --file "$KIT/doctor.json" > /dev/null
@@ -246,9 +279,11 @@ quick() {  # the session: every step in order (or those of $1), each recorded as
 
   f="$OUT/bench.txt"
   if wanted bench && ! no_install bench "$f"; then
-    if ! fresh_run; then skip bench "$f" "no run folder in $GPUDIR/run: run tools/gpu_prepare.sh"
+    local keep=--replace  # after the persistent step: add to its records in the same run folder
+    if [ -n "$PERSISTENT_RAN" ] && [ -f "$KIT/run/bench.json" ]; then keep=''; elif ! fresh_run; then keep=none; fi
+    if [ "$keep" = none ]; then skip bench "$f" "no run folder in $GPUDIR/run: run tools/gpu_prepare.sh"
     elif [ -n "$gpu" ]; then
-      step bench "$f" ppo-trt bench --run-dir "$KIT/run" --backends "$GPU_BACKENDS" --replace --closed-loop-steps 0 \
+      step bench "$f" ppo-trt bench --run-dir "$KIT/run" --backends "$GPU_BACKENDS" $keep --closed-loop-steps 0 \
         --batches 1,16,256,4096,65536,262144,1048576 --iters 10000 --warmup 500 --sweep-seconds 0.1
     else
       STAND_IN="$cpu: the same command, batches 1-256 (GPU backends record why they skip)" \
@@ -289,7 +324,7 @@ quick() {  # the session: every step in order (or those of $1), each recorded as
 
   if wanted rollout && ! no_install rollout "$OUT/envs.txt"; then
     STAND_IN=$(cpu_only "$cpu: the same rollout on the CPU, no sync check") step rollout "$OUT/envs.txt" \
-      "$PY" tools/gpu_quick.py rollout "$QJ"
+      "$PY" tools/gpu_quick.py rollout "$QJ" --cpu-envs 1024  # the CPU stand-in: 4 096 envs ran past 30 s on a busy box
   fi
 
   f="$OUT/pytest_gpu.txt"
@@ -317,7 +352,7 @@ quick() {  # the session: every step in order (or those of $1), each recorded as
     if "$PY" -c "import jax, mujoco.mjx" >> "$f" 2>&1; then
       STAND_IN=$(cpu_only "$cpu: MJX on the CPU's JAX, small sizes") \
         step mjx "$f" "$PY" tools/gpu_mjx.py --out "$OUT/mjx.json" \
-        ${KIT_MJX_ARGS:-$([ -n "$gpu" ] && echo "--budget-s 140" ||
+        --cache-dir "$KIT/jax_cache" ${KIT_MJX_ARGS:-$([ -n "$gpu" ] && echo "--budget-s 150" ||
                            echo "--sizes 64,256 --steps 10 --cpu-sizes 16,64 --budget-s 100")}
     else skip mjx "$f" "JAX or mujoco-mjx does not import (mjx.txt): carry mujoco-mjx and trimesh (tools/gpu_carry.txt)"
     fi

@@ -18,6 +18,7 @@ from .numba import FAMILY as NUMBA
 from .c_ext import FAMILY as C_EXT
 from .triton import FAMILY as TRITON
 from .tensorrt import FAMILY as TENSORRT
+from .cuda_persistent import FAMILY as CUDA_PERSISTENT
 
 # %% auto #0
 __all__ = ['GROUP', 'BUILTIN', 'Registry', 'discover', 'registry', 'refresh', 'backends', 'names', 'skipped', 'check_name',
@@ -25,7 +26,7 @@ __all__ = ['GROUP', 'BUILTIN', 'Registry', 'discover', 'registry', 'refresh', 'b
 
 # %% ../../nbs/49_registry.ipynb #1663afae
 GROUP = 'ppo_trt.backends'
-BUILTIN = (TORCH, ONNXRUNTIME, NUMBA, C_EXT, TRITON, TENSORRT)
+BUILTIN = (TORCH, ONNXRUNTIME, NUMBA, C_EXT, TRITON, TENSORRT, CUDA_PERSISTENT)
 
 # %% ../../nbs/49_registry.ipynb #9adc106d
 def _origin(ep):
