@@ -621,13 +621,13 @@ def policy_bytes(src, opts):
     "(bytes of the ppo_trt policy for the ONNX at `src`: itself, data inlined, or adopted; the inferred line or '')."
     import onnx
     from ppo_trt.export.onnx import policy_metadata, read_onnx
-    from ppo_trt.export.foreign import adopted_bytes, is_ppo_trt_policy
+    from ppo_trt.export.foreign import adopted_bytes, is_ppo_trt_policy, check_computed
     try: proto = onnx.load(str(src), load_external_data=False)
     except Exception: proto = read_onnx(src)  # not ONNX: one line saying so
     mine = is_ppo_trt_policy(proto)
     if mine and opts.obs_name is None and opts.action_name is None:
         policy_metadata(src)  # a ppo_trt policy (env id, widths), checked before anything is written
-        return read_onnx(src).SerializeToString(), ''  # its external data, if any, inside the copy
+        return check_computed(read_onnx(src), src).SerializeToString(), ''  # its external data, if any, inside the copy
     blob, adopted = adopted_bytes(src, opts)
     return blob, adopted.line(src.name)
 

@@ -20,9 +20,9 @@ from .onnx import (PARITY_TOL, DEPLOY_KEYS, read_onnx, onnx_metadata, set_metada
 __all__ = ['MAX_OBS_DIM', 'MAX_ACT_DIM', 'MAX_STATE', 'CHECK_ROWS', 'CHECK_BYTES', 'ADOPTED_CACHE_FILES', 'ADOPTED_CACHE_MB',
            'IDENTITY_EPS', 'AdoptOptions', 'StatePair', 'Inference', 'graph_io', 'check_sizes', 'infer_io',
            'free_batch', 'pack_recurrent', 'computed_row', 'check_adopted', 'GraphFacts', 'graph_facts', 'Adopted',
-           'adopted_metadata', 'adopt', 'is_ppo_trt_policy', 'adopted_bytes', 'evict_adopted', 'adopted_path', 'naming',
-           'ImportSettings', 'import_onnx', 'identity_norm', 'sb3_ignored', 'sanitized_zip', 'import_sb3',
-           'import_policy']
+           'adopted_metadata', 'adopt', 'is_ppo_trt_policy', 'check_computed', 'adopted_bytes', 'evict_adopted',
+           'adopted_path', 'naming', 'ImportSettings', 'import_onnx', 'identity_norm', 'sb3_ignored', 'sanitized_zip',
+           'import_sb3', 'import_policy']
 
 # %% ../../nbs/39_foreign.ipynb #94f5d25b
 @dataclass(frozen=True)
@@ -561,6 +561,22 @@ def is_ppo_trt_policy(proto):
     keys = {e.key for e in proto.metadata_props}
     return names == (['obs'], ['action']) and (set(DEPLOY_KEYS) <= keys or 'adopted_from' in keys)
 
+def check_computed(proto, where='the ONNX model'):
+    "`proto`, a ppo_trt policy, if its declared widths are bounded and one row computes the action width it declares."
+    ins, outs = graph_io(proto, where)
+    (obs, di), (act, do) = next(iter(ins.items())), next(iter(outs.items()))
+    obs_dim = _width(di, 'observation', obs, where, MAX_OBS_DIM + MAX_STATE, 'MAX_OBS_DIM + MAX_STATE')
+    act_dim = _width(do, 'action', act, where, MAX_ACT_DIM + MAX_STATE, 'MAX_ACT_DIM + MAX_STATE')
+    try: got = tuple(_session(proto).run(None, {obs: np.zeros((1, obs_dim), np.float32)})[0].shape)
+    except Exception as e:
+        why = shown(str(e).splitlines()[0] if str(e) else type(e).__name__, 160)
+        raise BadArtifactError(f'{where}: ONNX Runtime cannot run it ({why}); export the policy again') from None
+    if got != (1, act_dim):
+        raise BadArtifactError(f'{where}: its output {shown(repr(act), 60)} is declared [batch, {act_dim}] but computes '
+                               f'{list(got)} for one row: ppo_trt trusts computed shapes, not declared ones; export '
+                               'the policy again so that what it declares is what it computes')
+    return proto
+
 def adopted_bytes(path, opts=AdoptOptions()):
     "(the adopted graph's bytes, the `Adopted`) of the file at `path`."
     a = adopt(path, opts)
@@ -591,7 +607,9 @@ def adopted_path(path, opts=AdoptOptions()):
     path = Path(path)
     try: proto = onnx.load(str(path), load_external_data=False)
     except Exception: return path, None  # not ONNX: the loader says so in one line
-    if is_ppo_trt_policy(proto) and opts.obs_name is None and opts.action_name is None: return path, None
+    if is_ppo_trt_policy(proto) and opts.obs_name is None and opts.action_name is None:
+        check_computed(read_onnx(path), path)  # a ppo_trt policy too is data: what it declares, it must compute
+        return path, None
     blob, a = adopted_bytes(path, opts)
     sha = hashlib.sha256(blob).hexdigest()
     folder = user_cache('adopted')
