@@ -562,15 +562,13 @@ def is_ppo_trt_policy(proto):
     return names == (['obs'], ['action']) and (set(DEPLOY_KEYS) <= keys or 'adopted_from' in keys)
 
 def check_computed(proto, where='the ONNX model'):
-    "`proto`, a ppo_trt policy, if its declared widths are bounded and one row computes the action width it declares."
+    "`proto`, a ppo_trt policy, if its widths are bounded and one row computes (on ORT) the action width it declares."
     ins, outs = graph_io(proto, where)
     (obs, di), (act, do) = next(iter(ins.items())), next(iter(outs.items()))
     obs_dim = _width(di, 'observation', obs, where, MAX_OBS_DIM + MAX_STATE, 'MAX_OBS_DIM + MAX_STATE')
     act_dim = _width(do, 'action', act, where, MAX_ACT_DIM + MAX_STATE, 'MAX_ACT_DIM + MAX_STATE')
     try: got = tuple(_session(proto).run(None, {obs: np.zeros((1, obs_dim), np.float32)})[0].shape)
-    except Exception as e:
-        why = shown(str(e).splitlines()[0] if str(e) else type(e).__name__, 160)
-        raise BadArtifactError(f'{where}: ONNX Runtime cannot run it ({why}); export the policy again') from None
+    except Exception: return proto  # a graph ONNX Runtime cannot run: each backend says what it cannot do with it
     if got != (1, act_dim):
         raise BadArtifactError(f'{where}: its output {shown(repr(act), 60)} is declared [batch, {act_dim}] but computes '
                                f'{list(got)} for one row: ppo_trt trusts computed shapes, not declared ones; export '
