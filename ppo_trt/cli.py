@@ -503,26 +503,29 @@ def cmd_export(a): return _export_stage(_run_dir(a), a.parity_obs, a.env_id)
 # %% ../nbs/90_cli.ipynb #b6d5c842
 def _library_rows(source, a, env_id=None):
     "(test rows, where they came from) for a C library without export_obs.npy: --obs, --obs-range, a rollout, a box."
-    from ppo_trt.measure.bench import bench_observations, declared_observations, network_rows, BenchSettings
+    from ppo_trt.measure.bench import (bench_observations, declared_observations, network_rows, BenchSettings,
+                                       HEADER_ROWS)
     from ppo_trt.export.onnx import policy_metadata, policy_dims
     s = BenchSettings(obs_file=a.obs, obs_range=a.obs_range)
-    if isinstance(source, RunDir): return bench_observations(source, env_id, settings=s)
-    obs, where = declared_observations(policy_dims(policy_metadata(source))[0], s)
+    if isinstance(source, RunDir): return bench_observations(source, env_id, settings=s, most=HEADER_ROWS)
+    obs, where = declared_observations(policy_dims(policy_metadata(source))[0], s, HEADER_ROWS)
     return network_rows(source, obs), where
 
 def _export_c_file(a):
     "export-c POLICY.onnx: the C library of an actor ONNX (adopted if foreign) into --out."
     from ppo_trt.export.c_library import install_c_library
-    from ppo_trt.export.foreign import adopted_path
+    from ppo_trt.export.foreign import adopted_path, naming
     if a.target != 'host':
         raise BadInputError(f'--target {a.target} builds from a run folder: ppo-trt import {a.policy} --env-id ID '
                             f'--run-dir DIR, then ppo-trt export-c --run-dir DIR --target {a.target}')
     src = _policy_file(a)
     path, adopted = adopted_path(src, _adopt_options(a, 'a foreign actor ONNX (ppo-trt export-c)'))
     if adopted: _say(f'inferred {adopted.line(src.name)}')
-    rows, where = _library_rows(path, a)
-    _say(f'test vectors: {where}')
-    return install_c_library(path, rows, a.out or Path('runs')/f'c_policy-{src.stem}', None if a.cc == 'none' else a.cc)
+    with naming(path, src):  # a refusal names the user's file, not its adoption in the cache
+        rows, where = _library_rows(path, a)
+        _say(f'test vectors: {where}')
+        return install_c_library(path, rows, a.out or Path('runs')/f'c_policy-{src.stem}',
+                                 None if a.cc == 'none' else a.cc)
 
 def cmd_export_c(a):
     from ppo_trt.export.c_library import write_c_library
@@ -593,7 +596,7 @@ def bench_file_dir(a):
     if p.is_dir():
         raise BadInputError(f'{p} is a folder: bench a run folder with --run-dir {p}, or pass a policy.onnx file')
     if not p.is_file(): raise BadInputError(f'{p} does not exist: pass a policy.onnx file')
-    if p.suffix != '.onnx':
+    if p.suffix.lower() != '.onnx':
         raise BadInputError(f'{p} is not a .onnx file: pass a policy.onnx, or a run folder as --run-dir')
     rd = Path(a.run_dir or Path('runs')/f'bench-{p.stem}').absolute()
     if rd.is_dir() and {q.name for q in rd.iterdir()} <= {LOCK_NAME, HOLDER_NAME}: return rd  # locked just now, empty
@@ -610,7 +613,7 @@ def _policy_file(a):
     from ppo_trt.core.files import inside
     p = inside(Path(a.policy))
     if not p.is_file(): raise BadInputError(f'{p} does not exist: pass an actor .onnx file')
-    if p.suffix != '.onnx':
+    if p.suffix.lower() != '.onnx':
         raise BadInputError(f'{p} is not a .onnx file: pass an actor ONNX, or a run folder as --run-dir')
     return p
 
@@ -618,13 +621,13 @@ def policy_bytes(src, opts):
     "(bytes of the ppo_trt policy for the ONNX at `src`: itself, data inlined, or adopted; the inferred line or '')."
     import onnx
     from ppo_trt.export.onnx import policy_metadata, read_onnx
-    from ppo_trt.export.foreign import adopted_bytes, is_ppo_trt_policy
+    from ppo_trt.export.foreign import adopted_bytes, is_ppo_trt_policy, check_computed
     try: proto = onnx.load(str(src), load_external_data=False)
     except Exception: proto = read_onnx(src)  # not ONNX: one line saying so
     mine = is_ppo_trt_policy(proto)
     if mine and opts.obs_name is None and opts.action_name is None:
         policy_metadata(src)  # a ppo_trt policy (env id, widths), checked before anything is written
-        return read_onnx(src).SerializeToString(), ''  # its external data, if any, inside the copy
+        return check_computed(read_onnx(src), src).SerializeToString(), ''  # its external data, if any, inside the copy
     blob, adopted = adopted_bytes(src, opts)
     return blob, adopted.line(src.name)
 

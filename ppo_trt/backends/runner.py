@@ -228,7 +228,7 @@ class PolicySource:
     def __init__(self, path, adopt: AdoptOptions | None = None):
         p = Path(path)
         if p.is_dir(): self.run, self.onnx_path = RunDir(p), p/'policy.onnx'
-        elif p.suffix == '.onnx': self.run, self.onnx_path = None, inside(p)  # a link out of its folder: refused
+        elif p.suffix.lower() == '.onnx': self.run, self.onnx_path = None, inside(p)  # a link out of its folder: refused
         elif p.exists():
             raise BadInputError(f'{p} is neither a run folder nor a .onnx file: pass a run folder or a policy.onnx')
         else: raise MissingArtifactError(f'{p} does not exist: pass a run folder or a policy.onnx file')

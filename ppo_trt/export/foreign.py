@@ -4,22 +4,25 @@
 
 # %% ../../nbs/39_foreign.ipynb #62cc6cbb
 from __future__ import annotations
-import re
+import math, os, re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
-from ..core.files import (BadArtifactError, BadInputError, atomic_path, policy_sha256, sha256_file, shown,
-                                user_cache, inside)
+from ..core.files import (BadArtifactError, BadInputError, PpoTrtError, atomic_path, policy_sha256, sha256_file,
+                                shown, user_cache, inside)
 from ..core.run_folder import check_env_id
-from ..core.machine import package_version
+from ..core.machine import package_version, available_memory, MEMORY_SHARE
 from .onnx import (PARITY_TOL, DEPLOY_KEYS, read_onnx, onnx_metadata, set_metadata, check_finite_policy,
                                  control_period)
 
 # %% auto #0
-__all__ = ['CHECK_ROWS', 'IMPORT_WRITES', 'IDENTITY_EPS', 'AdoptOptions', 'StatePair', 'Inference', 'graph_io', 'infer_io',
-           'free_batch', 'pack_recurrent', 'check_adopted', 'GraphFacts', 'graph_facts', 'Adopted', 'adopted_metadata',
-           'adopt', 'is_ppo_trt_policy', 'adopted_bytes', 'adopted_path', 'ImportSettings', 'import_onnx',
-           'identity_norm', 'sb3_ignored', 'sanitized_zip', 'import_sb3', 'import_policy']
+__all__ = ['MAX_OBS_DIM', 'MAX_ACT_DIM', 'MAX_STATE', 'CHECK_ROWS', 'CHECK_BYTES', 'ADOPTED_CACHE_FILES', 'ADOPTED_CACHE_MB',
+           'IMPORT_WRITES', 'IDENTITY_EPS', 'AdoptOptions', 'StatePair', 'Inference', 'graph_io', 'check_sizes',
+           'infer_io', 'free_batch', 'pack_recurrent', 'computed_row', 'check_adopted', 'GraphFacts', 'graph_facts',
+           'Adopted', 'adopted_metadata', 'adopt', 'is_ppo_trt_policy', 'check_computed', 'adopted_bytes',
+           'evict_adopted', 'adopted_path', 'naming', 'ImportSettings', 'import_onnx', 'identity_norm', 'sb3_ignored',
+           'sanitized_zip', 'import_sb3', 'import_policy']
 
 # %% ../../nbs/39_foreign.ipynb #94f5d25b
 @dataclass(frozen=True)
@@ -41,8 +44,8 @@ class StatePair:
 
     @property
     def size(self):
-        "Numbers of the state per batch row."
-        return int(np.prod(self.shape))
+        "Numbers of the state per batch row (Python ints: a declared shape never wraps around)."
+        return math.prod(self.shape)
 
     def record(self):
         "The state as the metadata keeps it."
@@ -100,7 +103,7 @@ def _state_pairs(ins, outs, taken):
     pairs = []
     for i, di in ins.items():
         if i in taken or not _stem(i) or not di or len(di) < 2: continue
-        match = [o for o, do in outs.items() if o not in taken and do == di and _stem(o) == _stem(i)]
+        match = [o for o, do in outs.items() if o not in taken and o != i and do == di and _stem(o) == _stem(i)]
         if len(match) == 1: pairs.append((i, match[0]))
     return pairs
 
@@ -112,6 +115,9 @@ def _pick(names, given, hint, what, flag, where):
             raise BadInputError(f'{where} has no {what} named {shown(repr(given), 60)}; its candidates are '
                                 f'{", ".join(map(repr, names)) or "none"}: fix {flag}')
         return given
+    if not names:
+        raise BadInputError(f'{where} has no {what}: every one it has is taken by a recurrent state pair (an input and '
+                            f'an output named alike); pass {flag} with the one to use')
     if len(names) == 1: return next(iter(names))
     named = [n for n in names if hint.fullmatch(n.lower())]
     if len(named) == 1: return named[0]
@@ -128,8 +134,12 @@ def _batch_axis(dims, where, name):
                         'batch axis on the state')
 
 # %% ../../nbs/39_foreign.ipynb #a2221943
-def _width(dims, what, name, where):
-    "The width of a [batch, width] value, or one line saying why it is not one."
+MAX_OBS_DIM = 65_536  # observation numbers per row a foreign actor may declare (real robots: tens to thousands)
+MAX_ACT_DIM = 65_536  # action numbers per row
+MAX_STATE = 1 << 20   # recurrent state numbers per row, all states together (an LSTM of 2 x 3 x 1024: 6144)
+
+def _width(dims, what, name, where, most, const):
+    "The width of a [batch, width] value (1 to `most`, named `const`), or one line saying why it is not one."
     if dims is None or len(dims) != 2 or not dims[1]:
         shape = None if dims is None else list(dims)
         raise BadInputError(f'{where}: the {what} {shown(repr(name), 60)} has shape {shape}, not [batch, width]: '
@@ -137,7 +147,31 @@ def _width(dims, what, name, where):
     if dims[0] not in (None, 1):
         raise BadInputError(f'{where}: the {what} {shown(repr(name), 60)} takes a batch of {dims[0]} only: export it '
                             'with a dynamic batch axis or a batch of 1')
+    if not 1 <= dims[1] <= most:
+        raise BadInputError(f'{where}: the {what} {shown(repr(name), 60)} declares a width of {dims[1]:,}, outside '
+                            f"ppo_trt's bound of 1 to {most:,} ({const}): it is not a control policy's {what}; export "
+                            'the actor alone, with its real width')
     return int(dims[1])
+
+# %% ../../nbs/39_foreign.ipynb #c4e51a07
+CHECK_ROWS = 5  # rows `check_adopted` compares
+CHECK_BYTES = 32  # bytes `check_adopted` holds per number of a row: float64 draws, float32 copies, both graphs' outputs
+
+def check_sizes(inf, where='the ONNX model'):
+    "`inf` if its states are within `MAX_STATE` and checking it fits in this machine's memory; else one line."
+    bad = next((s for s in inf.states if min(s.shape) < 1), None)
+    if bad:
+        raise BadInputError(f'{where}: the recurrent state {shown(repr(bad.input), 60)} declares shape '
+                            f'{list(bad.shape)}, an axis below 1: export it with its real state shape')
+    if inf.state_dim > MAX_STATE:
+        raise BadInputError(f'{where}: its recurrent state declares {inf.state_dim:,} numbers per row, over ppo_trt\'s '
+                            f'bound of {MAX_STATE:,} (MAX_STATE): not a control policy\'s memory; export the actor with '
+                            'its real state shape')
+    need, free = CHECK_ROWS * (inf.obs_dim + inf.act_dim + 2 * inf.state_dim) * CHECK_BYTES, available_memory()
+    if free is not None and need > free * MEMORY_SHARE:
+        raise BadInputError(f'{where}: checking it needs about {need >> 20:,} MiB of memory and this machine has '
+                            f'{free >> 20:,} MiB available: adopt it on a machine with more free memory')
+    return inf
 
 # %% ../../nbs/39_foreign.ipynb #fe14df86
 def infer_io(proto, opts=AdoptOptions(), where='the ONNX model'):
@@ -155,11 +189,17 @@ def infer_io(proto, opts=AdoptOptions(), where='the ONNX model'):
                             'observation')
     left = {n: d for n, d in outs.items() if n not in {o for _, o in pairs}}
     action = _pick(left, opts.action_name, _ACTION_NAMES, 'action output', '--action-name', where)
+    if action in ins:
+        raise BadInputError(f'{where}: its output {shown(repr(action), 60)} is its input {shown(repr(action), 60)} '
+                            'itself (the graph passes it through unchanged), not an action computed from the '
+                            'observation: adopt the actor ONNX, whose output is the action')
+    obs_dim = _width(ins[obs], 'observation', obs, where, MAX_OBS_DIM, 'MAX_OBS_DIM')
+    act_dim = _width(outs[action], 'action', action, where, MAX_ACT_DIM, 'MAX_ACT_DIM')
     states = tuple(StatePair(i, o, tuple(1 if k == ax else d for k, d in enumerate(ins[i])), ax)
                    for i, o in pairs for ax in [_batch_axis(ins[i], where, i)])
-    obs_dim, act_dim = _width(ins[obs], 'observation', obs, where), _width(outs[action], 'action', action, where)
-    return Inference(obs, action, obs_dim, act_dim, states, tuple(n for n in left if n != action),
-                     fixed_batch=ins[obs][0] == 1)
+    inf = Inference(obs, action, obs_dim, act_dim, states, tuple(n for n in left if n != action),
+                    fixed_batch=ins[obs][0] == 1)
+    return check_sizes(inf, where)
 
 # %% ../../nbs/39_foreign.ipynb #74060983
 def _set_batch(vi, axis):
@@ -327,8 +367,6 @@ def pack_recurrent(proto, inf):
     return m
 
 # %% ../../nbs/39_foreign.ipynb #603b4ba0
-CHECK_ROWS = 5  # rows `check_adopted` compares
-
 def _session(proto):
     "A one-thread CPU ONNX Runtime session of `proto`."
     import onnxruntime as ort
@@ -336,9 +374,24 @@ def _session(proto):
     return ort.InferenceSession(proto.SerializeToString(), so, providers=['CPUExecutionProvider'])
 
 def _one_row(sess, inf, obs, states):
-    "The original graph's [action, states'...] for one row, as one packed row."
+    "The original graph's {output: array} for one row."
     feed = {inf.obs: obs[None], **{s.input: st.reshape(s.shape) for s, st in zip(inf.states, states)}}
-    outs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
+
+def _declared(shape, axis):
+    "A declared shape as a message shows it: the batch axis as `batch`."
+    return '[' + ', '.join('batch' if k == axis else str(d) for k, d in enumerate(shape)) + ']'
+
+def computed_row(outs, inf, where='the ONNX model'):
+    "One row of the original graph's outputs packed as [action, states'...]; one line if one is not its declared shape."
+    want = [(inf.action, 'action output', (1, inf.act_dim), 0), *((s.output, 'recurrent state output', s.shape,
+                                                                   s.batch_axis) for s in inf.states)]
+    for name, what, shape, axis in want:
+        got = tuple(np.shape(outs[name]))
+        if got != tuple(shape):
+            raise BadArtifactError(f'{where}: its {what} {shown(repr(name), 60)} is declared {_declared(shape, axis)} '
+                                   f'but computes {list(got)} for one row: ppo_trt trusts computed shapes, not declared '
+                                   'ones; export the actor again so that what it declares is what it computes')
     return np.concatenate([outs[inf.action].ravel(), *(np.moveaxis(outs[s.output], s.batch_axis, 0).ravel()
                                                        for s in inf.states)])
 
@@ -350,11 +403,12 @@ def check_adopted(original, adopted, inf, where='the ONNX model', rows=CHECK_ROW
     states = [rng.normal(0, 0.5, (rows, s.size)).astype(np.float32) for s in inf.states]
     try:
         sess = _session(original)
-        want = np.stack([_one_row(sess, inf, obs[r], [st[r] for st in states]) for r in range(rows)])
+        outs = [_one_row(sess, inf, obs[r], [st[r] for st in states]) for r in range(rows)]
     except Exception as e:
         why = shown(str(e).splitlines()[0] if str(e) else e, 160)
         raise BadArtifactError(f'{where}: ONNX Runtime cannot run it ({why}); it is not a policy ppo_trt can '
                                'adopt') from None
+    want = np.stack([computed_row(o, inf, where) for o in outs])
     try: got = _session(adopted).run(None, {'obs': np.concatenate([obs, *states], axis=1)})[0]
     except Exception as e: got, why = None, shown(str(e).splitlines()[0] if str(e) else type(e).__name__, 160)
     err = float('inf') if got is None or got.shape != want.shape else float(np.abs(got - want).max())
@@ -507,25 +561,76 @@ def is_ppo_trt_policy(proto):
     keys = {e.key for e in proto.metadata_props}
     return names == (['obs'], ['action']) and (set(DEPLOY_KEYS) <= keys or 'adopted_from' in keys)
 
+def check_computed(proto, where='the ONNX model'):
+    "`proto`, a ppo_trt policy, if its widths are bounded and one row computes (on ORT) the action width it declares."
+    ins, outs = graph_io(proto, where)
+    (obs, di), (act, do) = next(iter(ins.items())), next(iter(outs.items()))
+    obs_dim = _width(di, 'observation', obs, where, MAX_OBS_DIM + MAX_STATE, 'MAX_OBS_DIM + MAX_STATE')
+    act_dim = _width(do, 'action', act, where, MAX_ACT_DIM + MAX_STATE, 'MAX_ACT_DIM + MAX_STATE')
+    try: got = tuple(_session(proto).run(None, {obs: np.zeros((1, obs_dim), np.float32)})[0].shape)
+    except Exception: return proto  # a graph ONNX Runtime cannot run: each backend says what it cannot do with it
+    if got != (1, act_dim):
+        raise BadArtifactError(f'{where}: its output {shown(repr(act), 60)} is declared [batch, {act_dim}] but computes '
+                               f'{list(got)} for one row: ppo_trt trusts computed shapes, not declared ones; export '
+                               'the policy again so that what it declares is what it computes')
+    return proto
+
 def adopted_bytes(path, opts=AdoptOptions()):
     "(the adopted graph's bytes, the `Adopted`) of the file at `path`."
     a = adopt(path, opts)
     return a.proto.SerializeToString(), a
 
 # %% ../../nbs/39_foreign.ipynb #30679a6f
+ADOPTED_CACHE_FILES, ADOPTED_CACHE_MB = 32, 256  # the adoption cache keeps at most this many files and megabytes
+_ADOPTED = re.compile(r'[0-9a-f]{32}\.onnx')  # the names of the files the cache holds: a hash of their bytes
+
+def evict_adopted(folder, keep, files=ADOPTED_CACHE_FILES, mb=ADOPTED_CACHE_MB):
+    "Remove the least recently used adoptions in `folder` (never `keep`, nothing else) past `files` or `mb`; names."
+    found = []
+    for p in Path(folder).iterdir():
+        if _ADOPTED.fullmatch(p.name) and p.is_file() and not p.is_symlink() and p.name != Path(keep).name:
+            st = p.stat(); found.append((st.st_mtime, st.st_size, p))
+    found.sort(key=lambda x: x[0], reverse=True)  # the newest first; `keep` counts as the newest of all
+    gone, count, total = [], 1, Path(keep).stat().st_size if Path(keep).is_file() else 0
+    for _, size, p in found:
+        count, total = count + 1, total + size
+        if count > files or total > mb << 20:
+            try: p.unlink(); gone.append(p.name)
+            except OSError: pass
+    return gone
+
 def adopted_path(path, opts=AdoptOptions()):
     "(path a backend loads, the `Adopted` or None): `path` if it is a ppo_trt policy, else its adoption in the cache."
     import hashlib, onnx
     path = Path(path)
     try: proto = onnx.load(str(path), load_external_data=False)
     except Exception: return path, None  # not ONNX: the loader says so in one line
-    if is_ppo_trt_policy(proto) and opts.obs_name is None and opts.action_name is None: return path, None
+    if is_ppo_trt_policy(proto) and opts.obs_name is None and opts.action_name is None:
+        check_computed(read_onnx(path), path)  # a ppo_trt policy too is data: what it declares, it must compute
+        return path, None
     blob, a = adopted_bytes(path, opts)
     sha = hashlib.sha256(blob).hexdigest()
-    dest = user_cache('adopted')/f'{sha[:32]}.onnx'
-    if not (dest.is_file() and not dest.is_symlink() and sha256_file(dest) == sha):
+    folder = user_cache('adopted')
+    dest = folder/f'{sha[:32]}.onnx'
+    if dest.is_file() and not dest.is_symlink() and sha256_file(dest) == sha:
+        try: os.utime(dest)  # used now: eviction goes by last use
+        except OSError: pass
+    else:
         with atomic_path(dest) as tmp: tmp.write_bytes(blob)
+        evict_adopted(folder, dest)
     return dest, a
+
+# %% ../../nbs/39_foreign.ipynb #d1f0a2b3
+@contextmanager
+def naming(loaded, path):
+    "Errors raised inside that name `loaded` (a file adopted into the cache) name the user's file `path` instead."
+    try: yield
+    except PpoTrtError as e:
+        text = str(e)
+        if Path(loaded) == Path(path) or str(loaded) not in text: raise
+        try: new = type(e)(text.replace(str(loaded), f'{path} (as adopted)'))
+        except Exception: raise e from None
+        raise new from None
 
 # %% ../../nbs/39_foreign.ipynb #3b485308
 import contextlib, json, os, zipfile

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/30_onnx.ipynb #02fe41a6
 from __future__ import annotations
-import contextlib, hashlib, io, json, logging, time, warnings
+import contextlib, hashlib, io, json, logging, os, time, warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
@@ -14,18 +14,18 @@ from ..core.run_folder import RunDir, check_env_id
 from ..core.files import (PpoTrtError, BadArtifactError, BadInputError, atomic_path, atomic_paths, json_text,
                                 save_json, sha256_file, shown, error_line, inside,
                                 policy_sha256)
-from ..core.machine import package_version, check_memory
+from ..core.machine import package_version, check_memory, available_memory, MEMORY_SHARE
 from ..core.records import ExportRecord, Parity, load_artifact, locked, record, require_fresh
 from ..envs.gym import make_env, rollout_observations
 from ..core.checkpoint import ObsNorm, load_policy, read_vecnormalize
 
 # %% auto #0
-__all__ = ['PARITY_TOL', 'OPSET', 'CURRICULUM_META', 'DEPLOY_KEYS', 'ADOPTED_KEYS', 'CONTRACT_VERSION', 'build_deployable',
-           'load_deployable', 'collect_observations', 'sb3_actions', 'to_onnx_proto', 'set_metadata',
-           'check_external_data', 'read_onnx', 'load_onnx', 'onnx_metadata', 'policy_dims', 'check_policy_env',
-           'check_finite_policy', 'ort_cpu_session', 'parity', 'ParityError', 'Deployment', 'reference_normalizer',
-           'plain_deployment', 'load_observations', 'parity_bytes_per_obs', 'control_period', 'export',
-           'check_deploy_metadata', 'policy_metadata', 'contract_of', 'policy_contract']
+__all__ = ['PARITY_TOL', 'OPSET', 'MAX_OBS_ROWS', 'CURRICULUM_META', 'DEPLOY_KEYS', 'ADOPTED_KEYS', 'CONTRACT_VERSION',
+           'build_deployable', 'load_deployable', 'collect_observations', 'sb3_actions', 'to_onnx_proto',
+           'set_metadata', 'check_external_data', 'read_onnx', 'load_onnx', 'onnx_metadata', 'policy_dims',
+           'check_policy_env', 'check_finite_policy', 'ort_cpu_session', 'parity', 'ParityError', 'Deployment',
+           'reference_normalizer', 'plain_deployment', 'read_npy_rows', 'load_observations', 'parity_bytes_per_obs',
+           'control_period', 'export', 'check_deploy_metadata', 'policy_metadata', 'contract_of', 'policy_contract']
 
 # %% ../../nbs/30_onnx.ipynb #2719ac5e
 PARITY_TOL = 1e-5
@@ -351,14 +351,50 @@ def _npy_bytes(array):
     np.save(buf, array)
     return buf.getvalue()
 
+# %% ../../nbs/30_onnx.ipynb #5d0c93a1
+MAX_OBS_ROWS = 1_000_000  # rows of observations a .npy may hold for ppo_trt to read (export keeps 1000)
+
+def _npy_header(f, version):
+    "(shape, fortran_order, dtype) of the .npy header at `f`, versions 1.0 and 2.0 (what np.save writes)."
+    from numpy.lib import format as npf
+    if version == (1, 0): return npf.read_array_header_1_0(f)
+    if version == (2, 0): return npf.read_array_header_2_0(f)
+    raise ValueError(f'.npy format version {version[0]}.{version[1]}, not 1.0 or 2.0')
+
+def read_npy_rows(path, width=None, where=None, fix='save them with np.save(path, obs)', error=BadInputError):
+    "A [n, width] float .npy read as data: header checked first (dtype, shape, rows, size, memory); no pickle."
+    from numpy.lib import format as npf
+    where = where or str(path)
+    try:
+        with open(path, 'rb') as f:
+            shape, fortran, dtype = _npy_header(f, npf.read_magic(f))
+            start, size = f.tell(), os.fstat(f.fileno()).st_size
+    except (OSError, ValueError, EOFError) as e:
+        raise error(f'{where}: not a readable .npy array ({error_line(e, 100)}); {fix}') from None
+    plain = dtype.kind == 'f' and dtype.fields is None and dtype.subdtype is None and dtype.itemsize in (2, 4, 8)
+    if not plain or len(shape) != 2 or shape[0] < 1 or (width is not None and shape[1] != width):
+        raise error(f'{where}: holds {shown(dtype, 40)} of shape {list(shape)}, not [n, {width or "obs_dim"}] float '
+                    f'observations; {fix}')
+    rows, cols = shape
+    if rows > MAX_OBS_ROWS:
+        raise error(f'{where}: declares {rows:,} rows, over ppo_trt\'s bound of {MAX_OBS_ROWS:,} (MAX_OBS_ROWS): '
+                    f'keep at most {MAX_OBS_ROWS:,} observations; {fix}')
+    if size - start != rows * cols * dtype.itemsize:
+        raise error(f'{where}: its header declares {rows:,} x {cols:,} numbers ({rows * cols * dtype.itemsize:,} bytes) '
+                    f'but {size - start:,} bytes follow it: the file is cut or padded; {fix}')
+    need, free = rows * cols * (dtype.itemsize + 4), available_memory()
+    if free is not None and need > free * MEMORY_SHARE:
+        raise error(f'{where}: its {rows:,} x {cols:,} observations need about {need >> 20:,} MiB and this machine '
+                    f'has {free >> 20:,} MiB available: keep fewer rows')
+    try: return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise error(f'{where}: not a readable .npy array ({error_line(e, 100)}); {fix}') from None
+
 # %% ../../nbs/30_onnx.ipynb #e4207829
 def load_observations(path, width=None):
     "export_obs.npy as a [n, width] float32 array, read as data (no pickle); one line for anything else."
-    try: obs = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as e:
-        raise BadArtifactError(f'{path} is not a readable .npy array of observations ({error_line(e, 100)}); '
-                               're-run `ppo-trt export`') from None
-    if obs.dtype != np.float32 or obs.ndim != 2 or len(obs) < 1 or (width is not None and obs.shape[1] != width):
+    obs = read_npy_rows(path, width, fix='re-run `ppo-trt export`', error=BadArtifactError)
+    if obs.dtype != np.float32:
         raise BadArtifactError(f'{path} holds {obs.dtype} of shape {obs.shape}, not [n, {width or "obs_dim"}] float32 '
                                'observations; re-run `ppo-trt export`')
     return obs

@@ -20,18 +20,19 @@ from ..export.onnx import check_policy_env, onnx_metadata
 
 # %% auto #0
 __all__ = ['CDF_POINTS', 'TAIL_POINTS', 'DEFAULT_BATCHES', 'SOAK_CALLS', 'CHECKED_CALL', 'HOT_PATH', 'HOT_PATH_NOTE',
-           'ROLLOUT_OBS', 'DEFAULT_OBS_RANGE', 'MODE_ORDER', 'NO_ENV_NOTE', 'TIE_RATIO', 'timer_overhead_ns',
-           'time_calls', 'time_pair', 'latency_stats', 'BenchSettings', 'bench_latency', 'bench_sweep',
-           'bench_closed_loop', 'bench_soak', 'backend_parity', 'rollout_observations', 'declared_observations',
-           'network_rows', 'bench_observations', 'pin_process', 'skipped', 'trained_model_missing', 'failed',
-           'measure_backend', 'merge_bench', 'env_check', 'backend_line', 'sweep_bytes', 'bench', 'records_by',
-           'best_kernel_sweep', 'Advice', 'advise', 'measured_on', 'print_advice', 'fmt_us', 'console', 'print_bench']
+           'ROLLOUT_OBS', 'DEFAULT_OBS_RANGE', 'HEADER_ROWS', 'MODE_ORDER', 'NO_ENV_NOTE', 'TIE_RATIO',
+           'timer_overhead_ns', 'time_calls', 'time_pair', 'latency_stats', 'BenchSettings', 'bench_latency',
+           'bench_sweep', 'bench_closed_loop', 'bench_soak', 'backend_parity', 'rollout_observations',
+           'declared_observations', 'network_rows', 'bench_observations', 'pin_process', 'skipped',
+           'trained_model_missing', 'failed', 'measure_backend', 'merge_bench', 'env_check', 'backend_line',
+           'sweep_bytes', 'bench', 'records_by', 'best_kernel_sweep', 'Advice', 'advise', 'measured_on', 'print_advice',
+           'fmt_us', 'console', 'print_bench']
 
 # %% ../../nbs/50_bench.ipynb #49277fb9
 from ..core.machine import check_memory
 from ..core.files import BadArtifactError, policy_sha256, shown
 from ..core.options import option, number, number_list, MAX_BATCH, MAX_CALLS
-from ..export.onnx import policy_metadata, load_observations, policy_dims
+from ..export.onnx import policy_metadata, load_observations, policy_dims, read_npy_rows
 from ..backends.runner import HistoryRunner, RecurrentRunner
 
 # %% ../../nbs/50_bench.ipynb #f7704e3e
@@ -117,6 +118,10 @@ class BenchSettings:
             lo, hi = (float(x) for x in self.obs_range)
             if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
                 raise BadInputError(f'the observation box must be two finite numbers, low < high, got {self.obs_range}')
+            top = float(np.finfo(np.float32).max)
+            if max(abs(lo), abs(hi)) > top:
+                raise BadInputError(f'--obs-range {lo:g}:{hi:g} is not finite in float32 (policies read float32 '
+                                    f'observations, at most ±{top:.4g}): give a box within it, e.g. --obs-range=-10:10')
             self.obs_range = (lo, hi)
         if self.obs_file is not None and self.obs_range is not None:
             raise BadInputError('give --obs FILE.npy or --obs-range LOW:HIGH, not both')
@@ -238,24 +243,23 @@ DEFAULT_OBS_RANGE = (-1.0, 1.0)
 
 def _recorded(path, width):
     "The observations in `path` ([n, width] floats, .npy without pickle) as float32; one line if they are not."
-    try: obs = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as e:
-        raise BadInputError(f'--obs {path}: not a readable .npy array ({error_line(e, 100)}); save observations with '
-                            'np.save(path, obs) (a [n, obs_dim] float array)') from None
-    if obs.dtype.kind != 'f' or obs.ndim != 2 or len(obs) < 1 or obs.shape[1] != width:
-        raise BadInputError(f'--obs {path}: holds {obs.dtype} of shape {obs.shape}, not [n, {width}] float '
-                            'observations')
+    obs = read_npy_rows(path, width, f'--obs {path}', 'save observations with np.save(path, obs) (a [n, obs_dim] '
+                        'float array)')
     if not np.isfinite(obs).all():
         rows = np.flatnonzero(~np.isfinite(obs).all(1))[:5].tolist()
         raise BadInputError(f'--obs {path}: holds NaN or inf (rows {rows})')
     return np.ascontiguousarray(obs, np.float32)
 
-def declared_observations(width, s):
-    "(observations [n, width], where they came from) for a policy benched without an env or export_obs.npy."
+HEADER_ROWS = 1000  # observations at most that export-c bakes into a C library's test header (the first ones)
+
+def declared_observations(width, s, most=None):
+    "(observations [n, width], where they came from) for a policy benched without an env; the first `most` if given."
     from pathlib import Path
     if s.obs_file:
         obs = _recorded(s.obs_file, width)
-        return obs, f'recorded: {Path(s.obs_file).name} ({len(obs)} obs, --obs)'
+        n, obs = len(obs), obs[:most]
+        kept = f'the first {len(obs):,} of {n:,} rows' if len(obs) < n else f'{n:,} obs'
+        return obs, f'recorded: {Path(s.obs_file).name} ({kept}, --obs)'
     lo, hi = s.obs_range or DEFAULT_OBS_RANGE
     obs = np.random.default_rng(s.seed).uniform(lo, hi, (ROLLOUT_OBS, width)).astype(np.float32)
     why = '--obs-range' if s.obs_range else 'the default: no env, no --obs FILE.npy'
@@ -276,15 +280,15 @@ def network_rows(source, obs):
     return rows
 
 # %% ../../nbs/50_bench.ipynb #de35c876
-def bench_observations(run, env_id, seed=0, settings=None):
+def bench_observations(run, env_id, seed=0, settings=None, most=None):
     "(observations, where they came from): --obs, --obs-range, export_obs.npy, an env rollout, or the default box."
     s = settings or BenchSettings(seed=seed)
     if s.obs_file or s.obs_range or (policy_only(run) and not run.has('export_obs') and not env_id):
-        obs, where = declared_observations(policy_dims(policy_metadata(run.require('onnx')))[0], s)
+        obs, where = declared_observations(policy_dims(policy_metadata(run.require('onnx')))[0], s, most)
         return network_rows(run, obs), where
     if run.has('export_obs') or not policy_only(run):
         width = policy_metadata(run.path('onnx'))['obs_dim']
-        return load_observations(run.require('export_obs'), width), 'export_obs.npy'
+        return load_observations(run.require('export_obs'), width)[:most], 'export_obs.npy'
     try: obs = rollout_observations(run.root, env_id, seed=seed)
     except PpoTrtError: raise
     except Exception as e:
@@ -292,7 +296,6 @@ def bench_observations(run, env_id, seed=0, settings=None):
                           f'({error_line(e)}); bench it on a machine that can make the env, or give --obs FILE.npy '
                           'or --obs-range LOW:HIGH') from None
     return network_rows(run, obs), f'env rollout (seed {seed}, {len(obs)} obs)'
-
 
 # %% ../../nbs/50_bench.ipynb #38affd0c
 def pin_process(cpu):
