@@ -312,6 +312,9 @@ def skipped(name, reason):
 def trained_model_missing(name, run):
     "Why backend `name` cannot measure `run`: it runs the trained model, and a policy-only folder has no policy.zip."
     if not (B.backends()[name].runner.needs_run and policy_only(run)): return None
+    if onnx_metadata(run.path('onnx')).get('adopted_from'):  # an actor ONNX from another trainer: no model.zip exists
+        return (f'backend {name} runs a trained SB3 model (policy.zip), and {run.root} holds an actor ONNX from '
+                'another trainer: there is none to run; every backend that reads policy.onnx measures it')
     return (f'backend {name} runs the trained model (policy.zip), which {run.root} does not hold (policy.onnx only): '
             f'import the SB3 model it came from into a run folder of its own (ppo-trt import MODEL.zip '
             f'[--vecnormalize FILE.pkl] --env-id ID --run-dir DIR) and bench DIR to measure {name}')

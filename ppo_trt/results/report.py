@@ -14,7 +14,7 @@ from ..core.records import (BenchFile, CLoopRecord, ConfigRecord, EngineRecord, 
                              ExportRecord, ResidualStudyRecord, TrainRecord, load_artifact, read_record, locked,
                              require_fresh, REPORT_INPUTS, CTargetRecord, HilRecord)
 from ..train.sb3 import read_train_log
-from ..measure.evaluate import fallback_label
+from ..measure.evaluate import fallback_label, phase_label, gate_causes, reference_fallbacks, VIOLATIONS_NOTE
 from ..measure.bench import records_by, best_kernel_sweep, advise, TIE_RATIO, fmt_us as _us
 from ..studies.residual import first_reaching
 from ..studies.sweep import (load_sweep, sweep_rows, plot_sweep, plot_sweep_delay, plot_sweep_curves,
@@ -25,20 +25,20 @@ from ..studies.sweep import (load_sweep, sweep_rows, plot_sweep, plot_sweep_dela
 # %% auto #0
 __all__ = ['SWEEP_DIR', 'ROBUST_DIR', 'CLAIMS', 'HEADLINES', 'SECTIONS', 'GPU_TARGETS', 'PARAMETER', 'RESULTS_ONLY',
            'REPORT_TAGS', 'REPORT_CSP', 'RunRecords', 'check_bench', 'load_records', 'record_note', 'current_bench',
-           'Md', 'esc', 'code', 'bold', 'latency_table', 'closed_loop_table', 'advise_table', 'evaluation_table',
-           'soak_table', 'kernel_table', 'legend_overlaps', 'plot_latency_cdf', 'plot_latency_tail', 'plot_throughput',
-           'plot_cost_per_action', 'plot_delay_curve', 'plot_residual_study', 'residual_study_table', 'env_bench_table',
-           'plot_learning_curve', 'batching_pays_at', 'claim_other_records', 'claim_fastest', 'claim_tail_and_sla',
-           'claim_skipped', 'claim_throughput', 'claim_closed_loop', 'current_c_loop', 'claim_c_loop', 'claim_builds',
-           'claim_soak', 'claim_engines', 'claim_export', 'claim_control', 'claim_residual', 'claim_training',
-           'claim_sweep', 'claim_robust', 'interpretation', 'headline_claims', 'more_claims', 'figure_html',
-           'figure_row', 'show', 'section_header', 'section_claims', 'skipped_list', 'section_latency',
-           'section_throughput', 'section_gpu', 'section_closed_loop', 'c_loop_tables', 'section_deploy_c',
-           'section_deploy_robot', 'section_soak', 'sweep_runs_table', 'sweep_tables', 'section_sweep',
-           'section_robust', 'section_control', 'section_residual', 'section_env_bench', 'section_training',
-           'section_export', 'section_machine', 'section_not_measured', 'gpu_backend_table', 'gpu_targets_table',
-           'load_gpu_sessions', 'gpu_mjx_section', 'section_gpu_sessions', 'report_template', 'report_notebook',
-           'clean_report_html', 'offline_html', 'render_report']
+           'Md', 'esc', 'code', 'bold', 'latency_table', 'closed_loop_table', 'advise_table', 'policy_word',
+           'evaluation_table', 'soak_table', 'kernel_table', 'legend_overlaps', 'plot_latency_cdf', 'plot_latency_tail',
+           'plot_throughput', 'plot_cost_per_action', 'plot_delay_curve', 'plot_residual_study', 'residual_study_table',
+           'env_bench_table', 'plot_learning_curve', 'batching_pays_at', 'claim_other_records', 'claim_fastest',
+           'claim_tail_and_sla', 'claim_skipped', 'claim_throughput', 'claim_closed_loop', 'current_c_loop',
+           'claim_c_loop', 'claim_builds', 'claim_soak', 'claim_engines', 'claim_export', 'claim_control',
+           'claim_residual', 'claim_training', 'claim_sweep', 'claim_robust', 'interpretation', 'headline_claims',
+           'more_claims', 'figure_html', 'figure_row', 'show', 'section_header', 'section_claims', 'skipped_list',
+           'section_latency', 'section_throughput', 'section_gpu', 'section_closed_loop', 'c_loop_tables',
+           'section_deploy_c', 'section_deploy_robot', 'section_soak', 'sweep_runs_table', 'sweep_tables',
+           'section_sweep', 'section_robust', 'section_control', 'section_residual', 'section_env_bench',
+           'section_training', 'section_export', 'section_machine', 'section_not_measured', 'gpu_backend_table',
+           'gpu_targets_table', 'load_gpu_sessions', 'gpu_mjx_section', 'section_gpu_sessions', 'report_template',
+           'report_notebook', 'clean_report_html', 'offline_html', 'render_report']
 
 # %% ../../nbs/80_report.ipynb #d867c2b5
 SWEEP_DIR = 'sweep'  # a sweep made with `ppo-trt sweep --out RUN_DIR/sweep` is part of the run's report
@@ -206,25 +206,31 @@ def _eval_cell(ev, p, key, policy_sha256, fmt):
     return fmt(p.returns[key]) + (' †' if s and policy_sha256 and s.policy_sha256 != policy_sha256 else '')
 
 # %% ../../nbs/80_report.ipynb #b1ab6862
-def evaluation_table(ev, policy_sha256=None):
-    "Markdown: per phase PID and PPO mean ± std, each backend's gap to reference, other policy/machine marked; gates."
+def policy_word(recs):
+    "How the report names the policy: PPO when it was trained here, else `the policy` (imported, or a bare ONNX)."
+    return 'PPO' if recs.train and not recs.train.imported_from else 'the policy'
+
+def evaluation_table(ev, policy_sha256=None, policy='PPO'):
+    "Markdown: per phase the fallback and `policy` mean ± std, each backend's gap to reference; gates with their causes."
     ref, others = ev.reference, [b for b in ev.backends if b != ev.reference]
     ms = lambda v: f'{np.mean(v):.1f} ± {np.std(v):.1f}'
     res = any('residual' in p.returns for p in ev.phases)
     cell = lambda p, key, fmt: _eval_cell(ev, p, key, policy_sha256, fmt)
     gap = lambda p: (lambda v: f"{np.mean(v) - np.mean(p.returns[f'ppo:{ref}']):+.1f}")
-    rows = [[p.phase, cell(p, ev.fallback, ms), cell(p, f'ppo:{ref}', ms), *([cell(p, 'residual', ms)] if res else []),
+    period = ev.delay_curve.control_period_ms
+    rows = [[phase_label(p, period), cell(p, ev.fallback, ms), cell(p, f'ppo:{ref}', ms),
+             *([cell(p, 'residual', ms)] if res else []),
              *(cell(p, f'ppo:{b}', gap(p)) for b in others), sum(p.violations.values())] for p in ev.phases]
-    t = _md_table(['phase', fallback_label(ev.fallback), f'PPO ({ref})', *(['expert + residual'] if res else []),
-                   *(f'{b} Δ return' for b in others), 'violations'], rows)
+    t = _md_table(['phase', fallback_label(ev.fallback), f'{policy[0].upper() + policy[1:]} ({ref})',
+                   *(['expert + residual'] if res else []), *(f'{b} Δ return' for b in others), 'violations'], rows)
     if '†' in t: t += '\n\n† evaluated on another policy.onnx: kept in evaluate.json, not comparable with this policy'
-    g = _md_table(['backend', 'SLA', 'violations', 'worst return gap', 'gate'],
+    g = _md_table(['backend', 'SLA', 'violations', f'worst return gap (below {ref})', 'gate'],
                   [[code(b), 'not measured' if x.sla_pass is None else 'met' if x.sla_pass else bold('missed'),
                     x.violations, f"{x.worst_return_gap:.2%}",
-                    'pass' if x.passed else Md(bold('FAIL') + (esc(f" (not in {', '.join(x.phases_missing)})")
-                                                             if x.phases_missing else ''))]
+                    'pass' if x.passed else Md(bold('FAIL') + esc(': ' + '; '.join(gate_causes(ev, b))))]
                    for b, x in ev.gates.items()])
-    return t + '\n\n' + g
+    notes = [VIOLATIONS_NOTE[0].upper() + VIOLATIONS_NOTE[1:] + '.', reference_fallbacks(ev)]
+    return t + '\n\n' + g + ''.join(f'\n\n{esc(n[0].upper() + n[1:])}' for n in notes if n)
 
 # %% ../../nbs/80_report.ipynb #d50328d2
 def soak_table(bench):
@@ -571,14 +577,15 @@ def claim_export(recs, bench):
 
 # %% ../../nbs/80_report.ipynb #8212b017
 def claim_control(recs, bench):
-    "PPO against the PID baseline per phase, what actuation delay does to it, and which backends pass the gate."
+    "The policy against the fallback per phase, what actuation delay does to it, and which backends pass the gate."
     ev = recs.evaluate
     if not ev: return []
     ref = f"ppo:{ev.reference}"
     wins = [p.phase for p in ev.phases if np.mean(p.returns[ref]) > np.mean(p.returns[ev.fallback])]
-    out = [f"Under {len(ev.phases)} scenario phases ({ev.episodes} episodes each), PPO beats the "
-           f"{fallback_label(ev.fallback)} baseline in "
-           f"{len(wins)}" + (f" ({esc(', '.join(wins))})" if 0 < len(wins) < len(ev.phases) else '') + '.']
+    who = policy_word(recs)
+    out = [f"Under {len(ev.phases)} scenario phases ({ev.episodes} episodes each), {who} beats the "
+           f"{fallback_label(ev.fallback)} baseline in {len(wins)} of the {len(ev.phases)} phases"
+           + (f" ({esc(', '.join(wins))})" if 0 < len(wins) < len(ev.phases) else '') + '.']
     c = ev.delay_curve
     if len(c.ppo) > 1:
         half = next(((ms, r) for ms, r in zip(c.delay_ms, c.ppo) if r < 0.5 * c.ppo[0]), None)
@@ -588,7 +595,7 @@ def claim_control(recs, bench):
             cost = (f"a delay of {ms:g} ms ({periods:g} control period{'' if periods == 1 else 's'}) drops it by "
                     f"{1 - r / c.ppo[0]:.0%} to {r:.0f}, ")
         else: cost = f"no delay up to {c.delay_ms[-1]:g} ms costs it half, "
-        out.append(f"With no actuation delay PPO returns {c.ppo[0]:.0f}; " + cost
+        out.append(f"With no actuation delay {who} returns {c.ppo[0]:.0f}; " + cost
                    + f"while the slowest measured backend's p99 inference latency is {worst * 1e3:.3g} µs.")
     passed = [b for b, g in ev.gates.items() if g.passed]
     failed = [b for b in ev.gates if b not in passed]
@@ -1036,14 +1043,16 @@ def section_control(recs):
     ev = recs.evaluate
     if not ev: return []
     fb = fallback_label(ev.fallback)
-    out = [_md('## Control quality per scenario phase\n\nPPO through each backend in the safe control loop '
+    who = policy_word(recs)
+    out = [_md(f'## Control quality per scenario phase\n\n{who[0].upper() + who[1:]} through each backend in the safe '
+               'control loop '
                f'({fb} as its fallback), beside the {fb} alone, on identical seeds (`ppo-trt evaluate`).'
                + ''.join(f'\n\nPhase {esc(p)} not evaluated: {esc(why)}.' for p, why in ev.skipped_phases.items())
                + '\n\n'
-               + evaluation_table(ev, recs.policy_sha256) + more_claims(recs, claim_control))]
+               + evaluation_table(ev, recs.policy_sha256, who) + more_claims(recs, claim_control))]
     if ev.delay_curve.delay_steps:
         out.append(figure_html(plot_delay_curve(ev.delay_curve, ev.fallback),
-                               f'Mean return against injected actuation delay, PPO and {fb}'))
+                               f'Mean return against injected actuation delay, {who} and {fb}'))
     return out
 
 # %% ../../nbs/80_report.ipynb #68c887ef
