@@ -179,7 +179,7 @@ def _add_residual_study(p):
     p.add_argument('--seed', type=number(int, 0), default=0, help='seed of both trainings')
     p.add_argument('--timesteps', type=positive_timesteps, default=None,
                    help="timesteps of each training (default: the preset's)")
-    p.add_argument('--preset', default='seed', help='training preset')
+    p.add_argument('--preset', default='default', help='training preset')
     p.add_argument('--eval-freq', type=number(int, MIN_EVAL_FREQ), default=None, help='timesteps between evaluations')
     p.add_argument('--eval-episodes', type=number(int, 1, MAX_EPISODES), default=5, help='episodes per evaluation')
     p.add_argument('--expert', default='pid', help='the expert the residual corrects')
@@ -479,12 +479,13 @@ def _fast_stage(run_dir, config, force=False):
     from ppo_trt.train.fast_ppo import fast_train
     _say(f'fast on-device PPO on {config.env_id} ({config.settings.num_envs} envs on {config.device}) into {run_dir}')
     r = fast_train(run_dir, config, force=force)
-    _say(f"{r.timesteps:,} steps in {r.wall_s:.1f} s ({r.steps_per_s:,.0f} steps/s, env + inference + "
+    _say(f"{r.timesteps:,} steps in {r.wall_s:.1f} s of training ({r.steps_per_s:,.0f} steps/s, env + inference + "
          f"training; envs: {r.env_backend}; {_threads_line(r.thread_plan)}); "
          f"return on {r.final_eval_episodes} held-out episodes {r.final_eval_mean:.1f} ± {r.final_eval_std:.1f}"
          + (f"; reached {r.target_return:g} at step {r.solved_at_timesteps:,} after {r.solved_at_wall_s:.1f} s"
             if r.solved else ''))
-    if r.profile: _say(f'where the {r.call_wall_s:.1f} s went: {_profile_line(r.profile)}')
+    if r.profile: _say(f'{r.call_wall_s:.1f} s in all, with setup, the held-out evaluation and saving: '
+                       f'{_profile_line(r.profile)}')
     return r
 
 # %% ../nbs/90_cli.ipynb #63f63569

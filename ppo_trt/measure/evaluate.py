@@ -28,7 +28,7 @@ from ..core.options import option, configured, number, name_list, MAX_EPISODES
 # %% auto #0
 __all__ = ['BACKEND_FAULTS', 'DELAY_STEPS', 'VIOLATIONS_NOTE', 'ControlLoop', 'delay_curve', 'merge_evaluation', 'fallback_label',
            'Contenders', 'evaluate_phase', 'evaluated_env', 'EvalSettings', 'evaluate', 'sla_words', 'phase_label',
-           'fault_words', 'gate_causes', 'reference_fallbacks', 'print_evaluation']
+           'fault_words', 'compared_phases', 'gate_causes', 'pass_words', 'reference_fallbacks', 'print_evaluation']
 
 # %% ../../nbs/51_evaluate.ipynb #9a6b607a
 BACKEND_FAULTS = ('deadline', 'nonfinite', 'bad-input')  # event kinds that count against a backend
@@ -105,18 +105,20 @@ def _return_shortfall(p, backend, reference):
     return max(0.0, (ref - mine) / max(abs(ref), 1e-9))
 
 def _gates(rep, bench, policy_sha256=None):
-    "Per backend: SLA (this policy's bench records) AND no violations AND return at most 1 % below reference, all phases."
+    "Per backend: SLA (this policy's bench records) AND no violations AND return at most 1 % below a clean reference."
     cur = {k for k, s in bench.sessions.items() if s.policy_sha256 == policy_sha256} if bench else set()
     sla = {r.backend: r.sla_pass for r in records_by(bench, 'latency')
            if not cur or r.session in cur} if bench else {}
     out = {}
     for b in rep.backends:
         mine = [p for p in rep.phases if f'ppo:{b}' in p.returns and f'ppo:{rep.reference}' in p.returns]
-        gaps = [_return_shortfall(p, b, rep.reference) for p in mine]  # doing better than the reference never fails
-        worst, viol = max(gaps, default=float('nan')), sum(p.violations.get(b, 0) for p in mine)
+        # doing better than the reference never fails; a phase where the reference itself fell back compares nothing
+        gaps = [_return_shortfall(p, b, rep.reference) for p in mine if not p.violations.get(rep.reference)]
+        worst, viol = max(gaps, default=0.0 if mine else float('nan')), sum(p.violations.get(b, 0) for p in mine)
         missing = [p.phase for p in rep.phases if p not in mine]
         out[b] = Gate(sla_pass=sla.get(b), violations=viol, worst_return_gap=worst, phases_missing=missing,
-                      passed=bool(sla.get(b)) and viol == 0 and worst <= 0.01 and not missing)
+                      passed=bool(sla.get(b)) and viol == 0 and worst <= 0.01 and not missing
+                             and bool(gaps))
     return out
 
 # %% ../../nbs/51_evaluate.ipynb #113ec9ed
@@ -384,6 +386,11 @@ def fault_words(rep, backend, advice=True):
         out.append(f'{what}: {why}' if advice else what)
     return '; '.join(out)
 
+def compared_phases(rep, backend):
+    "The phases where `backend`'s return is compared with the reference's: both ran, and the reference never fell back."
+    return [p for p in rep.phases if f'ppo:{backend}' in p.returns and f'ppo:{rep.reference}' in p.returns
+            and not p.violations.get(rep.reference)]
+
 def gate_causes(rep, backend):
     "Why `backend`'s gate fails, one phrase per cause in words (SLA, violations, return below the reference, phases)."
     g, out = rep.gates[backend], []
@@ -392,14 +399,19 @@ def gate_causes(rep, backend):
     elif not g.sla_pass: out.append("SLA missed: bench's p99 batch-1 latency is over the SLA")
     if g.violations: out.append(fault_words(rep, backend))
     if g.worst_return_gap > 0.01:
-        worst = max((p for p in rep.phases if f'ppo:{backend}' in p.returns and f'ppo:{rep.reference}' in p.returns),
-                    key=lambda p: _return_shortfall(p, backend, rep.reference))
-        fell = worst.violations.get(rep.reference, 0)
+        worst = max(compared_phases(rep, backend), key=lambda p: _return_shortfall(p, backend, rep.reference))
         out.append(f"its mean return is {g.worst_return_gap:.1%} below the reference {rep.reference}'s in "
-                   f"{phase_label(worst, rep.delay_curve.control_period_ms)} (the gate allows 1 %)"
-                   + (f'; the reference itself fell back {fell:,} times there' if fell else ''))
+                   f"{phase_label(worst, rep.delay_curve.control_period_ms)} (the gate allows 1 %)")
     if g.phases_missing: out.append(f"not evaluated in {', '.join(g.phases_missing)}")
+    if not compared_phases(rep, backend) and len(g.phases_missing) < len(rep.phases):
+        out.append(f'its return is compared in no phase: the reference {rep.reference} fell back in every one')
     return out
+
+def pass_words(rep, backend):
+    "What a passed gate checked, in words: the phases whose returns it compared."
+    n, left = len(compared_phases(rep, backend)), len(rep.phases)
+    return (f'SLA met, no violations, mean return at most 1 % below {rep.reference} in '
+            + ('every phase' if n == left else f'{n} of {left} phases (the reference fell back in the others)'))
 
 def reference_fallbacks(rep):
     "A line on the reference's own fallbacks per phase (its returns there are partly the fallback's), or ''."
@@ -409,7 +421,7 @@ def reference_fallbacks(rep):
     if not per: return ''
     return (f"the reference {ref} fell back to the {fallback_label(rep.fallback)} {sum(per.values()):,} times "
             f"({', '.join(f'{k}: {v:,}' for k, v in per.items())}; {fault_words(rep, ref, advice=False)}): in those phases its "
-            'returns are partly the fallback\'s, so every gap to it is measured against a disturbed reference')
+            "returns are partly the fallback's, so no backend's return is compared with it there")
 
 # %% ../../nbs/51_evaluate.ipynb #e8938b00
 def print_evaluation(rep, con=None, policy='PPO'):
@@ -439,8 +451,7 @@ def print_evaluation(rep, con=None, policy='PPO'):
         f'{k} ({ms:g} ms): {policy} {a:.0f} / {fallback_label(rep.fallback)} {b:.0f}'
         for k, ms, a, b in zip(c.delay_steps, c.delay_ms, c.ppo, c.pid)))
     for b, g in rep.gates.items():
-        con.print(f"gate {escape(b)}: " + ('[green]PASS[/]: SLA met, no violations, mean return at most 1 % below '
-                                           f'{escape(rep.reference)} in every phase' if g.passed else
+        con.print(f"gate {escape(b)}: " + (f'[green]PASS[/]: {escape(pass_words(rep, b))}' if g.passed else
                                            '[red]FAIL[/]: ' + escape('; '.join(gate_causes(rep, b)))))
     if line := reference_fallbacks(rep): con.print(escape(line))
     for p, why in rep.skipped_phases.items(): con.print(f'phase {p} skipped: {escape(shown(why, 200))}')

@@ -21,6 +21,7 @@ from ..studies.sweep import (load_sweep, sweep_rows, plot_sweep, plot_sweep_dela
                                    plot_sweep_curriculum, COMPARISONS, target_check, target_table, rrls_rows,
                                    gap_rows, adr_levels, plot_adr_ranges, robust_findings,
                                    RRLS_PUBLISHED_NOTE)
+from ..core.files import pip_extra
 
 # %% auto #0
 __all__ = ['SWEEP_DIR', 'ROBUST_DIR', 'CLAIMS', 'HEADLINES', 'SECTIONS', 'GPU_TARGETS', 'PARAMETER', 'RESULTS_ONLY',
@@ -452,7 +453,8 @@ def claim_tail_and_sla(recs, bench):
     if not lat: return []
     sla, fails = bench.settings.sla_us, [r.backend for r in lat if not r.sla_pass]
     out = [f'All {len(lat)} backends that ran meet the SLA (p99 < {sla:g} µs).' if not fails else
-           f'{_names(fails)} miss the SLA (p99 < {sla:g} µs); the other {len(lat) - len(fails)} meet it.']
+           f"{_names(fails)} miss{'es' if len(fails) == 1 else ''} the SLA (p99 < {sla:g} µs); the other "
+           f"{len(lat) - len(fails)} meet{'s' if len(lat) - len(fails) == 1 else ''} it."]
     tail = max(lat, key=lambda r: r.stats.p99_us / r.stats.p50_us)
     ts = tail.stats
     out.append(f"The widest tail is {code(tail.backend)}'s: its p99 is {ts.p99_us / ts.p50_us:.1f}× its p50 "
@@ -967,7 +969,7 @@ def sweep_runs_table(s):
 def _sweep_figure(s):
     "rliable's interval plot of the sweep, or a line saying how to get it where rliable is not installed."
     try: return figure_html(plot_sweep(s), 'IQM return per phase and variant with 95 % CIs')
-    except ImportError: return _md('(The interval plot needs rliable: `pip install "ppo_trt[sweep]"`.)')
+    except ImportError: return _md('(The interval plot needs rliable: `' + pip_extra('sweep') + '`.)')
 
 # %% ../../nbs/80_report.ipynb #2508daf8
 def sweep_tables(s):
