@@ -316,9 +316,10 @@ def evaluate(run_dir, settings=None, **options):
                 f'({len(done)}/{total})')
         for ph in phases:
             params = {**PHASES[ph][1], **((s.overrides or {}).get(ph, {}))}
+            named = f"delay ({params['steps']} steps)" if ph == 'delay' else ph  # the figure's step count named
             results.append(evaluate_phase(env_id, ph, params, [seed + i for i in range(episodes)],
                                           Contenders(pid, extra, runners), deadline_us, sid,
-                                          lambda policy, rets, ph=ph: tick(ph, policy, rets)))
+                                          lambda policy, rets, named=named: tick(named, policy, rets)))
         if delay_steps:
             say(f'delay curve: PPO on {ref} and {fallback_label(fallback_kind(pid))} at {len(delay_steps)} actuation '
                 'delays ...')
