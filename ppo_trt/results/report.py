@@ -601,7 +601,8 @@ def claim_control(recs, bench):
                    + f"while the slowest measured backend's p99 inference latency is {worst * 1e3:.3g} µs.")
     passed = [b for b, g in ev.gates.items() if g.passed]
     failed = [b for b in ev.gates if b not in passed]
-    out.append(f"Gate (SLA met, zero violations, mean return within 1 % of {code(ev.reference)} in every phase): "
+    out.append(f"Gate (SLA met, zero violations, mean return at most 1 % below {code(ev.reference)}'s in every phase "
+               "where the reference never fell back): "
                + (f'passed by {_names(passed)}' if passed else 'no backend passes')
                + (f'; failed by {_names(failed)}.' if failed else '.'))
     return out
