@@ -586,7 +586,8 @@ def print_bench(result, session=None, con=None):
     for r in result.records:
         if r.failed: con.print(f"[yellow]failed {escape(shown(r.backend, 40))}[/]: {escape(shown(r.reason, 400))}")
     for line in skip_lines({r.backend: r.reason for r in result.records if not r.ran and not r.failed}):
-        con.print(f'[yellow]skipped[/] {escape(line)}')
+        names, why = line.split(': ', 1)
+        con.print(f'[yellow]skipped {escape(names)}[/]: {escape(why)}')
     for r in records_by(result, 'latency'):
         if r.kernel_only is None: continue
         k, top = r.kernel_only, best_kernel_sweep(result, r.backend)

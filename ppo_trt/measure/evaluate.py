@@ -459,4 +459,6 @@ def print_evaluation(rep, con=None, policy='PPO'):
                                            '[red]FAIL[/]: ' + escape('; '.join(gate_causes(rep, b)))))
     if line := reference_fallbacks(rep): con.print(escape(line))
     for p, why in rep.skipped_phases.items(): con.print(f'phase {p} skipped: {escape(shown(why, 200))}')
-    for line in skip_lines(rep.skipped): con.print(f'[yellow]skipped[/] {escape(line)}')
+    for line in skip_lines(rep.skipped):
+        names, why = line.split(': ', 1)
+        con.print(f'[yellow]skipped {escape(names)}[/]: {escape(why)}')

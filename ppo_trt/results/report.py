@@ -334,11 +334,11 @@ def plot_cost_per_action(bench):
     return fig
 
 # %% ../../nbs/80_report.ipynb #a3c91604
-def plot_delay_curve(curve, fallback='pid'):
-    "Mean return vs injected actuation delay for PPO and PID, with each backend's p99 inference latency marked."
+def plot_delay_curve(curve, fallback='pid', label='PPO (torch)'):
+    "Mean return vs injected actuation delay for the policy (`label`) and the fallback, each backend's p99 marked."
     fig, ax = _fig(7, 5)
     # markers only: delays were injected in whole control periods, nothing was measured in between
-    ax.plot(curve.delay_ms, curve.ppo, 'o', ms=7, label='PPO (torch)')
+    ax.plot(curve.delay_ms, curve.ppo, 'o', ms=7, label=label)
     ax.plot(curve.delay_ms, curve.pid, 's', ms=6, label=f'{fallback_label(fallback)} baseline')
     for i, (b, ms) in enumerate(sorted(curve.latency_p99_ms.items(), key=lambda x: x[1])):
         ax.axvline(ms, color=f'C{i + 2}', lw=1, ls=':', label=f'{b} p99 latency ({ms * 1e3:.3g} µs)')
@@ -1054,7 +1054,7 @@ def section_control(recs):
                + '\n\n'
                + evaluation_table(ev, recs.policy_sha256, who) + more_claims(recs, claim_control))]
     if ev.delay_curve.delay_steps:
-        out.append(figure_html(plot_delay_curve(ev.delay_curve, ev.fallback),
+        out.append(figure_html(plot_delay_curve(ev.delay_curve, ev.fallback, f'{who} ({ev.reference})'),
                                f'Mean return against injected actuation delay, {who} and {fb}'))
     return out
 
