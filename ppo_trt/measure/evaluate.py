@@ -26,9 +26,10 @@ from fastcore.basics import patch
 from ..core.options import option, configured, number, name_list, MAX_EPISODES
 
 # %% auto #0
-__all__ = ['BACKEND_FAULTS', 'DELAY_STEPS', 'VIOLATIONS_NOTE', 'ControlLoop', 'delay_curve', 'merge_evaluation', 'fallback_label',
-           'Contenders', 'evaluate_phase', 'evaluated_env', 'EvalSettings', 'evaluate', 'sla_words', 'phase_label',
-           'fault_words', 'compared_phases', 'gate_causes', 'pass_words', 'reference_fallbacks', 'print_evaluation']
+__all__ = ['BACKEND_FAULTS', 'DELAY_STEPS', 'VIOLATIONS_NOTE', 'ControlLoop', 'return_shortfall', 'delay_curve',
+           'merge_evaluation', 'fallback_label', 'Contenders', 'evaluate_phase', 'evaluated_env', 'EvalSettings',
+           'evaluate', 'sla_words', 'phase_label', 'fault_words', 'compared_phases', 'gate_causes', 'pass_words',
+           'reference_fallbacks', 'print_evaluation']
 
 # %% ../../nbs/51_evaluate.ipynb #9a6b607a
 BACKEND_FAULTS = ('deadline', 'nonfinite', 'bad-input')  # event kinds that count against a backend
@@ -99,7 +100,7 @@ def step(self: ControlLoop, obs, trip=False):
     return action
 
 # %% ../../nbs/51_evaluate.ipynb #775f7e27
-def _return_shortfall(p, backend, reference):
+def return_shortfall(p, backend, reference):
     "How far `backend`'s mean return falls short of `reference`'s in phase `p`, relative; 0 when it does as well or better."
     ref, mine = p.means[f'ppo:{reference}'], p.means[f'ppo:{backend}']
     return max(0.0, (ref - mine) / max(abs(ref), 1e-9))
@@ -113,7 +114,7 @@ def _gates(rep, bench, policy_sha256=None):
     for b in rep.backends:
         mine = [p for p in rep.phases if f'ppo:{b}' in p.returns and f'ppo:{rep.reference}' in p.returns]
         # doing better than the reference never fails; a phase where the reference itself fell back compares nothing
-        gaps = [_return_shortfall(p, b, rep.reference) for p in mine if not p.violations.get(rep.reference)]
+        gaps = [return_shortfall(p, b, rep.reference) for p in mine if not p.violations.get(rep.reference)]
         worst, viol = max(gaps, default=0.0 if mine else float('nan')), sum(p.violations.get(b, 0) for p in mine)
         missing = [p.phase for p in rep.phases if p not in mine]
         out[b] = Gate(sla_pass=sla.get(b), violations=viol, worst_return_gap=worst, phases_missing=missing,
@@ -399,7 +400,7 @@ def gate_causes(rep, backend):
                                       '(ppo-trt bench measures it)')
     elif not g.sla_pass: out.append("SLA missed: bench's p99 batch-1 latency is over the SLA")
     if g.violations: out.append(fault_words(rep, backend))
-    short = {p.phase: (p, _return_shortfall(p, backend, rep.reference)) for p in compared_phases(rep, backend)}
+    short = {p.phase: (p, return_shortfall(p, backend, rep.reference)) for p in compared_phases(rep, backend)}
     worst, gap = max(short.values(), key=lambda x: x[1], default=(None, 0.0))
     if gap > 0.01:
         out.append(f"its mean return is {gap:.1%} below the reference {rep.reference}'s in "
