@@ -17,10 +17,11 @@ from . import __version__
 
 # %% auto #0
 __all__ = ['DEFAULT_ENV_IDS', 'JSON_COMMANDS', 'READ_ONLY', 'OWN_LOCK', 'C_TARGETS', 'FAST_ONLY', 'ENV_STATE_BYTES',
-           'BENCH_MARKER', 'BENCH_MADE_BY', 'COMMANDS', 'default_env_id', 'parser', 'writable_run_dir', 'cmd_train',
-           'cmd_export', 'cmd_export_c', 'cmd_c_loop', 'cmd_build', 'bench_file_dir', 'policy_bytes', 'CommandFailed',
-           'bench_failures', 'cmd_bench', 'cmd_evaluate', 'cmd_import', 'cmd_residual_study', 'cmd_env_bench',
-           'cmd_report', 'cmd_advise', 'run_folder_rows', 'cmd_doctor', 'cmd_enjoy', 'cmd_docs', 'cmd_sweep', 'cmd_run',
+           'BENCH_MARKER', 'BENCH_MADE_BY', 'REFRESHES_REPORT', 'COMMANDS', 'default_env_id', 'parser',
+           'writable_run_dir', 'cmd_train', 'cmd_export', 'cmd_export_c', 'cmd_c_loop', 'cmd_build', 'bench_file_dir',
+           'policy_bytes', 'CommandFailed', 'bench_failures', 'cmd_bench', 'cmd_evaluate', 'network_sha256',
+           'bring_bench_record', 'cmd_import', 'cmd_residual_study', 'cmd_env_bench', 'cmd_report', 'refresh_report',
+           'cmd_advise', 'run_folder_rows', 'cmd_doctor', 'cmd_enjoy', 'cmd_docs', 'cmd_sweep', 'cmd_run',
            'cmd_compare', 'main']
 
 # %% ../nbs/90_cli.ipynb #43d531a1
@@ -178,7 +179,7 @@ def _add_residual_study(p):
     p.add_argument('--seed', type=number(int, 0), default=0, help='seed of both trainings')
     p.add_argument('--timesteps', type=positive_timesteps, default=None,
                    help="timesteps of each training (default: the preset's)")
-    p.add_argument('--preset', default='seed', help='training preset')
+    p.add_argument('--preset', default='default', help='training preset')
     p.add_argument('--eval-freq', type=number(int, MIN_EVAL_FREQ), default=None, help='timesteps between evaluations')
     p.add_argument('--eval-episodes', type=number(int, 1, MAX_EPISODES), default=5, help='episodes per evaluation')
     p.add_argument('--expert', default='pid', help='the expert the residual corrects')
@@ -478,12 +479,13 @@ def _fast_stage(run_dir, config, force=False):
     from ppo_trt.train.fast_ppo import fast_train
     _say(f'fast on-device PPO on {config.env_id} ({config.settings.num_envs} envs on {config.device}) into {run_dir}')
     r = fast_train(run_dir, config, force=force)
-    _say(f"{r.timesteps:,} steps in {r.wall_s:.1f} s ({r.steps_per_s:,.0f} steps/s, env + inference + "
+    _say(f"{r.timesteps:,} steps in {r.wall_s:.1f} s of training ({r.steps_per_s:,.0f} steps/s, env + inference + "
          f"training; envs: {r.env_backend}; {_threads_line(r.thread_plan)}); "
          f"return on {r.final_eval_episodes} held-out episodes {r.final_eval_mean:.1f} ± {r.final_eval_std:.1f}"
          + (f"; reached {r.target_return:g} at step {r.solved_at_timesteps:,} after {r.solved_at_wall_s:.1f} s"
             if r.solved else ''))
-    if r.profile: _say(f'where the {r.call_wall_s:.1f} s went: {_profile_line(r.profile)}')
+    if r.profile: _say(f'{r.call_wall_s:.1f} s in all, with setup, the held-out evaluation and saving: '
+                       f'{_profile_line(r.profile)}')
     return r
 
 # %% ../nbs/90_cli.ipynb #63f63569
@@ -689,9 +691,38 @@ def cmd_evaluate(a):
     rd = _run_dir(a)
     live = sys.stdout.isatty()  # a progress bar on a terminal; piped, a line per phase and policy as it finishes
     rep = evaluate(rd, from_args(EvalSettings, a, env_id=a.env_id, progress=live, say=None if live else _say))
-    print_evaluation(rep)
+    tr = load_artifact(RunDir(rd), 'train_record') if RunDir(rd).has('train_record') else None
+    print_evaluation(rep, policy='PPO' if tr and not tr.imported_from else 'the policy')  # PPO if trained here
     _say(f"wrote {RunDir(rd).path('evaluate_record')}")
     return rep
+
+# %% ../nbs/90_cli.ipynb #bring001
+def network_sha256(path):
+    "SHA-256 of a policy.onnx's graph with its weights, its metadata left out: the same network, however labelled."
+    import hashlib
+    from ppo_trt.export.onnx import read_onnx
+    proto = read_onnx(path)
+    del proto.metadata_props[:]
+    return hashlib.sha256(proto.graph.SerializeToString(deterministic=True)).hexdigest()
+
+def bring_bench_record(src, rd):
+    "bench.json of `ppo-trt bench SRC` (runs/bench-<stem>) into run folder `rd` when it timed the same network; or None."
+    import msgspec
+    from ppo_trt.core.files import save_json, policy_sha256
+    bd, rd = (Path('runs')/f'bench-{Path(src).stem}').absolute(), Path(rd)
+    if RunDir(rd).has('bench_record'): return None
+    if not all((bd/f).is_file() for f in (BENCH_MARKER, 'bench.json', 'policy.onnx')): return None
+    if network_sha256(bd/'policy.onnx') != network_sha256(rd/'policy.onnx'): return None
+    rec = load_artifact(RunDir(bd), 'bench_record')
+    old, new = policy_sha256(bd/'policy.onnx'), policy_sha256(rd/'policy.onnx')
+    mine = {k: msgspec.structs.replace(s, policy_sha256=new) for k, s in rec.sessions.items() if s.policy_sha256 == old}
+    if not mine: return None
+    note = (f'timed by `ppo-trt bench {Path(src).name}` in {bd} on the same network (its policy.onnx differs in '
+            'metadata only); brought here by `ppo-trt import`')
+    rec = msgspec.structs.replace(rec, sessions=mine, records=[r for r in rec.records if r.session in mine],
+                                  run_dir=str(rd.absolute()), notes=[*rec.notes, note])
+    save_json(rd/'bench.json', rec)
+    return bd
 
 # %% ../nbs/90_cli.ipynb #b111ab4b
 def cmd_import(a):
@@ -702,6 +733,8 @@ def cmd_import(a):
     line, rec = import_policy(a.model, ImportSettings(a.env_id, rd, a.vecnormalize, a.obs_name, a.action_name,
                                                       a.parity_obs))
     _say(f'imported {line}')
+    if Path(a.model).suffix == '.onnx' and (bd := bring_bench_record(a.model, rd)):
+        _say(f'brought bench.json along from {bd}: `ppo-trt bench {Path(a.model).name}` timed the same network there')
     _say(f'{rd} is a run folder: ' + ('ppo-trt export, bench, evaluate, report, export-c' if (rd/'policy.zip').exists()
                                       else 'ppo-trt bench, evaluate, report, export-c') + f' --run-dir {rd}')
     return rec
@@ -760,6 +793,19 @@ def _report_stage(run_dir, env_id=None):
     return p
 
 def cmd_report(a): return _report_stage(_run_dir(a), a.env_id)
+
+# %% ../nbs/90_cli.ipynb #refrsh01
+REFRESHES_REPORT = ('train', 'import', 'export', 'build', 'bench', 'evaluate', 'export-c', 'c-loop', 'residual-study',
+                    'env-bench')  # the stages whose records the report reads
+
+def refresh_report(run_dir):
+    "Re-render the run folder's report.html after a stage added a record, where it has one; else None. Never fails."
+    rd = Path(run_dir)
+    if not (rd/'report.html').is_file(): return None  # no report asked for yet: `ppo-trt report` renders one
+    _say(f'updating {rd/"report.html"} with the new record ...')
+    try: return _report_stage(rd)
+    except PpoTrtError as e:
+        _say(f'report.html not updated ({_one_line(e)}): run `ppo-trt report --run-dir {rd}`'); return None
 
 # %% ../nbs/90_cli.ipynb #77dea6a1
 def cmd_advise(a):
@@ -995,7 +1041,9 @@ def main(argv=None):
             if not _locks_run_folder(a): result = COMMANDS[a.command](a)
             else:
                 rd = writable_run_dir(_folder(a)); created = not rd.exists()
-                with run_lock(rd, f'ppo-trt {a.command}', wait=not a.no_wait): result = COMMANDS[a.command](a)
+                with run_lock(rd, f'ppo-trt {a.command}', wait=not a.no_wait):
+                    result = COMMANDS[a.command](a)
+                    if a.command in REFRESHES_REPORT: refresh_report(rd)  # a report never lags its records
     except (PpoTrtError, OSError) as e:
         if created: _forget_if_empty(rd)
         print(terminal_line(f'ppo-trt {a.command}: error: {_one_line(e)}'), file=sys.stderr)

@@ -68,7 +68,7 @@ def test_batched_mujoco_picks_the_batch_for_hopper():
     env, how = batched_mujoco('Hopper-v5', 4, ranges='mass,push')
     assert type(env) is MujocoBatched and how.startswith('mujoco.batch'), how
     env, how = batched_mujoco('Hopper-v4', 4, ranges=None, num_threads=1)  # nominal Hopper: the batch as well
-    assert type(env) is MujocoBatched and how.startswith('mujoco.batch') and '(1 threads)' in how, how
+    assert type(env) is MujocoBatched and how.startswith('mujoco.batch') and '(1 thread)' in how, how
     env, how = batched_mujoco('Walker2d-v4', 4, ranges=None, num_threads=1)
     assert type(env) is EnvPoolBatched and how.startswith('envpool'), how
     env, how = batched_mujoco('Walker2d-v4', 4, ranges='friction')

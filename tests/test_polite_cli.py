@@ -120,7 +120,7 @@ def test_evaluate_says_sla_in_words(run_copy):
                 '--deadline-us', 1e6)
     assert r.returncode == 0, r.stderr[-2000:]
     gates = [l for l in r.stdout.splitlines() if l.startswith('gate ')]
-    assert gates and all('SLA not measured (no bench record)' in l for l in gates), gates
+    assert gates and all('SLA not measured: bench.json has no latency record' in l for l in gates), gates
     assert not any(w in r.stdout for w in ('SLA None', 'SLA True', 'SLA False'))
 
 def test_help_shows_a_list_default_as_typed():

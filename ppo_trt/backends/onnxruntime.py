@@ -11,6 +11,7 @@ from ..core.machine import package_version, FIXES, ort_status, gpu_info, doctor_
 from ..export.onnx import load_onnx
 from .runner import (Runner, Backend, Family, BackendUnavailable, check_obs, hot_path_dtype,
                                      hot_path_shape, module_available, policy_source)
+from ..core.files import pip_extra
 
 # %% auto #0
 __all__ = ['ORT_GPU_FIX', 'ORT_TRT_FIX', 'FAMILY', 'ort_session', 'OrtRunner', 'OrtIoBindRunner', 'OrtCudaRunner', 'OrtTrtRunner',
@@ -94,7 +95,7 @@ class OrtIoBindRunner(OrtRunner):
         return self._bound(slots, check_obs(obs, self.obs_dim)).copy()
 
 # %% ../../nbs/42_onnxruntime.ipynb #197ca955
-ORT_GPU_FIX = ('pip uninstall -y onnxruntime && pip install "ppo_trt[gpu]"  '
+ORT_GPU_FIX = (f'pip uninstall -y onnxruntime && {pip_extra("gpu")}  '
                '(onnxruntime-gpu; one onnxruntime wheel only)')
 ORT_TRT_FIX = ORT_GPU_FIX + ' plus TensorRT 10 libraries (libnvinfer.so.10) on LD_LIBRARY_PATH'
 

@@ -213,12 +213,26 @@ def doctor_rows(info=None):
     return rows
 
 # %% ../../nbs/49_registry.ipynb #a4a381aa
+def _parts(text):
+    "`text` split at '; ' and ' plus ' outside parentheses: the separate steps of a fix."
+    out, depth, cur, i = [], 0, '', 0
+    while i < len(text):
+        ch = text[i]
+        depth += (ch == '(') - (ch == ')')
+        sep = next((s for s in ('; ', ' plus ') if depth == 0 and text.startswith(s, i)), None)
+        if sep: out.append(cur); cur, i = '', i + len(sep); continue
+        cur += ch; i += 1
+    return [p.strip() for p in out + [cur] if p.strip()]
+
 def backend_lines():
-    "Doctor's line per backend (family; available, or what is missing and how to get it) and per plugin skipped."
+    "Doctor's line per backend (family; available, or what is missing and the steps of its fix not already said)."
     out = []
     for n, (ok, why) in available().items():
         b = registry().backends[n]
         family = b.family if b.origin == 'built-in' else f'{b.family} ({b.origin})'
-        state = 'available' if ok else f'missing: {why}' + ('' if b.hint in why else f' | to get it: {b.hint}')
+        more = [p for p in _parts(b.hint) if p not in why]  # each fix said once
+        state = 'available' if ok else f'missing: {why}' + (
+            '' if not more else f" | to get it: {'; '.join(more)}" if len(more) == len(_parts(b.hint))
+            else f" | also: {'; '.join(more)}")
         out.append(f'backend {n:16s} {family:12s} {state}')
     return out + [f'plugin  {ep} skipped: {why}' for ep, why in skipped().items()]

@@ -13,6 +13,7 @@ from ..core.machine import package_version, trt_status, cuda_python_status, doct
 from ..export.tensorrt import FLAVOURS
 from .runner import (Runner, Backend, Family, BackendUnavailable, hot_path_shape, module_available,
                                      policy_source)
+from ..core.files import pip_extra
 
 # %% auto #0
 __all__ = ['CUDA_PYTHON_FIX', 'FAMILY', 'TrtRunner', 'TrtRtxRunner', 'doctor_checks']
@@ -27,7 +28,7 @@ def _cuda_call(res, what):
     return vals[0] if len(vals) == 1 else vals
 
 # %% ../../nbs/46_tensorrt_runners.ipynb #8c0ce062
-CUDA_PYTHON_FIX = 'pip install "ppo_trt[gpu]"  (cuda-python >= 12.6)'
+CUDA_PYTHON_FIX = f'{pip_extra("gpu")}  (cuda-python >= 12.6)'
 
 def _trt_ok(flavour):
     "(True, '') when `flavour`'s engines can run here (its TensorRT, cuda-python, a GPU), else what is missing."

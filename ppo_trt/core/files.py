@@ -12,10 +12,10 @@ import msgspec
 
 # %% auto #0
 __all__ = ['PARTIAL', 'MANIFEST_MAX', 'MANIFEST_KEYS', 'KEY_MAX', 'HASHES_MAX', 'BUILDING', 'PpoTrtError', 'MissingArtifactError',
-           'BadArtifactError', 'BadInputError', 'error_line', 'shown', 'terminal_line', 'atomic_paths', 'atomic_path',
-           'atomic_write_text', 'json_text', 'save_json', 'inside', 'load_json', 'sha256_file', 'policy_sha256',
-           'made_by', 'manifest', 'owned_destination', 'no_links', 'staging', 'glob_escape', 'leftovers',
-           'mark_made_by', 'foreign_files', 'install_folder', 'user_cache']
+           'BadArtifactError', 'BadInputError', 'error_line', 'shown', 'terminal_line', 'pip_extra', 'atomic_paths',
+           'atomic_path', 'atomic_write_text', 'json_text', 'save_json', 'inside', 'load_json', 'sha256_file',
+           'policy_sha256', 'made_by', 'manifest', 'owned_destination', 'no_links', 'staging', 'glob_escape',
+           'leftovers', 'mark_made_by', 'foreign_files', 'install_folder', 'user_cache']
 
 # %% ../../nbs/00_files.ipynb #ba4f0b97
 class PpoTrtError(Exception):
@@ -57,6 +57,16 @@ def terminal_line(text, limit=2000):
     s = str(text)
     if len(s) > limit: s = f'{s[:limit // 2]} … [{len(s) - limit:,} characters cut] … {s[-limit // 2:]}'
     return _CONTROL.sub(_spelled, s)
+
+# %% ../../nbs/00_files.ipynb #pipx0001
+def pip_extra(extra):
+    "The command installing ppo_trt's `extra`: `pip install -e \".[gpu]\"` in a clone installed from it, else PyPI's."
+    import importlib
+    root = Path(importlib.import_module('ppo_trt').__file__).resolve().parent.parent
+    if not (root/'settings.ini').is_file(): return f'pip install "ppo_trt[{extra}]"'  # a wheel: from PyPI
+    here = Path.cwd().resolve()
+    where = os.path.relpath(root, here) if here == root or root in here.parents else str(root)  # '.' in the clone
+    return f'pip install -e "{where}[{extra}]"'
 
 # %% ../../nbs/00_files.ipynb #04e632fd
 PARTIAL = '.partial-'  # in the name of a file being written; one left behind was killed mid-write

@@ -13,6 +13,7 @@ from ..core.files import (PpoTrtError, BadInputError, MissingArtifactError, atom
 from ..core.machine import gpu_info
 from ..core.records import EngineRecord, locked, record, require_fresh, load_artifact
 from .onnx import load_onnx, onnx_metadata, ort_cpu_session, parity, ParityError
+from ..core.files import pip_extra
 
 # %% auto #0
 __all__ = ['FP16_TOL', 'FLAVOURS', 'fp32_outputs', 'fp16_onnx', 'EngineError', 'trt_module', 'engine_name', 'build_engine',
@@ -55,9 +56,9 @@ def fp16_onnx(run_dir, tol=FP16_TOL):
 
 # %% ../../nbs/32_tensorrt.ipynb #302f5182
 FLAVOURS = {  # flavour: (module, how to install it), for the builder here and the `trt` / `trt-rtx` backends
-    'trt': ('tensorrt', 'pip install "ppo_trt[trt]"  (TensorRT 10/11; its wheels fetch the libraries from NVIDIA\'s '
+    'trt': ('tensorrt', f'{pip_extra("trt")}  (TensorRT 10/11; its wheels fetch the libraries from NVIDIA\'s '
                         'index, pip install tensorrt --extra-index-url https://pypi.nvidia.com)'),
-    'trt-rtx': ('tensorrt_rtx', 'pip install "ppo_trt[trt-rtx]"  (tensorrt-rtx-cu13)')}
+    'trt-rtx': ('tensorrt_rtx', f'{pip_extra("trt-rtx")}  (tensorrt-rtx-cu13)')}
 
 class EngineError(PpoTrtError):
     "An engine could not be built, or an existing one no longer matches; the message says how to rebuild."

@@ -26,7 +26,7 @@ __all__ = ['CDF_POINTS', 'TAIL_POINTS', 'DEFAULT_BATCHES', 'SOAK_CALLS', 'CHECKE
            'declared_observations', 'network_rows', 'bench_observations', 'pin_process', 'skipped',
            'trained_model_missing', 'failed', 'measure_backend', 'merge_bench', 'env_check', 'backend_line',
            'sweep_bytes', 'bench', 'records_by', 'best_kernel_sweep', 'Advice', 'advise', 'measured_on', 'print_advice',
-           'fmt_us', 'console', 'print_bench']
+           'fmt_us', 'console', 'skip_lines', 'print_bench']
 
 # %% ../../nbs/50_bench.ipynb #49277fb9
 from ..core.machine import check_memory
@@ -314,6 +314,9 @@ def skipped(name, reason):
 def trained_model_missing(name, run):
     "Why backend `name` cannot measure `run`: it runs the trained model, and a policy-only folder has no policy.zip."
     if not (B.backends()[name].runner.needs_run and policy_only(run)): return None
+    if onnx_metadata(run.path('onnx')).get('adopted_from'):  # an actor ONNX from another trainer: no model.zip exists
+        return (f'backend {name} runs a trained SB3 model (policy.zip), and {run.root} holds an actor ONNX from '
+                'another trainer: there is none to run; every backend that reads policy.onnx measures it')
     return (f'backend {name} runs the trained model (policy.zip), which {run.root} does not hold (policy.onnx only): '
             f'import the SB3 model it came from into a run folder of its own (ppo-trt import MODEL.zip '
             f'[--vecnormalize FILE.pkl] --env-id ID --run-dir DIR) and bench DIR to measure {name}')
@@ -390,11 +393,12 @@ def env_check(meta, env_id):
     return None
 
 # %% ../../nbs/50_bench.ipynb #f372223d
-def backend_line(records, wall_s):
+def backend_line(records, wall_s, why=True):
     "One line on a backend's records: batch-1 p50/p99 and SLA, best actions/s, loop rate; or why it did not run."
     name, ran = records[0].backend, {r.mode: r for r in records if r.ran}
-    if 'latency' not in ran:
-        return f"bench {name}: {'failed' if records[0].failed else 'skipped'}: {records[0].reason}"
+    if 'latency' not in ran:  # `why=False`: the table that follows says why, once
+        return (f"bench {name}: {'failed' if records[0].failed else 'skipped'}"
+                + (f': {records[0].reason}' if why else ' (why: under the table)'))
     lat, loop = ran['latency'], ran.get('closed-loop')
     best = max((r for r in records if r.ran and r.mode == 'sweep'), key=lambda r: r.throughput_per_s, default=None)
     parts = [f"p50 {lat.stats.p50_us:.3g} µs, p99 {lat.stats.p99_us:.3g} µs "
@@ -467,7 +471,7 @@ def bench(run_dir, backend_names=None, settings: BenchSettings | None = None, en
                 result = merge_bench(result, record(BenchFile, **header, records=recs, sessions={sid: sess},
                                                     wall_s=round(time.perf_counter() - t_start, 2)))
                 save_json(run.path('bench_record'), result)
-                say(backend_line(recs, time.perf_counter() - t_backend))
+                say(backend_line(recs, time.perf_counter() - t_backend, why=not print_table))
                 bar.advance(task)
     finally:
         if affinity is not None: os.sched_setaffinity(0, affinity)
@@ -547,6 +551,15 @@ def console():
     c = Console()
     return c if c.is_terminal else Console(width=160)
 
+# %% ../../nbs/50_bench.ipynb #skipln01
+def skip_lines(reasons, width=400):
+    "'names: why' per distinct reason of {backend: why it did not run}: one reason said once for all its backends."
+    groups = {}
+    for name, why in reasons.items():
+        why = why.removeprefix(f'backend {name} cannot run here: ')  # the name goes in front, with its kin
+        groups.setdefault(shown(why, width), []).append(shown(name, 40))
+    return [f"{', '.join(names)}: {why}" for why, names in groups.items()]
+
 # %% ../../nbs/50_bench.ipynb #f9d3d401
 def print_bench(result, session=None, con=None):
     "Rich table of `session`'s records (all if None): call latency, hot path, SLA, parity, actions/s, loop Hz; skipped."
@@ -573,8 +586,10 @@ def print_bench(result, session=None, con=None):
     con = con or console()
     con.print(t)
     for r in result.records:
-        if not r.ran: con.print(f"[yellow]{'failed' if r.failed else 'skipped'} {escape(shown(r.backend, 40))}[/]: "
-                                f"{escape(shown(r.reason, 400))}")
+        if r.failed: con.print(f"[yellow]failed {escape(shown(r.backend, 40))}[/]: {escape(shown(r.reason, 400))}")
+    for line in skip_lines({r.backend: r.reason for r in result.records if not r.ran and not r.failed}):
+        names, why = line.split(': ', 1)
+        con.print(f'[yellow]skipped {escape(names)}[/]: {escape(why)}')
     for r in records_by(result, 'latency'):
         if r.kernel_only is None: continue
         k, top = r.kernel_only, best_kernel_sweep(result, r.backend)

@@ -246,7 +246,9 @@ def compare(reference, run_dir=None, backend_names=None, reference_settings=True
                       'elsewhere, read without unpickling anything in it (weights and plain settings only)')
         copied = copy_reference(reference, dest, model)
         say(f'copied {", ".join(copied)} from {reference} into {dest}')
-        say(f'{len(names)} backends known; benching those that run here, with {settings_from}')
+        say(f'{len(names) + len(not_loaded)} backends known here: benching {len(names)} with {settings_from} (one '
+            'that cannot run here says why)' + (f'; {len(not_loaded)} run the trained model ('
+            f"{', '.join(not_loaded)}): loaded only when named with --backends" if not_loaded else ''))
         here = bench_here(dest, names, settings, ref_rec, ref_sessions, say)
         rows = [compare_row(n, figures(here, n), figures(ref_rec, n, ref_sessions)) for n in names]
         rows += [compare_row(n, Figures(ran=False, reason=f'backend {n} {NOT_LOADED}'),

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/51_evaluate.ipynb #01a023cc
 from __future__ import annotations
-import time
+import sys, time
 from dataclasses import dataclass
 from pathlib import Path
 import msgspec
@@ -26,8 +26,10 @@ from fastcore.basics import patch
 from ..core.options import option, configured, number, name_list, MAX_EPISODES
 
 # %% auto #0
-__all__ = ['BACKEND_FAULTS', 'DELAY_STEPS', 'ControlLoop', 'delay_curve', 'merge_evaluation', 'fallback_label', 'Contenders',
-           'evaluate_phase', 'evaluated_env', 'EvalSettings', 'evaluate', 'sla_words', 'print_evaluation']
+__all__ = ['BACKEND_FAULTS', 'DELAY_STEPS', 'VIOLATIONS_NOTE', 'ControlLoop', 'return_shortfall', 'delay_curve',
+           'merge_evaluation', 'fallback_label', 'Contenders', 'evaluate_phase', 'evaluated_env', 'EvalSettings',
+           'evaluate', 'sla_words', 'phase_label', 'fault_words', 'compared_phases', 'gate_causes', 'pass_words',
+           'reference_fallbacks', 'print_evaluation']
 
 # %% ../../nbs/51_evaluate.ipynb #9a6b607a
 BACKEND_FAULTS = ('deadline', 'nonfinite', 'bad-input')  # event kinds that count against a backend
@@ -98,33 +100,41 @@ def step(self: ControlLoop, obs, trip=False):
     return action
 
 # %% ../../nbs/51_evaluate.ipynb #775f7e27
+def return_shortfall(p, backend, reference):
+    "How far `backend`'s mean return falls short of `reference`'s in phase `p`, relative; 0 when it does as well or better."
+    ref, mine = p.means[f'ppo:{reference}'], p.means[f'ppo:{backend}']
+    return max(0.0, (ref - mine) / max(abs(ref), 1e-9))
+
 def _gates(rep, bench, policy_sha256=None):
-    "Per backend: SLA (this policy's bench records) AND no violations AND return within 1 % of reference, all phases."
+    "Per backend: SLA (this policy's bench records) AND no violations AND return at most 1 % below a clean reference."
     cur = {k for k, s in bench.sessions.items() if s.policy_sha256 == policy_sha256} if bench else set()
     sla = {r.backend: r.sla_pass for r in records_by(bench, 'latency')
            if not cur or r.session in cur} if bench else {}
     out = {}
     for b in rep.backends:
         mine = [p for p in rep.phases if f'ppo:{b}' in p.returns and f'ppo:{rep.reference}' in p.returns]
-        gaps = [abs(p.means[f'ppo:{b}'] - p.means[f'ppo:{rep.reference}'])
-                / max(abs(p.means[f'ppo:{rep.reference}']), 1e-9) for p in mine]
-        worst, viol = max(gaps, default=float('nan')), sum(p.violations.get(b, 0) for p in mine)
+        # doing better than the reference never fails; a phase where the reference itself fell back compares nothing
+        gaps = [return_shortfall(p, b, rep.reference) for p in mine if not p.violations.get(rep.reference)]
+        worst, viol = max(gaps, default=0.0 if mine else float('nan')), sum(p.violations.get(b, 0) for p in mine)
         missing = [p.phase for p in rep.phases if p not in mine]
         out[b] = Gate(sla_pass=sla.get(b), violations=viol, worst_return_gap=worst, phases_missing=missing,
-                      passed=bool(sla.get(b)) and viol == 0 and worst <= 0.01 and not missing)
+                      passed=bool(sla.get(b)) and viol == 0 and worst <= 0.01 and not missing
+                             and bool(gaps))
     return out
 
 # %% ../../nbs/51_evaluate.ipynb #113ec9ed
 DELAY_STEPS = (0, 1, 2, 3, 4, 6, 8)
 
-def delay_curve(run_dir, runner, env_id, delay_steps=DELAY_STEPS, episodes=5, seed=0, bench=None, fallback=None):
-    "Mean return vs injected actuation delay (control steps) for PPO (`runner`) and the fallback (PID); backends' p99."
+def delay_curve(run_dir, runner, env_id, delay_steps=DELAY_STEPS, episodes=5, seed=0, bench=None, fallback=None,
+                advance=None):
+    "Mean return vs actuation delay (control steps) for PPO (`runner`) and the fallback; backends' p99; `advance` per delay."
     dt = make_env(env_id).unwrapped.dt
     ppo, pid, p = [], [], fallback or pid_baseline(env_id)
     for k in delay_steps:
         env = ActuationDelay(make_env(env_id), steps=k)
         ppo.append(float(np.mean([run_episode(env, runner, seed + i)[0] for i in range(episodes)])))
         pid.append(float(np.mean([run_episode(env, p, seed + i)[0] for i in range(episodes)])))
+        if advance: advance(k, ppo[-1], pid[-1])
     lat = {r.backend: r.stats.p99_us / 1e3 for r in records_by(bench, 'latency')} if bench else {}
     return record(DelayCurve, delay_steps=list(delay_steps), delay_ms=[k * dt * 1e3 for k in delay_steps],
                   control_period_ms=dt * 1e3, episodes=episodes, ppo=ppo, pid=pid, latency_p99_ms=lat)
@@ -258,8 +268,13 @@ class EvalSettings:
     env_id: str | None = None         # the env of a policy that names none (--env-id); else it must be the policy's
     overrides: dict | None = None     # per phase, parameters replacing PHASES' own, e.g. {'trip': {'step': 5}}
     delay_steps: tuple = DELAY_STEPS  # actuation delays of the delay curve (empty: no curve)
-    progress: bool = True             # a progress bar
+    progress: bool = True             # a bar on a terminal, else a line per step (where `say` is None)
     say: object = None                # a function given each progress line
+
+# %% ../../nbs/51_evaluate.ipynb #prline01
+def _print_line(msg):
+    "A progress line as the commands print it, for `evaluate` called from Python with `progress` on and no `say`."
+    print(f'[ppo-trt] {msg}', flush=True)
 
 # %% ../../nbs/51_evaluate.ipynb #c9efa5de
 @locked('evaluate')
@@ -270,7 +285,9 @@ def evaluate(run_dir, settings=None, **options):
     run = RunDir(run_dir)
     env_id = evaluated_env(run, policy_metadata(run.require('onnx')), s.env_id)  # types and ranges checked
     require_fresh(run, 'evaluate')
-    say, episodes, seed, delay_steps = s.say or (lambda msg: None), s.episodes, s.seed, s.delay_steps
+    live = s.progress and s.say is None and sys.stdout.isatty()  # a bar on a terminal; elsewhere a line per step
+    say = s.say or (_print_line if s.progress and not live else lambda msg: None)
+    episodes, seed, delay_steps = s.episodes, s.seed, s.delay_steps
     left_out = {} if s.phases else skipped_phases(env_id)
     phases = check_phases(s.phases or env_phases(env_id), env_id)
     if not 1 <= episodes <= MAX_EPISODES:
@@ -291,8 +308,8 @@ def evaluate(run_dir, settings=None, **options):
     say(f"evaluating {', '.join(runners)} against {fallback_label(fallback_kind(pid))}: {len(phases)} phase(s) x "
         f"{episodes} episode(s)")
     from rich.progress import Progress
-    with Progress(transient=True, disable=not s.progress) as bar:
-        total, done = len(phases) * (len(runners) + 1), []
+    with Progress(transient=True, disable=not live) as bar:
+        total, done = len(phases) * (len(runners) + 1) + len(delay_steps), []
         task = bar.add_task('evaluate', total=total)
         def tick(phase, policy, rets):
             bar.advance(task); done.append(policy)
@@ -300,14 +317,19 @@ def evaluate(run_dir, settings=None, **options):
                 f'({len(done)}/{total})')
         for ph in phases:
             params = {**PHASES[ph][1], **((s.overrides or {}).get(ph, {}))}
+            named = f"delay ({params['steps']} steps)" if ph == 'delay' else ph  # the figure's step count named
             results.append(evaluate_phase(env_id, ph, params, [seed + i for i in range(episodes)],
                                           Contenders(pid, extra, runners), deadline_us, sid,
-                                          lambda policy, rets, ph=ph: tick(ph, policy, rets)))
-    if delay_steps:
-        say(f'delay curve: PPO on {ref} and {fallback_label(fallback_kind(pid))} at {len(delay_steps)} actuation '
-            'delays ...')
-    curve = (delay_curve(run.root, runners[ref], env_id, delay_steps, min(episodes, 5), seed, bench, pid)
-             if delay_steps else DelayCurve())
+                                          lambda policy, rets, named=named: tick(named, policy, rets)))
+        if delay_steps:
+            say(f'delay curve: PPO on {ref} and {fallback_label(fallback_kind(pid))} at {len(delay_steps)} actuation '
+                'delays ...')
+        def delayed(k, a, b):
+            bar.advance(task); done.append(k)
+            say(f'delay curve, {k} step(s): PPO {a:.1f} / {fallback_label(fallback_kind(pid))} {b:.1f} '
+                f'({len(done)}/{total})')
+        curve = (delay_curve(run.root, runners[ref], env_id, delay_steps, min(episodes, 5), seed, bench, pid, delayed)
+                 if delay_steps else DelayCurve())
     new = record(EvaluateFile, env_id=env_id, episodes=episodes, seed=seed, deadline_us=deadline_us, reference=ref,
                  backends=list(runners), phases=results, skipped=skipped, delay_curve=curve, created=sess.created,
                  sessions={sid: sess}, fallback=fallback_kind(pid), skipped_phases=left_out)
@@ -321,33 +343,123 @@ def sla_words(sla_pass):
     "A gate's SLA verdict in words: met, missed, or not measured when bench.json has no record of the backend."
     return 'SLA not measured (no bench record)' if sla_pass is None else 'SLA met' if sla_pass else 'SLA missed'
 
+# %% ../../nbs/51_evaluate.ipynb #causes01
+VIOLATIONS_NOTE = ("violations: control steps where a backend's action could not be used (it came later than the "
+                   "deadline, held a NaN or inf, or the backend refused the input), so the safe loop applied the "
+                   "fallback's action instead")
+_FAULT_WORDS = {'deadline': ('deadline miss', 'deadline misses'), 'nonfinite': ('non-finite action', 'non-finite actions'),
+                'bad-input': ('refused input', 'refused inputs')}
+
+def phase_label(p, period_ms=None):
+    "A phase as tables name it: the delay phase with its step count (and milliseconds), the others by name."
+    steps = p.params.get('steps') if p.phase == 'delay' else None
+    if steps is None: return p.phase
+    ms = f', {steps * period_ms:g} ms' if period_ms else ''
+    return f"delay ({steps} step{'' if steps == 1 else 's'}{ms})"
+
+def _faults(rep, backend):
+    "({fault kind: count}, worst late call in µs or None) of `backend` over the phases (kinds from its logged events)."
+    out, worst = {}, None
+    for p in rep.phases:
+        n = p.violations.get(backend, 0)
+        if not n: continue
+        evs = [e for e in p.events.get(backend, []) if e.kind in BACKEND_FAULTS]
+        kinds = {e.kind for e in evs}
+        key = kinds.pop() if len(kinds) == 1 else 'mixed'  # the log keeps the first events: one kind names them all
+        out[key] = out.get(key, 0) + n
+        late = [e.latency_us for e in evs if e.kind == 'deadline' and e.latency_us is not None]
+        if late: worst = max(worst or 0.0, *late)
+    return out, worst
+
+# %% ../../nbs/51_evaluate.ipynb #causes02
+def fault_words(rep, backend, advice=True):
+    "A backend's violations in words, with (`advice`) what causes them and what to do; '' when it has none."
+    faults, worst = _faults(rep, backend)
+    out = []
+    for kind, n in faults.items():
+        one, many = _FAULT_WORDS.get(kind, ('violation', 'violations'))
+        what = f"{n:,} {one if n == 1 else many}"
+        if kind == 'deadline':
+            what += f" of {rep.deadline_us:,.0f} µs" + (f" (the latest call took {worst:,.0f} µs)" if worst else '')
+            why = 'the machine was busy (another process had the CPU); rerun when nothing else runs'
+        elif kind == 'nonfinite': why = 'the backend computed NaN or inf; check its parity in bench.json'
+        elif kind == 'bad-input': why = 'the backend refused observations it was given'
+        else: what, why = what + ' (deadline misses, non-finite actions or refused inputs)', 'evaluate.json says which'
+        out.append(f'{what}: {why}' if advice else what)
+    return '; '.join(out)
+
+def compared_phases(rep, backend):
+    "The phases where `backend`'s return is compared with the reference's: both ran, and the reference never fell back."
+    return [p for p in rep.phases if f'ppo:{backend}' in p.returns and f'ppo:{rep.reference}' in p.returns
+            and not p.violations.get(rep.reference)]
+
+def gate_causes(rep, backend):
+    "Why `backend`'s gate fails, one phrase per cause in words (SLA, violations, return below the reference, phases)."
+    g, out = rep.gates[backend], []
+    if g.sla_pass is None: out.append('SLA not measured: bench.json has no latency record of it for this policy '
+                                      '(ppo-trt bench measures it)')
+    elif not g.sla_pass: out.append("SLA missed: bench's p99 batch-1 latency is over the SLA")
+    if g.violations: out.append(fault_words(rep, backend))
+    short = {p.phase: (p, return_shortfall(p, backend, rep.reference)) for p in compared_phases(rep, backend)}
+    worst, gap = max(short.values(), key=lambda x: x[1], default=(None, 0.0))
+    if gap > 0.01:
+        out.append(f"its mean return is {gap:.1%} below the reference {rep.reference}'s in "
+                   f"{phase_label(worst, rep.delay_curve.control_period_ms)} (the gate allows 1 %)")
+    if g.phases_missing: out.append(f"not evaluated in {', '.join(g.phases_missing)}")
+    if backend != rep.reference and not compared_phases(rep, backend) and len(g.phases_missing) < len(rep.phases):
+        out.append(f'its return is compared in no phase: the reference {rep.reference} fell back in every one')
+    if not out and not g.passed:  # a record of an earlier rule (a return gap either way): rerunning applies this one
+        out.append(f'a return gap of {g.worst_return_gap:.1%} to the reference, as evaluate.json records it')
+    return out
+
+def pass_words(rep, backend):
+    "What a passed gate checked, in words: the phases whose returns it compared."
+    n, left = len(compared_phases(rep, backend)), len(rep.phases)
+    return (f'SLA met, no violations, mean return at most 1 % below {rep.reference} in '
+            + ('every phase' if n == left else f'{n} of {left} phases (the reference fell back in the others)'))
+
+def reference_fallbacks(rep):
+    "A line on the reference's own fallbacks per phase (its returns there are partly the fallback's), or ''."
+    ref = rep.reference
+    per = {phase_label(p, rep.delay_curve.control_period_ms): p.violations.get(ref, 0) for p in rep.phases}
+    per = {k: v for k, v in per.items() if v}
+    if not per: return ''
+    return (f"the reference {ref} fell back to the {fallback_label(rep.fallback)} {sum(per.values()):,} times "
+            f"({', '.join(f'{k}: {v:,}' for k, v in per.items())}; {fault_words(rep, ref, advice=False)}): in those phases its "
+            "returns are partly the fallback's, so no backend's return is compared with it there")
+
 # %% ../../nbs/51_evaluate.ipynb #e8938b00
-def print_evaluation(rep, con=None):
-    "Rich table: per phase, PID and PPO mean ± std, each backend's gap to the reference, violations; then the gates."
+def print_evaluation(rep, con=None, policy='PPO'):
+    "Rich table: per phase, the fallback and `policy` mean ± std, each backend's gap to the reference, violations; gates."
     from rich.table import Table
     from rich.markup import escape  # a reason holds "ppo_trt[gpu]", which rich would take for markup
-    from ppo_trt.measure.bench import console
+    from ppo_trt.measure.bench import console, skip_lines
+    period = rep.delay_curve.control_period_ms
     t = Table(title=f'ppo-trt evaluate: {rep.env_id}, {rep.episodes} episodes per phase, '
-                    f'deadline {rep.deadline_us:g} µs')
+                    f'deadline {rep.deadline_us:,g} µs')
     t.add_column('phase'); t.add_column(fallback_label(rep.fallback), justify='right')
-    t.add_column(f'PPO ({rep.reference})', justify='right')
+    t.add_column(f'{policy} ({rep.reference})', justify='right')
     others = [b for b in rep.backends if b != rep.reference]
     for b in others: t.add_column(f'{b} Δ', justify='right')
     t.add_column('violations', justify='right')
     for p in rep.phases:
         ms = lambda k: f"{np.mean(p.returns[k]):.1f} ± {np.std(p.returns[k]):.1f}"
         ref = p.means[f'ppo:{rep.reference}']
-        t.add_row(p.phase, ms(rep.fallback), ms(f'ppo:{rep.reference}'),
+        t.add_row(phase_label(p, period), ms(rep.fallback), ms(f'ppo:{rep.reference}'),
                   *(f"{p.means[f'ppo:{b}'] - ref:+.1f}" if f'ppo:{b}' in p.returns else '-' for b in others),
                   ', '.join(f'{b}: {v}' for b, v in p.violations.items() if v) or '0')
     con = con or console()
     con.print(t)
+    con.print(escape(VIOLATIONS_NOTE))
     c = rep.delay_curve
-    if c.delay_steps: con.print('return vs actuation delay (ms): ' + ', '.join(
-        f'{ms:g}: PPO {a:.0f} / {fallback_label(rep.fallback)} {b:.0f}' for ms, a, b in zip(c.delay_ms, c.ppo, c.pid)))
+    if c.delay_steps: con.print('return vs actuation delay (steps, ms): ' + ', '.join(
+        f'{k} ({ms:g} ms): {policy} {a:.0f} / {fallback_label(rep.fallback)} {b:.0f}'
+        for k, ms, a, b in zip(c.delay_steps, c.delay_ms, c.ppo, c.pid)))
     for b, g in rep.gates.items():
-        con.print(f"gate {b}: {'[green]PASS[/]' if g.passed else '[red]FAIL[/]'}: {sla_words(g.sla_pass)}, "
-                  f"{g.violations} violations, worst return gap {g.worst_return_gap:.2%}")
+        con.print(f"gate {escape(b)}: " + (f'[green]PASS[/]: {escape(pass_words(rep, b))}' if g.passed else
+                                           '[red]FAIL[/]: ' + escape('; '.join(gate_causes(rep, b)))))
+    if line := reference_fallbacks(rep): con.print(escape(line))
     for p, why in rep.skipped_phases.items(): con.print(f'phase {p} skipped: {escape(shown(why, 200))}')
-    for b, why in rep.skipped.items():
-        con.print(f'[yellow]skipped {escape(shown(b, 40))}[/]: {escape(shown(why, 300))}')
+    for line in skip_lines(rep.skipped):
+        names, why = line.split(': ', 1)
+        con.print(f'[yellow]skipped {escape(names)}[/]: {escape(why)}')

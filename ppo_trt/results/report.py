@@ -14,31 +14,33 @@ from ..core.records import (BenchFile, CLoopRecord, ConfigRecord, EngineRecord, 
                              ExportRecord, ResidualStudyRecord, TrainRecord, load_artifact, read_record, locked,
                              require_fresh, REPORT_INPUTS, CTargetRecord, HilRecord)
 from ..train.sb3 import read_train_log
-from ..measure.evaluate import fallback_label
+from ..measure.evaluate import (fallback_label, phase_label, gate_causes, reference_fallbacks, VIOLATIONS_NOTE,
+                                      compared_phases, return_shortfall)
 from ..measure.bench import records_by, best_kernel_sweep, advise, TIE_RATIO, fmt_us as _us
 from ..studies.residual import first_reaching
 from ..studies.sweep import (load_sweep, sweep_rows, plot_sweep, plot_sweep_delay, plot_sweep_curves,
                                    plot_sweep_curriculum, COMPARISONS, target_check, target_table, rrls_rows,
                                    gap_rows, adr_levels, plot_adr_ranges, robust_findings,
                                    RRLS_PUBLISHED_NOTE)
+from ..core.files import pip_extra
 
 # %% auto #0
 __all__ = ['SWEEP_DIR', 'ROBUST_DIR', 'CLAIMS', 'HEADLINES', 'SECTIONS', 'GPU_TARGETS', 'PARAMETER', 'RESULTS_ONLY',
            'REPORT_TAGS', 'REPORT_CSP', 'RunRecords', 'check_bench', 'load_records', 'record_note', 'current_bench',
-           'Md', 'esc', 'code', 'bold', 'latency_table', 'closed_loop_table', 'advise_table', 'evaluation_table',
-           'soak_table', 'kernel_table', 'legend_overlaps', 'plot_latency_cdf', 'plot_latency_tail', 'plot_throughput',
-           'plot_cost_per_action', 'plot_delay_curve', 'plot_residual_study', 'residual_study_table', 'env_bench_table',
-           'plot_learning_curve', 'batching_pays_at', 'claim_other_records', 'claim_fastest', 'claim_tail_and_sla',
-           'claim_skipped', 'claim_throughput', 'claim_closed_loop', 'current_c_loop', 'claim_c_loop', 'claim_builds',
-           'claim_soak', 'claim_engines', 'claim_export', 'claim_control', 'claim_residual', 'claim_training',
-           'claim_sweep', 'claim_robust', 'interpretation', 'headline_claims', 'more_claims', 'figure_html',
-           'figure_row', 'show', 'section_header', 'section_claims', 'skipped_list', 'section_latency',
-           'section_throughput', 'section_gpu', 'section_closed_loop', 'c_loop_tables', 'section_deploy_c',
-           'section_deploy_robot', 'section_soak', 'sweep_runs_table', 'sweep_tables', 'section_sweep',
-           'section_robust', 'section_control', 'section_residual', 'section_env_bench', 'section_training',
-           'section_export', 'section_machine', 'section_not_measured', 'gpu_backend_table', 'gpu_targets_table',
-           'load_gpu_sessions', 'gpu_mjx_section', 'section_gpu_sessions', 'report_template', 'report_notebook',
-           'clean_report_html', 'offline_html', 'render_report']
+           'Md', 'esc', 'code', 'bold', 'latency_table', 'closed_loop_table', 'advise_table', 'policy_word',
+           'evaluation_table', 'soak_table', 'kernel_table', 'legend_overlaps', 'plot_latency_cdf', 'plot_latency_tail',
+           'plot_throughput', 'plot_cost_per_action', 'plot_delay_curve', 'plot_residual_study', 'residual_study_table',
+           'env_bench_table', 'plot_learning_curve', 'batching_pays_at', 'claim_other_records', 'claim_fastest',
+           'claim_tail_and_sla', 'claim_skipped', 'claim_throughput', 'claim_closed_loop', 'current_c_loop',
+           'claim_c_loop', 'claim_builds', 'claim_soak', 'claim_engines', 'claim_export', 'claim_control',
+           'claim_residual', 'claim_training', 'claim_sweep', 'claim_robust', 'interpretation', 'headline_claims',
+           'more_claims', 'figure_html', 'figure_row', 'show', 'section_header', 'section_claims', 'skipped_list',
+           'section_latency', 'section_throughput', 'section_gpu', 'section_closed_loop', 'c_loop_tables',
+           'section_deploy_c', 'section_deploy_robot', 'section_soak', 'sweep_runs_table', 'sweep_tables',
+           'section_sweep', 'section_robust', 'section_control', 'section_residual', 'section_env_bench',
+           'section_training', 'section_export', 'section_machine', 'section_not_measured', 'gpu_backend_table',
+           'gpu_targets_table', 'load_gpu_sessions', 'gpu_mjx_section', 'section_gpu_sessions', 'report_template',
+           'report_notebook', 'clean_report_html', 'offline_html', 'render_report']
 
 # %% ../../nbs/80_report.ipynb #d867c2b5
 SWEEP_DIR = 'sweep'  # a sweep made with `ppo-trt sweep --out RUN_DIR/sweep` is part of the run's report
@@ -206,25 +208,32 @@ def _eval_cell(ev, p, key, policy_sha256, fmt):
     return fmt(p.returns[key]) + (' †' if s and policy_sha256 and s.policy_sha256 != policy_sha256 else '')
 
 # %% ../../nbs/80_report.ipynb #b1ab6862
-def evaluation_table(ev, policy_sha256=None):
-    "Markdown: per phase PID and PPO mean ± std, each backend's gap to reference, other policy/machine marked; gates."
+def policy_word(recs):
+    "How the report names the policy: PPO when it was trained here, else `the policy` (imported, or a bare ONNX)."
+    return 'PPO' if recs.train and not recs.train.imported_from else 'the policy'
+
+def evaluation_table(ev, policy_sha256=None, policy='PPO'):
+    "Markdown: per phase the fallback and `policy` mean ± std, each backend's gap to reference; gates with their causes."
     ref, others = ev.reference, [b for b in ev.backends if b != ev.reference]
     ms = lambda v: f'{np.mean(v):.1f} ± {np.std(v):.1f}'
     res = any('residual' in p.returns for p in ev.phases)
     cell = lambda p, key, fmt: _eval_cell(ev, p, key, policy_sha256, fmt)
     gap = lambda p: (lambda v: f"{np.mean(v) - np.mean(p.returns[f'ppo:{ref}']):+.1f}")
-    rows = [[p.phase, cell(p, ev.fallback, ms), cell(p, f'ppo:{ref}', ms), *([cell(p, 'residual', ms)] if res else []),
+    period = ev.delay_curve.control_period_ms
+    rows = [[phase_label(p, period), cell(p, ev.fallback, ms), cell(p, f'ppo:{ref}', ms),
+             *([cell(p, 'residual', ms)] if res else []),
              *(cell(p, f'ppo:{b}', gap(p)) for b in others), sum(p.violations.values())] for p in ev.phases]
-    t = _md_table(['phase', fallback_label(ev.fallback), f'PPO ({ref})', *(['expert + residual'] if res else []),
-                   *(f'{b} Δ return' for b in others), 'violations'], rows)
+    t = _md_table(['phase', fallback_label(ev.fallback), f'{policy[0].upper() + policy[1:]} ({ref})',
+                   *(['expert + residual'] if res else []), *(f'{b} Δ return' for b in others), 'violations'], rows)
     if '†' in t: t += '\n\n† evaluated on another policy.onnx: kept in evaluate.json, not comparable with this policy'
-    g = _md_table(['backend', 'SLA', 'violations', 'worst return gap', 'gate'],
+    below = lambda b: max((return_shortfall(p, b, ref) for p in compared_phases(ev, b)), default=0.0)  # today's rule
+    g = _md_table(['backend', 'SLA', 'violations', f'worst return gap (below {ref})', 'gate'],
                   [[code(b), 'not measured' if x.sla_pass is None else 'met' if x.sla_pass else bold('missed'),
-                    x.violations, f"{x.worst_return_gap:.2%}",
-                    'pass' if x.passed else Md(bold('FAIL') + (esc(f" (not in {', '.join(x.phases_missing)})")
-                                                             if x.phases_missing else ''))]
+                    x.violations, f"{below(b):.2%}",
+                    'pass' if x.passed else Md(bold('FAIL') + esc(': ' + '; '.join(gate_causes(ev, b))))]
                    for b, x in ev.gates.items()])
-    return t + '\n\n' + g
+    notes = [VIOLATIONS_NOTE[0].upper() + VIOLATIONS_NOTE[1:] + '.', reference_fallbacks(ev)]
+    return t + '\n\n' + g + ''.join(f'\n\n{esc(n[0].upper() + n[1:])}' for n in notes if n)
 
 # %% ../../nbs/80_report.ipynb #d50328d2
 def soak_table(bench):
@@ -327,11 +336,11 @@ def plot_cost_per_action(bench):
     return fig
 
 # %% ../../nbs/80_report.ipynb #a3c91604
-def plot_delay_curve(curve, fallback='pid'):
-    "Mean return vs injected actuation delay for PPO and PID, with each backend's p99 inference latency marked."
+def plot_delay_curve(curve, fallback='pid', label='PPO (torch)'):
+    "Mean return vs injected actuation delay for the policy (`label`) and the fallback, each backend's p99 marked."
     fig, ax = _fig(7, 5)
     # markers only: delays were injected in whole control periods, nothing was measured in between
-    ax.plot(curve.delay_ms, curve.ppo, 'o', ms=7, label='PPO (torch)')
+    ax.plot(curve.delay_ms, curve.ppo, 'o', ms=7, label=label)
     ax.plot(curve.delay_ms, curve.pid, 's', ms=6, label=f'{fallback_label(fallback)} baseline')
     for i, (b, ms) in enumerate(sorted(curve.latency_p99_ms.items(), key=lambda x: x[1])):
         ax.axvline(ms, color=f'C{i + 2}', lw=1, ls=':', label=f'{b} p99 latency ({ms * 1e3:.3g} µs)')
@@ -446,7 +455,8 @@ def claim_tail_and_sla(recs, bench):
     if not lat: return []
     sla, fails = bench.settings.sla_us, [r.backend for r in lat if not r.sla_pass]
     out = [f'All {len(lat)} backends that ran meet the SLA (p99 < {sla:g} µs).' if not fails else
-           f'{_names(fails)} miss the SLA (p99 < {sla:g} µs); the other {len(lat) - len(fails)} meet it.']
+           f"{_names(fails)} miss{'es' if len(fails) == 1 else ''} the SLA (p99 < {sla:g} µs); the other "
+           f"{len(lat) - len(fails)} meet{'s' if len(lat) - len(fails) == 1 else ''} it."]
     tail = max(lat, key=lambda r: r.stats.p99_us / r.stats.p50_us)
     ts = tail.stats
     out.append(f"The widest tail is {code(tail.backend)}'s: its p99 is {ts.p99_us / ts.p50_us:.1f}× its p50 "
@@ -571,14 +581,15 @@ def claim_export(recs, bench):
 
 # %% ../../nbs/80_report.ipynb #8212b017
 def claim_control(recs, bench):
-    "PPO against the PID baseline per phase, what actuation delay does to it, and which backends pass the gate."
+    "The policy against the fallback per phase, what actuation delay does to it, and which backends pass the gate."
     ev = recs.evaluate
     if not ev: return []
     ref = f"ppo:{ev.reference}"
     wins = [p.phase for p in ev.phases if np.mean(p.returns[ref]) > np.mean(p.returns[ev.fallback])]
-    out = [f"Under {len(ev.phases)} scenario phases ({ev.episodes} episodes each), PPO beats the "
-           f"{fallback_label(ev.fallback)} baseline in "
-           f"{len(wins)}" + (f" ({esc(', '.join(wins))})" if 0 < len(wins) < len(ev.phases) else '') + '.']
+    who = policy_word(recs)
+    out = [f"Under {len(ev.phases)} scenario phases ({ev.episodes} episodes each), {who} beats the "
+           f"{fallback_label(ev.fallback)} baseline in {len(wins)} of the {len(ev.phases)} phases"
+           + (f" ({esc(', '.join(wins))})" if 0 < len(wins) < len(ev.phases) else '') + '.']
     c = ev.delay_curve
     if len(c.ppo) > 1:
         half = next(((ms, r) for ms, r in zip(c.delay_ms, c.ppo) if r < 0.5 * c.ppo[0]), None)
@@ -588,11 +599,12 @@ def claim_control(recs, bench):
             cost = (f"a delay of {ms:g} ms ({periods:g} control period{'' if periods == 1 else 's'}) drops it by "
                     f"{1 - r / c.ppo[0]:.0%} to {r:.0f}, ")
         else: cost = f"no delay up to {c.delay_ms[-1]:g} ms costs it half, "
-        out.append(f"With no actuation delay PPO returns {c.ppo[0]:.0f}; " + cost
+        out.append(f"With no actuation delay {who} returns {c.ppo[0]:.0f}; " + cost
                    + f"while the slowest measured backend's p99 inference latency is {worst * 1e3:.3g} µs.")
     passed = [b for b, g in ev.gates.items() if g.passed]
     failed = [b for b in ev.gates if b not in passed]
-    out.append(f"Gate (SLA met, zero violations, mean return within 1 % of {code(ev.reference)} in every phase): "
+    out.append(f"Gate (SLA met, zero violations, mean return at most 1 % below {code(ev.reference)}'s in every phase "
+               "where the reference never fell back): "
                + (f'passed by {_names(passed)}' if passed else 'no backend passes')
                + (f'; failed by {_names(failed)}.' if failed else '.'))
     return out
@@ -960,7 +972,7 @@ def sweep_runs_table(s):
 def _sweep_figure(s):
     "rliable's interval plot of the sweep, or a line saying how to get it where rliable is not installed."
     try: return figure_html(plot_sweep(s), 'IQM return per phase and variant with 95 % CIs')
-    except ImportError: return _md('(The interval plot needs rliable: `pip install "ppo_trt[sweep]"`.)')
+    except ImportError: return _md('(The interval plot needs rliable: `' + pip_extra('sweep') + '`.)')
 
 # %% ../../nbs/80_report.ipynb #2508daf8
 def sweep_tables(s):
@@ -1036,14 +1048,16 @@ def section_control(recs):
     ev = recs.evaluate
     if not ev: return []
     fb = fallback_label(ev.fallback)
-    out = [_md('## Control quality per scenario phase\n\nPPO through each backend in the safe control loop '
+    who = policy_word(recs)
+    out = [_md(f'## Control quality per scenario phase\n\n{who[0].upper() + who[1:]} through each backend in the safe '
+               'control loop '
                f'({fb} as its fallback), beside the {fb} alone, on identical seeds (`ppo-trt evaluate`).'
                + ''.join(f'\n\nPhase {esc(p)} not evaluated: {esc(why)}.' for p, why in ev.skipped_phases.items())
                + '\n\n'
-               + evaluation_table(ev, recs.policy_sha256) + more_claims(recs, claim_control))]
+               + evaluation_table(ev, recs.policy_sha256, who) + more_claims(recs, claim_control))]
     if ev.delay_curve.delay_steps:
-        out.append(figure_html(plot_delay_curve(ev.delay_curve, ev.fallback),
-                               f'Mean return against injected actuation delay, PPO and {fb}'))
+        out.append(figure_html(plot_delay_curve(ev.delay_curve, ev.fallback, f'{who} ({ev.reference})'),
+                               f'Mean return against injected actuation delay, {who} and {fb}'))
     return out
 
 # %% ../../nbs/80_report.ipynb #68c887ef

@@ -27,7 +27,7 @@ class ResidualStudy:
     residual_scale: float = 0.5   # action = clip(expert + scale * residual)
     timesteps: int | None = None  # per training (default: the preset's)
     seed: int = 0
-    preset_name: str = 'seed'     # SB3 preset of both trainings
+    preset_name: str = 'default'  # SB3 preset of both trainings
     eval_freq: int | None = None  # timesteps between evaluations (default: the trainer's)
     n_eval_episodes: int = 5      # episodes per evaluation, and of the expert alone
 

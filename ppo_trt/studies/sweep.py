@@ -18,7 +18,7 @@ from ..core.machine import package_version, machine_summary
 from ..envs.specs import env_spec, env_ids
 from ..envs.gym import (check_randomize, format_randomize, parse_randomize, check_phases, env_phases,
                              HELD_OUT_SEED_OFFSET, rrls_grid)
-from ..train.sb3 import train, preset, read_train_log
+from ..train.sb3 import train, preset, read_train_log, canonical_preset, PRESET_ALIASES
 from ..export.onnx import export
 from ..measure.evaluate import evaluate, DELAY_STEPS
 from ..backends import registry as B
@@ -129,7 +129,7 @@ class SweepConfig:
                                'take)', metavar='SPEC')
     fast: bool = option(False, 'train with fast PPO (EnvPool on MuJoCo) instead of SB3')
     timesteps: int | None = option(None, "timesteps per run (default: the trainer's preset)", type=positive_timesteps)
-    preset_name: str = option('seed', 'SB3 training preset (without --fast)', flag='--preset')
+    preset_name: str = option('default', 'SB3 training preset (without --fast)', flag='--preset')
     phases: object = option(None, 'evaluation phases, comma-separated (default: those of nominal,noise,delay,push,'
                             'mass,friction the env can take)')
     episodes: int = option(10, 'held-out evaluation episodes per phase', type=number(int, 1, MAX_EPISODES))
@@ -171,7 +171,8 @@ def sweep_settings(config=None, **options):
                             'drop --rrls')
     backend, steps = B.check_name(c.backend), c.delay_steps
     delay_steps = sorted({int(k) for k in steps if int(k) == k and 0 <= k <= 50}) if steps else []
-    return dict(env_id=env_id, fast=bool(fast), preset_name=None if fast else c.preset_name, timesteps=c.timesteps,
+    return dict(env_id=env_id, fast=bool(fast), preset_name=None if fast else canonical_preset(c.preset_name),
+                timesteps=c.timesteps,
                 train_kwargs=dict(c.train_kwargs or {}), randomize=randomize_spec(c.randomize, env_id),
                 phases=phases, episodes=int(episodes), eval_seed=HELD_OUT_SEED, backend=backend,
                 deadline_us=float(c.deadline_us), delay_steps=delay_steps, rrls=list(RRLS_SETS) if c.rrls else None,
@@ -184,8 +185,9 @@ RUN_SETTINGS = ('env_id', 'fast', 'preset_name', 'timesteps', 'train_kwargs', 'r
 
 def check_same_settings(old, new, where='sweep.json'):
     "Refuse settings that would make new runs incomparable with the runs of the sweep recorded in `where`."
+    same = lambda k, v: PRESET_ALIASES.get(v, v) if k == 'preset_name' else v  # `seed` is `default`'s old name
     for k in RUN_SETTINGS:
-        if old.get(k) != new.get(k):
+        if same(k, old.get(k)) != same(k, new.get(k)):
             raise BadInputError(f'{where} was made with {k}={old.get(k)!r}, not {new.get(k)!r}: rerun with the same '
                                 'arguments to resume that sweep, or choose another --out')
 

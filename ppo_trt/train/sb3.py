@@ -21,12 +21,13 @@ from ..core.options import (option, configured, number, positive_timesteps, MIN_
                                   MAX_EPISODES)
 
 # %% auto #0
-__all__ = ['PRESETS', 'HISTORY_HELP', 'LOG_FIELDS', 'preset', 'SB3TrainConfig', 'read_train_log', 'latest_checkpoint', 'train']
+__all__ = ['PRESETS', 'PRESET_ALIASES', 'HISTORY_HELP', 'LOG_FIELDS', 'canonical_preset', 'preset', 'SB3TrainConfig',
+           'read_train_log', 'latest_checkpoint', 'train']
 
 # %% ../../nbs/20_train.ipynb #72d6fa60
 PRESETS = {
-    'seed': dict(timesteps=200_000, ppo=dict(n_steps=2048, batch_size=64, n_epochs=10, learning_rate=3e-4, gamma=0.99,
-                 gae_lambda=0.95, clip_range=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5),
+    'default': dict(timesteps=200_000, ppo=dict(n_steps=2048, batch_size=64, n_epochs=10, learning_rate=3e-4,
+                    gamma=0.99, gae_lambda=0.95, clip_range=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5),
                  policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn='tanh')),
     'zoo': dict(timesteps=1_000_000, ppo=dict(n_steps=512, batch_size=32, n_epochs=5, learning_rate=9.80828e-05,
                 gamma=0.999, gae_lambda=0.99, clip_range=0.2, ent_coef=0.00229519, vf_coef=0.835671, max_grad_norm=0.7),
@@ -36,8 +37,18 @@ PRESETS = {
                   policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn='tanh')),
 }
 
+PRESET_ALIASES = {'seed': 'default'}  # old name -> name: the SB3 defaults' preset was `seed`, beside --seed
+
+def canonical_preset(name):
+    "The preset's name now: an old name (`seed`) is taken, with a one-line note on stderr."
+    if name not in PRESET_ALIASES: return name
+    print(f'[ppo-trt] preset {name!r} is now called {PRESET_ALIASES[name]!r}: the old name still works; use the new '
+          'one', file=sys.stderr, flush=True)
+    return PRESET_ALIASES[name]
+
 def preset(name):
-    "The preset called `name`, or a clear error listing them."
+    "The preset called `name` (or its old name), or a clear error listing them."
+    name = PRESET_ALIASES.get(name, name)
     if name not in PRESETS: raise BadInputError(f'unknown preset {name!r}; choose one of {", ".join(PRESETS)}')
     return PRESETS[name]
 
@@ -52,7 +63,7 @@ class SB3TrainConfig:
                          f'--fast: {FAST_ENV_ID})', cli_default=None)
     seed: int = option(0, 'seed of the env, the policy and the evaluations', type=number(int, 0))
     timesteps: int | None = option(None, "total timesteps (default: the preset's)", type=positive_timesteps)
-    preset_name: str = option('seed', 'seed (SB3 defaults, 200k steps), zoo (RL-Zoo Hopper), smoke (tests)',
+    preset_name: str = option('default', 'default (SB3 defaults, 200k steps), zoo (RL-Zoo Hopper), smoke (tests)',
                               flag='--preset')
     resume: bool = option(False, 'continue from the last checkpoint in the run folder')
     eval_freq: int | None = option(None, 'timesteps between evaluations (default: timesteps/20, <= 10000)',
@@ -311,6 +322,7 @@ def _held_out_evaluation(model, norm, env_id, seed, wrap_env, episodes):
 # %% ../../nbs/20_train.ipynb #7e59ab12
 def _resolved(c):
     "`c` with what `train` derives filled in: timesteps, evaluation and checkpoint periods, spec, checked ranges."
+    c = replace(c, preset_name=canonical_preset(c.preset_name))  # records keep the name it has now
     p = preset(c.preset_name)
     if c.keep not in ('best', 'last'): raise BadInputError(f"keep must be 'best' or 'last', got {c.keep!r}")
     timesteps = check_timesteps(c.timesteps if c.timesteps is not None else p['timesteps'])

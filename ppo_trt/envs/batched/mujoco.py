@@ -10,7 +10,7 @@ from ...core.files import BadInputError
 from ..specs import SPECS, env_spec, env_ids, plugin_specs, as_spec, env_id_of
 from ..gym import make_env, check_randomize, check_history, Randomized
 from .torch import Batched, BatchWrapper
-
+from ...core.files import pip_extra
 
 # %% auto #0
 __all__ = ['TENSOR_RANDOMIZABLE', 'MUJOCO_BATCHED_ENVS', 'import_envpool', 'envpool_env_ids', 'check_envpool_env',
@@ -25,7 +25,7 @@ def import_envpool():
     try: import envpool
     except ImportError as e:
         raise BadInputError(f'--fast on a MuJoCo env needs EnvPool ({e.msg}); '
-                            'pip install "ppo_trt[fast]" (Linux x86-64 wheels only)') from None
+                            f'{pip_extra("fast")} (Linux x86-64 wheels only)') from None
     return envpool
 
 # %% ../../../nbs/14_batched_mujoco.ipynb #4f049eaf
@@ -467,6 +467,10 @@ def mujoco_batched_trajectories(env_id='Hopper-v4', ranges=None, num_envs=8, ste
     return out
 
 # %% ../../../nbs/14_batched_mujoco.ipynb #d19b8a43
+def _threads(n):
+    "`n` threads, in words that agree with it."
+    return f'{n} thread{"" if n == 1 else "s"}'
+
 def mujoco_batch_missing(env_id):
     "Why `MujocoBatched` cannot step `env_id` (or its `EnvSpec`) here, or None when it can."
     if env_id_of(env_id) not in MUJOCO_BATCHED_ENVS: return f'mujoco.batch runs {", ".join(MUJOCO_BATCHED_ENVS)} only'
@@ -485,17 +489,17 @@ def batched_mujoco(env_id, num_envs, seed=0, ranges=None, num_threads=None):
     if not batch_why:  # gymnasium's own dynamics, and the faster stepper inside training (see below)
         import mujoco
         env = MujocoBatched(spec, num_envs, seed, ranges, num_threads)
-        return disturbed(env), f'mujoco.batch {mujoco.__version__}, per-env models ({env.num_threads} threads)'
+        return disturbed(env), f'mujoco.batch {mujoco.__version__}, per-env models ({_threads(env.num_threads)})'
     if needs_model:
         why = f"randomizing {', '.join(needs_model)} changes the MuJoCo model, out of EnvPool's reach; {batch_why}"
     else:
         try: import_envpool()
-        except BadInputError: why = 'EnvPool is not installed: pip install "ppo_trt[fast]"'
+        except BadInputError: why = f'EnvPool is not installed: {pip_extra("fast")}'
         else: why = spec.env_id not in envpool_env_ids() and f'EnvPool has no {spec.env_id}'
     if why: return GymnasiumBatched(spec, num_envs, seed, ranges), f'gymnasium SyncVectorEnv ({why})'
     import envpool
     env = EnvPoolBatched(spec, num_envs, seed, num_threads)
-    return disturbed(env), f'envpool {envpool.__version__} ({env.num_threads} threads)'
+    return disturbed(env), f'envpool {envpool.__version__} ({_threads(env.num_threads)})'
 
 
 # %% ../../../nbs/14_batched_mujoco.ipynb #d80d8fcc
