@@ -3,7 +3,7 @@ notebook's import cells, exported cells and `show_doc` cells while it renders th
 import at their top level comes from the standard library, ppo_trt, or a distribution `ppo_trt[docs]` brings
 (settings.ini's `requirements` and `docs_requirements`, and what they require in turn). No fresh venv: the check reads
 the notebooks and the installed distributions' metadata."""
-import ast, configparser, json, re, sys
+import ast, configparser, functools, json, re, sys
 from importlib.metadata import packages_distributions, requires
 from pathlib import Path
 import pytest
@@ -20,6 +20,7 @@ def _spec(s):
     m = _NAME.match(s)
     return _norm(m.group(1)), {e.strip() for e in (m.group(2) or '').split(',') if e.strip()}
 
+@functools.lru_cache
 def extra_closure(keys=('requirements', 'docs_requirements')):
     "The distributions `pip install -e \".[docs]\"` brings: settings.ini's lists under `keys` and their requirements."
     cfg = configparser.ConfigParser(delimiters=['=']); cfg.read(ROOT/'settings.ini', encoding='utf-8')
@@ -39,6 +40,7 @@ def extra_closure(keys=('requirements', 'docs_requirements')):
 
 def executed_by_nbdev(src):
     "Whether nbdev's docs processor runs this code cell (nbdev.processors._do_eval): exported, importing, or show_doc."
+    if not (_DIRECTIVES.search(src) or 'import' in src or 'show_doc' in src): return None
     try: tree = ast.parse('\n'.join(l for l in src.splitlines() if not l.lstrip().startswith(('%', '!'))))
     except SyntaxError: return None
     if _DIRECTIVES.search(src) or 'show_doc' in src or \
@@ -56,9 +58,12 @@ def docs_time_imports(nbs=ROOT/'nbs'):
                 for n in names: out.setdefault(n.split('.')[0], set()).add(nb.name)
     return out
 
+@functools.lru_cache
+def _distributions(): return packages_distributions()
+
 def not_installed_by(closure, imports):
     "(package, notebooks, distributions providing it) for each import no distribution of `closure` provides."
-    dists = packages_distributions()
+    dists = _distributions()
     return [(m, sorted(nbs)[:3], sorted(dists.get(m, []))) for m, nbs in sorted(imports.items())
             if m not in sys.stdlib_module_names and m not in ('ppo_trt', '__future__')
             and not {_norm(d) for d in dists.get(m, [m])} & closure]
