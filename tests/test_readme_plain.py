@@ -10,6 +10,7 @@ README = (ROOT/'README.md').read_text(encoding='utf-8')
 INSIDER = {'an issue number': r'\b[Ii]ssue #?\d+', 'an exception for a result': r'\bTimeoutError\b',
            'an internal time limit': r'\b\d+ s (?:limit|left)\b|\bits \d+ s limit\b',
            'tool talk': r'search tools|device tool|\bbudget_left', 'loan talk': r'\blent\b|\bloans?\b'}
+_DATA = re.compile(r'data:image/[\w+.-]+;base64,[^"\'\s)]+')
 HIDDEN = re.compile(r'^\s*#\|\s*(?:echo:\s*false|hide|include:\s*false)\s*$', re.M)
 
 def _text(x): return ''.join(x) if isinstance(x, list) else str(x)
@@ -20,8 +21,9 @@ def page_texts(nb_path):
         src, where = _text(c['source']), f'{Path(nb_path).name} cell {i}'
         if c['cell_type'] == 'markdown' or not HIDDEN.search(src): yield where, src
         for o in c.get('outputs', []):
-            for v in list(o.get('data', {}).values()) + [o.get('text', '')]:
-                if isinstance(v, (str, list)): yield f'{where} output', html.unescape(_text(v))
+            for v in [v for k, v in o.get('data', {}).items() if k.startswith('text/')] + [o.get('text', '')]:
+                if isinstance(v, (str, list)):  # an inline figure's data is no text
+                    yield f'{where} output', html.unescape(_DATA.sub('', _text(v)))
 
 def insider(texts):
     "Each (where, what, the words) an insider pattern finds in `texts`."
