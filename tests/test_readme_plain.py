@@ -11,6 +11,7 @@ INSIDER = {'an issue number': r'\b[Ii]ssue #?\d+', 'an exception for a result': 
            'an internal time limit': r'\b\d+ s (?:limit|left)\b|\bits \d+ s limit\b',
            'tool talk': r'search tools|device tool|\bbudget_left', 'loan talk': r'\blent\b|\bloans?\b'}
 _DATA = re.compile(r'data:image/[\w+.-]+;base64,[^"\'\s)]+')
+CODE_MAY = {'an exception for a result', 'an internal time limit'}
 HIDDEN = re.compile(r'^\s*#\|\s*(?:echo:\s*false|hide|include:\s*false)\s*$', re.M)
 
 def _text(x): return ''.join(x) if isinstance(x, list) else str(x)
@@ -19,7 +20,8 @@ def page_texts(nb_path):
     "(where, text) of what a notebook shows on the site: Markdown, the code of shown cells, and every output."
     for i, c in enumerate(json.loads(Path(nb_path).read_text(encoding='utf-8'))['cells']):
         src, where = _text(c['source']), f'{Path(nb_path).name} cell {i}'
-        if c['cell_type'] == 'markdown' or not HIDDEN.search(src): yield where, src
+        if c['cell_type'] == 'markdown': yield where, src
+        elif not HIDDEN.search(src): yield f'{where} code', src  # code may name an exception it handles
         for o in c.get('outputs', []):
             for v in [v for k, v in o.get('data', {}).items() if k.startswith('text/')] + [o.get('text', '')]:
                 if isinstance(v, (str, list)):  # an inline figure's data is no text
@@ -28,7 +30,7 @@ def page_texts(nb_path):
 def insider(texts):
     "Each (where, what, the words) an insider pattern finds in `texts`."
     return [(where, what, m.group(0)) for where, t in texts for what, pat in INSIDER.items()
-            for m in re.finditer(pat, t)]
+            if not (where.endswith(' code') and what in CODE_MAY) for m in re.finditer(pat, t)]
 
 def shown_parameter_cells(nb_path):
     "Code cells whose `RUN_DIR = ...` line a reader would see on the page."

@@ -1341,8 +1341,8 @@ def clean_report_html(html):
                                     'th': ['style'], 'td': ['style']})
 
 def _img_attribute(tag, name, value):
-    "An image's attributes the report writes: alt, style, and a src that is inline PNG data (never a URL to fetch)."
-    return name in ('alt', 'style') or (name == 'src' and value.startswith('data:image/png;base64,'))
+    "An image's attributes the report writes: alt, style, class, and a src that is inline PNG data (never a URL)."
+    return name in ('alt', 'style', 'class') or (name == 'src' and value.startswith('data:image/png;base64,'))
 
 # %% ../../nbs/80_report.ipynb #ec66ab95
 REPORT_STYLE = ('<style>.fig-phone { display: none; } img { height: auto; } '
