@@ -160,7 +160,8 @@ LAYOUT = """() => {
   const wrapped = [...article.querySelectorAll('table code, table td')].filter(e => e.offsetParent !== null)
     .filter(e => e.tagName === 'CODE' || /^\S+\s±\s\S+$/.test(e.innerText.trim()))  // a name, or a figure ± spread
     .filter(e => lines(e) > 1).map(e => e.innerText.trim().slice(0, 40));
-  const rows = [...article.querySelectorAll('.figure-row')].map(r => [...r.querySelectorAll('img')].map(i =>
+  const rows = [...article.querySelectorAll('.figure-row')].map(r => [...r.querySelectorAll('img')]
+    .filter(i => i.offsetParent !== null).map(i =>  // the drawing this width shows
     Math.round(i.getBoundingClientRect().top)));  // a pair side by side: the same top
   const importLine = /^(import |from \\S+ import |\\s|\\)|$)/;
   const imports = [...article.querySelectorAll('.jp-InputArea')].filter(a => a.offsetParent !== null)
