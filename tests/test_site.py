@@ -142,16 +142,26 @@ LAYOUT = """() => {
   const scrolls = b => /^(auto|scroll)$/.test(getComputedStyle(b).overflowX) && b !== article;
   const sticky = t => { const c = t.querySelector('tr > :first-child');
     return !!c && getComputedStyle(c).position === 'sticky'; };
+  const cue = t => { const b = box(t);  // a shadow drawn on the side with more
+    return b !== article && getComputedStyle(b).backgroundImage.includes('gradient'); };
   const tables = [...article.querySelectorAll('table')].filter(t => t.offsetParent !== null).map(t => {
     const b = box(t), w = t.getBoundingClientRect().width;
     return {width: Math.round(w), box: b.clientWidth, fits: w <= b.clientWidth + 1, scrolls: scrolls(b) && sticky(t),
+            cue: cue(t),
             head: [...t.querySelectorAll('th')].slice(0, 3).map(h => h.innerText).join(' | ')}; });
   const images = [...article.querySelectorAll('img')].filter(i => i.offsetParent !== null && i.naturalWidth).map(i => {
     const size = Math.min(i.naturalWidth, Number(i.getAttribute('width')) || Infinity); // width=: drawn for 2x screens
-    const width = i.getBoundingClientRect().width;
+    const width = i.getBoundingClientRect().width, tick = Number(i.dataset.tickPx) || null;
     return {scale: width / size, alt: i.alt.slice(0, 60), zoom: !!i.closest('a.glightbox'),
+            tick: tick && tick * width / i.naturalWidth,  // the smallest tick label as shown, in CSS px
             full: width >= Math.min(size, article.clientWidth) - 2}; });  // as wide as the column, or as drawn
-  const rows = [...article.querySelectorAll('.figure-row')].map(r => [...r.querySelectorAll('img')].map(i =>
+  const lines = e => { const r = document.createRange(); r.selectNodeContents(e);  // the text's lines, by their tops
+    return new Set([...r.getClientRects()].filter(x => x.width > 0).map(x => Math.round(x.top))).size; };
+  const wrapped = [...article.querySelectorAll('table code, table td')].filter(e => e.offsetParent !== null)
+    .filter(e => e.tagName === 'CODE' || /^\S+\s±\s\S+$/.test(e.innerText.trim()))  // a name, or a figure ± spread
+    .filter(e => lines(e) > 1).map(e => e.innerText.trim().slice(0, 40));
+  const rows = [...article.querySelectorAll('.figure-row')].map(r => [...r.querySelectorAll('img')]
+    .filter(i => i.offsetParent !== null).map(i =>  // the drawing this width shows
     Math.round(i.getBoundingClientRect().top)));  // a pair side by side: the same top
   const importLine = /^(import |from \\S+ import |\\s|\\)|$)/;
   const imports = [...article.querySelectorAll('.jp-InputArea')].filter(a => a.offsetParent !== null)
@@ -162,7 +172,8 @@ LAYOUT = """() => {
   const cells = [...article.querySelectorAll('.jp-Cell')].filter(c => !c.innerText.trim() && !c.querySelector('img'));
   const prompts = [...article.querySelectorAll('.jp-InputPrompt, .jp-OutputPrompt')].filter(p => p.innerText.trim());
   const active = document.querySelector('.md-nav--primary .md-nav__link--active');
-  return {tables, images, rows, imports, empty_cells: cells.length, prompts: prompts.length, width: article.clientWidth,
+  return {tables, images, rows, imports, wrapped, empty_cells: cells.length, prompts: prompts.length,
+          width: article.clientWidth,
           overflow: document.documentElement.scrollWidth - innerWidth, headlines: list ? list.children.length : null,
           h1: [...article.querySelectorAll('h1')].map(h => h.innerText.replace(/¶$/, '').trim()),
           h1_outputs: article.querySelectorAll('.jp-OutputArea h1').length,
@@ -205,6 +216,18 @@ def test_on_a_phone_tables_scroll_in_their_own_box_and_figures_take_the_column(p
     assert not narrow, '\n'.join(narrow)
     rows = phone['results.html']['rows']
     assert len(rows) >= 3 and all(len(set(tops)) == len(tops) for tops in rows), rows  # each pair: one under the other
+
+
+def test_on_a_phone_ticks_are_readable_tables_say_they_scroll_and_nothing_breaks_inside(phone):
+    ticks = [(page, i['alt'], i['tick']) for page, s in phone.items() for i in s['images'] if i['tick'] is not None]
+    assert len(ticks) >= 20, ticks  # every figure of the results and the report says its tick size
+    small = [f"{page}: {alt!r}: ticks {t:.1f} px" for page, alt, t in ticks if t < 9]
+    assert not small, '\n'.join(small)
+    quiet = [f"{page}: table [{t['head']}] scrolls with no cue" for page, s in phone.items() for t in s['tables']
+             if not t['fits'] and not t['cue']]
+    assert not quiet, '\n'.join(quiet)
+    broken = [f"{page}: {w!r} over two lines" for page, s in phone.items() for w in s['wrapped']]
+    assert not broken, '\n'.join(broken[:20])
 
 
 def test_a_pair_of_figures_sits_side_by_side_on_a_wide_screen(layout):
@@ -295,8 +318,8 @@ def test_navigation_has_one_results_entry_after_home(site, browser):
     links = page.evaluate("""() => [...document.querySelectorAll('.md-nav--primary a.md-nav__link')]
         .map(a => [a.innerText.trim(), a.getAttribute('href')])""")
     page.close()
-    assert top[:5] == ['Home', 'Results', 'Run report', 'Guide', 'Developing ppo_trt'], top
-    assert top[5:7] == ['Core', 'Environments'], top
+    assert top[:6] == ['Home', 'Results', 'Run report', 'Guide', 'Developing ppo_trt', 'Glossary'], top
+    assert top[6:8] == ['Core', 'Environments'], top
     assert [t for t, h in links if h.split('#')[0] == 'results.html'] == ['Results'], links
 
 

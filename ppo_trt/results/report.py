@@ -25,22 +25,23 @@ from ..studies.sweep import (load_sweep, sweep_rows, plot_sweep, plot_sweep_dela
 from ..core.files import pip_extra
 
 # %% auto #0
-__all__ = ['SWEEP_DIR', 'ROBUST_DIR', 'CLAIMS', 'HEADLINES', 'SECTIONS', 'GPU_TARGETS', 'PARAMETER', 'RESULTS_ONLY',
-           'REPORT_TAGS', 'REPORT_CSP', 'RunRecords', 'check_bench', 'load_records', 'record_note', 'current_bench',
-           'Md', 'esc', 'code', 'bold', 'latency_table', 'closed_loop_table', 'advise_table', 'policy_word',
-           'evaluation_table', 'soak_table', 'kernel_table', 'legend_overlaps', 'plot_latency_cdf', 'plot_latency_tail',
-           'plot_throughput', 'plot_cost_per_action', 'plot_delay_curve', 'plot_residual_study', 'residual_study_table',
-           'env_bench_table', 'plot_learning_curve', 'batching_pays_at', 'claim_other_records', 'claim_fastest',
-           'claim_tail_and_sla', 'claim_skipped', 'claim_throughput', 'claim_closed_loop', 'current_c_loop',
-           'claim_c_loop', 'claim_builds', 'claim_soak', 'claim_engines', 'claim_export', 'claim_control',
-           'claim_residual', 'claim_training', 'claim_sweep', 'claim_robust', 'interpretation', 'headline_claims',
-           'more_claims', 'figure_html', 'figure_row', 'show', 'section_header', 'section_claims', 'skipped_list',
-           'section_latency', 'section_throughput', 'section_gpu', 'section_closed_loop', 'c_loop_tables',
-           'section_deploy_c', 'section_deploy_robot', 'section_soak', 'sweep_runs_table', 'sweep_tables',
-           'section_sweep', 'section_robust', 'section_control', 'section_residual', 'section_env_bench',
-           'section_training', 'section_export', 'section_machine', 'section_not_measured', 'gpu_backend_table',
-           'gpu_targets_table', 'load_gpu_sessions', 'gpu_mjx_section', 'section_gpu_sessions', 'report_template',
-           'report_notebook', 'clean_report_html', 'offline_html', 'render_report']
+__all__ = ['SWEEP_DIR', 'ROBUST_DIR', 'CLAIMS', 'HEADLINES', 'FIGURE_DPI', 'PHONE_WIDTH_IN', 'SECTIONS', 'GPU_TARGETS',
+           'PARAMETER', 'RESULTS_ONLY', 'REPORT_TAGS', 'REPORT_STYLE', 'REPORT_CSP', 'RunRecords', 'check_bench',
+           'load_records', 'record_note', 'current_bench', 'Md', 'esc', 'code', 'bold', 'latency_table',
+           'closed_loop_table', 'advise_table', 'policy_word', 'evaluation_table', 'soak_table', 'kernel_table',
+           'legend_overlaps', 'plot_latency_cdf', 'plot_latency_tail', 'plot_throughput', 'plot_cost_per_action',
+           'plot_delay_curve', 'plot_residual_study', 'residual_study_table', 'env_bench_table', 'plot_learning_curve',
+           'batching_pays_at', 'claim_other_records', 'claim_fastest', 'claim_tail_and_sla', 'claim_skipped',
+           'claim_throughput', 'claim_closed_loop', 'current_c_loop', 'claim_c_loop', 'claim_builds', 'claim_soak',
+           'claim_engines', 'claim_export', 'claim_control', 'claim_residual', 'claim_training', 'claim_sweep',
+           'claim_robust', 'interpretation', 'headline_claims', 'more_claims', 'tick_px', 'for_phone', 'figure_html',
+           'figure_row', 'show', 'section_header', 'section_claims', 'skipped_list', 'section_latency',
+           'section_throughput', 'section_gpu', 'section_closed_loop', 'c_loop_tables', 'section_deploy_c',
+           'section_deploy_robot', 'section_soak', 'sweep_runs_table', 'sweep_tables', 'section_sweep',
+           'section_robust', 'section_control', 'section_residual', 'section_env_bench', 'section_training',
+           'section_export', 'section_machine', 'section_not_measured', 'gpu_backend_table', 'gpu_targets_table',
+           'load_gpu_sessions', 'gpu_mjx_section', 'section_gpu_sessions', 'report_template', 'report_notebook',
+           'clean_report_html', 'offline_html', 'render_report']
 
 # %% ../../nbs/80_report.ipynb #d867c2b5
 SWEEP_DIR = 'sweep'  # a sweep made with `ppo-trt sweep --out RUN_DIR/sweep` is part of the run's report
@@ -215,7 +216,7 @@ def policy_word(recs):
 def evaluation_table(ev, policy_sha256=None, policy='PPO'):
     "Markdown: per phase the fallback and `policy` mean ± std, each backend's gap to reference; gates with their causes."
     ref, others = ev.reference, [b for b in ev.backends if b != ev.reference]
-    ms = lambda v: f'{np.mean(v):.1f} ± {np.std(v):.1f}'
+    ms = lambda v: f'{np.mean(v):.1f}\u00a0±\u00a0{np.std(v):.1f}'  # no break inside a figure
     res = any('residual' in p.returns for p in ev.phases)
     cell = lambda p, key, fmt: _eval_cell(ev, p, key, policy_sha256, fmt)
     gap = lambda p: (lambda v: f"{np.mean(v) - np.mean(p.returns[f'ppo:{ref}']):+.1f}")
@@ -757,16 +758,54 @@ def more_claims(recs, *claims):
     return '\n\n' + '\n'.join(f'- {s}' for s in rest) if rest else ''
 
 # %% ../../nbs/80_report.ipynb #6d17723f
-def figure_html(fig, alt):
-    "A matplotlib figure as an inline PNG `<img>` with escaped alt text (the figure is closed)."
+FIGURE_DPI, PHONE_WIDTH_IN = 110, 4.4  # a phone's column is about 360 px: its drawing, 484 px, is shown at 3/4
+
+def tick_px(fig, dpi=FIGURE_DPI):
+    "The smallest tick label of `fig`, in pixels of its PNG at `dpi`."
+    sizes = [t.get_fontsize() for ax in fig.axes for t in ax.get_xticklabels() + ax.get_yticklabels()]
+    return min(sizes, default=0) * dpi / 72
+
+def for_phone(fig, width_in=PHONE_WIDTH_IN):
+    "`fig` redrawn for a phone's width: panels side by side go one under the other, each about as tall as wide."
+    import textwrap
+    w, h = fig.get_size_inches()
+    axes = [a for a in fig.axes if a.get_subplotspec() is not None]
+    one_row = len(axes) > 1 and len({a.get_subplotspec().rowspan.start for a in axes}) == 1
+    if one_row:
+        grid = fig.add_gridspec(len(axes), 1)
+        for i, a in enumerate(axes): a.set_subplotspec(grid[i])
+    n = len(axes) if one_row else 1  # each panel was w / n wide: as wide as the phone now, at most 0.7 as tall
+    fig.set_size_inches(width_in, n * min(max(h * width_in * n / w, 2.2), 0.7 * width_in))
+    for label in [x for a in axes for x in (a.xaxis.label, a.yaxis.label) if len(x.get_text()) > 40]:
+        label.set_text(textwrap.fill(label.get_text(), 40))  # a long axis title on two lines
+    for leg in [g for g in fig.legends if g._ncols > 1]:  # _legend_below's legend in one column
+        handles, labels = leg.legend_handles, [t.get_text() for t in leg.texts]
+        leg.remove()
+        fig.legend(handles, labels, loc='outside lower center', ncols=1, frameon=False)
+        fig.set_size_inches(fig.get_size_inches() + (0, 0.22 * len(labels)))  # the axes keep their height
+    for _ in range(3):  # labels and legends outside the axes: narrow the axes until the whole drawing fits
+        wide = fig.get_tightbbox(fig.canvas.get_renderer()).width
+        if wide <= width_in * 1.02: break
+        fig.set_size_inches(max(fig.get_size_inches()[0] * width_in / wide, 2.5), fig.get_size_inches()[1])
+    return fig
+
+def _png(fig):
     import base64, io
+    buf = io.BytesIO()
+    fig.savefig(buf, format='png', dpi=FIGURE_DPI, bbox_inches='tight')
+    return base64.b64encode(buf.getvalue()).decode()
+
+def figure_html(fig, alt):
+    "A matplotlib figure as inline PNG `<img>`s with escaped alt text: one drawn for a page, one for a phone (closed)."
     import matplotlib.pyplot as plt
     from IPython.display import HTML
-    buf = io.BytesIO()
-    fig.savefig(buf, format='png', dpi=110, bbox_inches='tight')
+    wide, ticks = _png(fig), tick_px(fig)
+    try: phone = _png(for_phone(fig))
+    except Exception: phone = None  # a layout that cannot be redrawn narrower: the page's drawing, shrunk
     plt.close(fig)
-    return HTML(f'<img alt="{esc(alt)}" style="max-width:100%" '
-                f'src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">')
+    img = lambda cls, png: (f'<img class="{cls}" alt="{esc(alt)}" style="max-width:100%" data-tick-px="{ticks:.1f}" '
+                            f'src="data:image/png;base64,{png}">')
+    return HTML(img('fig-wide', wide) + img('fig-phone', phone) if phone else img('fig-any', wide))
 
 # %% ../../nbs/80_report.ipynb #feaccadc
 def figure_row(*figures):
@@ -1138,21 +1177,21 @@ SECTIONS = (section_header, section_claims, section_latency, section_throughput,
 
 # %% ../../nbs/80_report.ipynb #e251b27b
 GPU_TARGETS = dict(batch1_p99_us=10.0, actions_per_s=5e9, raw_cartpole_steps_per_s=1e10, env_policy_steps_per_s=1e9,
-                   ppo_solve_s=10.0)  # issue 35's, for an H100: reported against (met or not), never asserted
+                   ppo_solve_s=10.0)  # the project's, for an H100: reported against (met or not), never asserted
 
 def _g3(x): return '-' if x is None else f'{x:.3g}'
 
 # %% ../../nbs/80_report.ipynb #f8b130e6
 def gpu_backend_table(bench):
     "Markdown: per backend of a bench record (as builtins), batch 1 checked call and kernel-only, parity, best rates."
-    rows = []
+    rows, skipped = [], []
     for name in dict.fromkeys(r['backend'] for r in bench['records']):
         mine = [r for r in bench['records'] if r['backend'] == name]
         lat = next((r for r in mine if r['ran'] and r['mode'] == 'latency'), None)
         if lat is None:
             why = next((r['reason'] for r in mine if not r['ran']), '')
             state = 'failed' if any(r.get('failed') for r in mine) else 'skipped'
-            rows.append([code(name), f'{state}: {why}', '-', '-', '-', '-', '-'])
+            skipped.append(f'- {code(name)} {state}: {esc(why)}')
             continue
         sweep = [r for r in mine if r['ran'] and r['mode'] == 'sweep']
         best = max(sweep, key=lambda r: r.get('throughput_per_s') or 0, default=None)
@@ -1163,12 +1202,13 @@ def gpu_backend_table(bench):
                      f"{_g3(best['throughput_per_s'])} at {best['batch']:,}" if best else '-',
                      f"{_g3(kbest['kernel_throughput_per_s'])} at {kbest['batch']:,}"
                      if kbest and kbest.get('kernel_throughput_per_s') else '-'])
-    return Md(_md_table(['backend', 'device', 'checked call µs p50 / p99 / p99.9', 'kernel only µs', 'max|Δa| vs ORT',
-                         'actions/s', 'kernel actions/s'], rows))
+    table = _md_table(['backend', 'device', 'checked call µs p50 / p99 / p99.9', 'kernel only µs', 'max|Δa| vs ORT',
+                       'actions/s', 'kernel actions/s'], rows) if rows else ''
+    return Md(table + ('\n\nNot measured:\n\n' if table and skipped else '') + '\n'.join(skipped))
 
 # %% ../../nbs/80_report.ipynb #c93718c4
 def gpu_targets_table(bench, env, trains):
-    "Markdown: each of issue 35's targets, the best figure measured on the GPU and met / not met / not measured."
+    "Markdown: each of the project's GPU targets, the best figure measured on the GPU and met / not met / not measured."
     cuda = lambda r: str(r.get('device', '')).startswith('cuda')
     rows = []
     def line(what, target, got, higher=False, where=''):
@@ -1209,6 +1249,10 @@ def load_gpu_sessions(folder):
     return sorted(out, key=lambda s: str(s['session'].get('started', '')))
 
 # %% ../../nbs/80_report.ipynb #bd15c355
+def _mjx_error(error):
+    "A step's error as a reader needs it: a size the session had no time left for is not measured, not an exception."
+    return 'not measured: no time was left in the session' if str(error).startswith('TimeoutError') else esc(error)
+
 def gpu_mjx_section(sessions):
     "Markdown: the mjx step's rows of every session (MJX on the GPU against the CPU steppers), cut-offs said."
     rows, notes = [], []
@@ -1220,9 +1264,8 @@ def gpu_mjx_section(sessions):
                   _g3(r.get('compile_s')), code(s['name'])] for r in m.get('rows', [])]
         if step.get('status') == 'timeout':
             what = (m.get('running') or {}).get('what', 'the size after these (its log names the sizes asked)')
-            notes.append(f"{code(s['name'])}: stopped at its {step.get('limit_s')} s limit while {esc(what)} ran "
-                         '(not finished: no row)')
-        notes += [f"{code(s['name'])}: {esc(e.get('what', ''))}: {esc(e.get('error', ''))}" for e in m.get('errors', [])]
+            notes.append(f"{code(s['name'])}: {esc(what)} did not finish within the session (no row)")
+        notes += [f"{code(s['name'])}: {esc(e.get('what', ''))}: {_mjx_error(e.get('error', ''))}" for e in m.get('errors', [])]
     if not rows: return ''
     par = next((s['mjx']['parity'] for s in sessions if s['mjx'] and s['mjx'].get('parity')), None)
     for s in reversed([s for s in sessions if s['mjx']]):  # ratios within one session: one machine, one call
@@ -1265,7 +1308,7 @@ def section_gpu_sessions(sessions):
                  'the checked call `runner(obs)` (host in, host out) and the kernel alone (CUDA events, data on the '
                  'device); a backend that cannot run there says why, as the device said it.\n\n'
                  + gpu_backend_table(b)
-                 + f'\n\n{trains.strip()}\n\nIssue 35\'s targets for an H100:\n\n'
+                 + f'\n\n{trains.strip()}\n\nThe project\'s targets for an H100:\n\n'
                  + gpu_targets_table(b, main['env'], main['trains']))
     return [_md(text + mjx)]
 
@@ -1283,7 +1326,8 @@ def report_notebook(run_dir):
     "The unexecuted report notebook for `run_dir`: the template with `RUN_DIR` set, its inputs' hashes in its metadata."
     import nbformat
     nb = nbformat.reads(report_template().read_text(), as_version=4)
-    at = next(i for i, c in enumerate(nb.cells) if c.cell_type == 'code' and c.source.startswith(PARAMETER))
+    at = next(i for i, c in enumerate(nb.cells) if c.cell_type == 'code'
+              and any(l.startswith(PARAMETER) for l in c.source.splitlines()))
     # what comes before the parameter introduces the reference run, not this one; the project's own sections go too
     nb.cells = [c for c in nb.cells[at:] if RESULTS_ONLY not in c.source]
     nb.cells[0].source = f'{PARAMETER}{str(Path(run_dir).resolve())!r}'
@@ -1311,10 +1355,12 @@ def clean_report_html(html):
                                     'th': ['style'], 'td': ['style']})
 
 def _img_attribute(tag, name, value):
-    "An image's attributes the report writes: alt, style, and a src that is inline PNG data (never a URL to fetch)."
-    return name in ('alt', 'style') or (name == 'src' and value.startswith('data:image/png;base64,'))
+    "An image's attributes the report writes: alt, style, class, and a src that is inline PNG data (never a URL)."
+    return name in ('alt', 'style', 'class') or (name == 'src' and value.startswith('data:image/png;base64,'))
 
 # %% ../../nbs/80_report.ipynb #ec66ab95
+REPORT_STYLE = ('<style>.fig-phone { display: none; } img { height: auto; } '
+                '@media (max-width: 44.98em) { .fig-wide { display: none; } .fig-phone { display: block; } }</style>')
 REPORT_CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; font-src data:; "
               "base-uri 'none'; form-action 'none'")
 _SCRIPT = re.compile(r'<script\b.*?</script\s*>', re.S | re.I)
@@ -1322,7 +1368,7 @@ _SCRIPT = re.compile(r'<script\b.*?</script\s*>', re.S | re.I)
 def offline_html(html):
     "`html` with no script (nbconvert's CDN loaders included) and a Content-Security-Policy allowing no fetch."
     html = _SCRIPT.sub('', html)
-    meta = f'<meta http-equiv="Content-Security-Policy" content="{REPORT_CSP}">'
+    meta = f'<meta http-equiv="Content-Security-Policy" content="{REPORT_CSP}">' + REPORT_STYLE
     return re.sub(r'(<head[^>]*>)', lambda m: m.group(1) + meta, html, count=1, flags=re.I)
 
 # %% ../../nbs/80_report.ipynb #32433601

@@ -156,7 +156,7 @@ def page_title(path):
     return next((m.group(1).strip() for m in heads if m), name)
 
 # %% ../../nbs/82_docs.ipynb #04e8e2ab
-FRONT_PAGES = ('results', 'guide', 'development')  # right after the home page, not among the stage's modules
+FRONT_PAGES = ('results', 'guide', 'development', 'glossary')  # right after the home page, not among the stage's modules
 
 def navigation(notebooks):
     "mkdocs `nav`: the README as the home page, the Results page, then the notebooks by stage, each by its title."

@@ -759,10 +759,9 @@ def target_table(sweep):
 
 # %% ../../nbs/70_sweep.ipynb #88312bb7
 RRLS_PUBLISHED = None  # the paper's rows (arXiv 2406.08406) as read; None: not found in what could be read
-RRLS_PUBLISHED_NOTE = ("RRLS's published Hopper rows (TD3, domain randomization, M2TD3, ...) are not beside these: the "
-                       "paper's text within reach of this project's search tools (arXiv 2406.08406; its HTML and "
-                       "abstract pages) stops before its result tables, and the SuReLI/RRLS repository holds code, no "
-                       "results. They are not quoted from memory.")
+RRLS_PUBLISHED_NOTE = ("RRLS's published Hopper rows (TD3, domain randomization, M2TD3, ...) are not beside these: "
+                       "their tables in the paper (arXiv 2406.08406) could not be read here to check them, and the "
+                       "SuReLI/RRLS repository holds code, no results. They are not quoted from memory.")
 
 def rrls_rows(sweep, metric='worst'):
     "(header, rows): per variant, the IQM [95 % CI] over its runs of each RRLS set's `metric` (worst, mean); PID's."
