@@ -8,7 +8,7 @@ import ast, json, os, re, shutil, subprocess, sys, time
 from importlib.resources import files
 from pathlib import Path
 from ..core.files import (PpoTrtError, BadInputError, made_by, mark_made_by, owned_destination, staging,
-                                install_folder)
+                                install_folder, pip_extra)
 
 # %% auto #0
 __all__ = ['STAGES', 'FRONT_PAGES', 'SITE_MARKER', 'MADE_BY', 'split_directives', 'relink', 'page_links', 'imports_only',
@@ -261,8 +261,10 @@ def _project():
 
 # %% ../../nbs/82_docs.ipynb #db702208
 def _require(module, fix):
-    try: __import__(module)
-    except ImportError: raise PpoTrtError(f'{module} is not installed: {fix}') from None
+    import importlib.util
+    try: found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError): found = False
+    if not found: raise PpoTrtError(f'{module} is not installed: {fix}') from None
 
 # %% ../../nbs/82_docs.ipynb #4d1e2c5b
 SITE_MARKER, MADE_BY = '.ppo-trt-site.json', 'ppo-trt docs'
@@ -290,7 +292,8 @@ def install_site(stage, dest):
 def _mkdocs_site(cfg, stage, report, say):
     "The site built by mkdocs into `stage/site`; its pages, theme and config in `stage/work`."
     import yaml
-    for m in ('mkdocs', 'material', 'mkdocs_jupyter', 'mkdocs_glightbox'): _require(m, 'pip install "ppo_trt[docs]"')
+    for m in ('mkdocs', 'material', 'mkdocs_jupyter', 'mkdocs_glightbox', 'pandas', 'scipy', 'ray'):
+        _require(m, pip_extra('docs'))  # the notebooks import pandas, scipy and ray as the site executes them
     from nbdev.serve import proc_nbs
     say('[ppo-trt] running nbdev\'s processors (API docs, show_doc executed) ...')
     os.environ.setdefault('MPLBACKEND', 'Agg')
