@@ -802,7 +802,10 @@ def refresh_report(run_dir):
     "Re-render the run folder's report.html after a stage added a record, where it has one; else None. Never fails."
     rd = Path(run_dir)
     if not (rd/'report.html').is_file(): return None  # no report asked for yet: `ppo-trt report` renders one
-    _say(f'updating {rd/"report.html"} with the new record ...')
+    if os.environ.get('PPO_TRT_REPORT_REFRESH', '1') == '0':
+        _say(f'{rd/"report.html"} not updated (PPO_TRT_REPORT_REFRESH=0): run `ppo-trt report --run-dir {rd}`')
+        return None
+    _say(f'updating {rd/"report.html"} with the new record (PPO_TRT_REPORT_REFRESH=0 skips this) ...')
     try: return _report_stage(rd)
     except PpoTrtError as e:
         _say(f'report.html not updated ({_one_line(e)}): run `ppo-trt report --run-dir {rd}`'); return None

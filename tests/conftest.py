@@ -5,15 +5,18 @@ import pytest
 
 # generated code (the C extension) is cached per test session, never in the user's cache
 os.environ.setdefault('PPO_TRT_CACHE', tempfile.mkdtemp(prefix='ppo_trt_cache_'))
+# a stage re-renders the report.html a run folder holds (half a minute each): tests of other things leave it;
+# tests/test_newcomer.py checks the re-render itself with PPO_TRT_REPORT_REFRESH=1
+os.environ.setdefault('PPO_TRT_REPORT_REFRESH', '0')
 
 QUICK_BENCH = ['--warmup', '20', '--iters', '300', '--batches', '1,64,1024', '--sweep-seconds', '0.05',
                '--closed-loop-steps', '300']
 
-def ppo_trt(*args, cwd=None):
-    "Run the real console script; return the CompletedProcess."
+def ppo_trt(*args, cwd=None, env=None):
+    "Run the real console script (`env`: variables to set for it); return the CompletedProcess."
     exe = shutil.which('ppo-trt') or str(Path(sys.executable).with_name('ppo-trt'))
     return subprocess.run([exe, *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                          env={**os.environ, 'PYTHONWARNINGS': 'ignore'})
+                          env={**os.environ, 'PYTHONWARNINGS': 'ignore', **(env or {})})
 
 @pytest.fixture(scope='session')
 def run_dir(tmp_path_factory):

@@ -177,7 +177,7 @@ def test_a_stage_re_renders_a_report_that_predates_its_record(tmp_path):
     assert ppo_trt('report', '--run-dir', run).returncode == 0
     assert 'control quality (<code>ppo-trt evaluate</code>)' in (run/'report.html').read_text()
     r = ppo_trt('evaluate', '--run-dir', run, '--phases', 'nominal', '--episodes', 1, '--backends', 'ort',
-                '--deadline-us', 1e6)
+                '--deadline-us', 1e6, env={'PPO_TRT_REPORT_REFRESH': '1'})
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     html = (run/'report.html').read_text()
     assert 'Control quality per scenario phase' in html and 'control quality (<code>ppo-trt evaluate' not in html
