@@ -18,6 +18,14 @@ def ppo_trt(*args, cwd=None, env=None):
     return subprocess.run([exe, *map(str, args)], capture_output=True, text=True, cwd=cwd,
                           env={**os.environ, 'PYTHONWARNINGS': 'ignore', **(env or {})})
 
+def one_line(r, status=2, *says):
+    "`r` failed with exit `status` and one line on stderr holding each of `says` (no traceback)."
+    err = r.stderr.strip()
+    assert r.returncode == status, (r.returncode, r.stdout[-1500:], err[-3000:])
+    assert 'Traceback' not in r.stderr and len(err.splitlines()) == 1, err[-3000:]
+    for s in says: assert s in err, (s, err)
+    return err
+
 @pytest.fixture(scope='session')
 def run_dir(tmp_path_factory):
     "A run folder made by `ppo-trt run` with a few thousand timesteps of the default preset."

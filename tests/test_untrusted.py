@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper, TensorProto
-from conftest import ppo_trt, QUICK_BENCH
+from conftest import ppo_trt, QUICK_BENCH, one_line
 
 ROOT = Path(__file__).parents[1]
 REFERENCE = ROOT/'nbs'/'_reference'/'hopper'
@@ -19,15 +19,6 @@ TINY_BENCH = ['--warmup', '5', '--iters', '20', '--batches', '1,4', '--sweep-sec
 
 
 # ---- helpers -----------------------------------------------------------------------------------------------------
-def one_line(r, status=2, *says):
-    "`r` failed with exit `status` and one line on stderr holding each of `says` (no traceback)."
-    err = r.stderr.strip()
-    assert r.returncode == status, (r.returncode, r.stdout[-1500:], err[-3000:])
-    assert 'Traceback' not in r.stderr and len(err.splitlines()) == 1, err[-3000:]
-    for s in says: assert s in err, (s, err)
-    return err
-
-
 def sha(path):
     import hashlib
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()

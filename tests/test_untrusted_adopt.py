@@ -11,6 +11,7 @@ from numpy.lib import format as npf
 from onnx import helper, numpy_helper, TensorProto
 
 from ppo_trt.core.files import BadArtifactError, BadInputError
+from conftest import one_line
 
 LIMIT = 3 << 29  # 1.5 GiB of address space for the children that meet a huge declared size
 
@@ -80,15 +81,6 @@ def cli(*args, cwd, limit=False):
     exe = shutil.which('ppo-trt') or str(Path(sys.executable).with_name('ppo-trt'))
     return subprocess.run([exe, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300,
                           preexec_fn=limited if limit else None, env={**os.environ, 'PYTHONWARNINGS': 'ignore'})
-
-
-def one_line(r, status=2, *says):
-    "`r` failed with exit `status` and one line on stderr holding each of `says` (no traceback)."
-    err = r.stderr.strip()
-    assert r.returncode == status, (r.returncode, r.stdout[-1500:], err[-3000:])
-    assert 'Traceback' not in r.stderr and len(err.splitlines()) == 1, err[-3000:]
-    for s in says: assert s in err, (s, err)
-    return err
 
 
 def cli_here(capsys, status, *args, says=()):

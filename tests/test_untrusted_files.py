@@ -7,7 +7,7 @@ import hashlib, json, os, shutil
 from pathlib import Path
 import numpy as np
 import pytest
-from conftest import ppo_trt
+from conftest import ppo_trt, one_line
 from ppo_trt.core.files import (BadArtifactError, BadInputError, PpoTrtError, install_folder, owned_destination,
                                 staging, manifest, foreign_files)
 from ppo_trt.export.c_library import LIBRARY_MARKER, MADE_BY as EXPORT_C, install_c_library
@@ -21,15 +21,6 @@ COMMANDS = {'export-c': (LIBRARY_MARKER, EXPORT_C), 'c-loop': (C_LOOP_MARKER, C_
 BAD_KEYS = ['../victim.txt', '../../victim.txt', 'a/../../victim.txt', '/ABS/victim.txt', 'a\\..\\..\\victim.txt',
             'a\0b', '', 'a//b', './a', 'a/./b', 'link/victim.txt', 'x' * 5000]
 needs_reference = pytest.mark.skipif(not REFERENCE.is_dir(), reason='the reference run is in a clone (nbs/_reference)')
-
-
-def one_line(r, status=2, *says):
-    "`r` failed with exit `status` and one line on stderr holding each of `says` (no traceback)."
-    err = r.stderr.strip()
-    assert r.returncode == status, (r.returncode, r.stdout[-1500:], err[-3000:])
-    assert 'Traceback' not in r.stderr and len(err.splitlines()) == 1, err[-3000:]
-    for s in says: assert s in err, (s, err)
-    return err
 
 
 def tree(folder):
