@@ -28,10 +28,18 @@ def one_line(r, status=2, *says):
 
 @pytest.fixture(scope='session')
 def run_dir(tmp_path_factory):
-    "A run folder made by `ppo-trt run` with a few thousand timesteps of the default preset."
-    d = tmp_path_factory.mktemp('e2e')/'hopper'
-    r = ppo_trt('run', '--run-dir', d, '--timesteps', 4096, '--eval-freq', 2048, '--eval-episodes', 2, *QUICK_BENCH)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    "A run folder made by `ppo-trt run` with a few thousand timesteps of the default preset, once per pytest run."
+    from filelock import FileLock
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get('PYTEST_XDIST_WORKER'): shared = shared.parent  # the workers' common folder, this run's
+    d, done = shared/'e2e'/'hopper', shared/'e2e'/'made'
+    with FileLock(str(shared/'e2e.lock')):  # the first worker makes it; the others wait and use it read-only
+        if not done.exists():
+            d.parent.mkdir(exist_ok=True)
+            r = ppo_trt('run', '--run-dir', d, '--timesteps', 4096, '--eval-freq', 2048, '--eval-episodes', 2,
+                        *QUICK_BENCH)
+            assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+            done.touch()
     return d
 
 @pytest.fixture

@@ -76,6 +76,7 @@ def test_adr_draws_feed_the_features_and_freeze():
     assert not pin_draws(env, [0], 'earthquake', 1.0)
 
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 def test_fast_train_with_adr_records_its_moves(tmp_path):
     rec = fast_train(tmp_path/'run', env_id='Hopper-v4', timesteps=8 * 2048, randomize='all', history=2,
                      privileged_critic=True, curriculum=ADR(-1e9, -2e9, episodes=2), progress=False,

@@ -123,6 +123,7 @@ def test_a_target_that_fails_its_test_leaves_the_library_as_it_was(a64_run, monk
     assert _hashes(lib) == before and record.read_bytes() == rec_before
     assert not [p for p in a64_run.iterdir() if '.building-' in p.name]  # the staging folder is gone
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 @needs_m4
 def test_export_c_target_cortex_m4f(run_copy):
     r = ppo_trt('export-c', '--run-dir', run_copy, '--target', 'cortex-m4f')

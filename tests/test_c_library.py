@@ -107,6 +107,7 @@ def test_a_policy_with_a_nan_weight_is_refused(run_copy, tmp_path):
     assert not (tmp_path/'lib').exists()
 
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 def test_rewritten_over_its_own_library(library, run_dir, tmp_path):
     "export-c again over its own library replaces its files; one the user edited since is kept, the rerun refusing."
     d = tmp_path/'lib'; shutil.copytree(library, d)
@@ -119,6 +120,7 @@ def test_rewritten_over_its_own_library(library, run_dir, tmp_path):
     assert (d/'ppo_policy.c').read_text() == "/* an edit of the user's */"
 
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 def test_default_run_folder(run_dir, tmp_path):
     "Without --run-dir, export-c works on the default run folder (runs/Hopper-v4-ppo), as every stage does."
     (tmp_path/'runs').mkdir(); shutil.copytree(run_dir, tmp_path/'runs'/'Hopper-v4-ppo')

@@ -52,6 +52,7 @@ def test_a_nan_observation_engages_the_fallback_once(built, step):
     assert fb == dict(injected_step=step, status=2, fallbacks=1, nonfinite_obs=1, action_held=True,
                       check_passed=True, passed=True)
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 def test_cli_writes_the_record(run_copy):
     r = ppo_trt('c-loop', '--run-dir', run_copy, '--steps', 3000, '--episodes', 2)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

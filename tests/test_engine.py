@@ -26,6 +26,7 @@ def test_build_trt_rtx(run_copy, precision):
     assert ppo_trt('report', '--run-dir', run_copy).returncode == 0
     assert name in (run_copy/'report.html').read_text()
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 def test_stale_engine_after_reexport(run_copy):
     assert ppo_trt('build', '--run-dir', run_copy, '--flavour', 'trt-rtx').returncode == 0
     check_engine(run_copy, 'policy.trt-rtx.fp32.engine')  # fresh: valid

@@ -11,6 +11,7 @@ N_INPUTS = 3000
 
 @pytest.mark.parametrize('name', [pytest.param(n, marks=pytest.mark.slow) if n == 'torch-compile' else n
                                   for n in CPU])  # compiling takes a while: `pytest -m slow`
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 def test_fuzz_checked_call_and_hot_path(run_dir, name):
     r = subprocess.run([sys.executable, str(Path(__file__).with_name('fuzz_runners.py')), str(run_dir), name,
                         str(N_INPUTS), '0'], capture_output=True, text=True)

@@ -136,6 +136,7 @@ def test_carried_size_counts_untracked_files(tmp_path):
     assert gpu_quick.carried_bytes(tmp_path) == (1000 + len('ignored/\n.gpu/\n'), 5000)
 
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 def test_quick_stops_every_step_at_its_budget(tmp_path):
     "With 6 s for the session no step gets its minimum: none starts, each says why, and the record is whole."
     out = tmp_path/'out'

@@ -231,6 +231,7 @@ def test_c_cache_binary_path_is_a_directory(built):
     assert (so/'x').read_text() == 'x'  # nothing of the user's replaced
 
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 def test_c_cache_binary_and_record_of_another_policy(built, tmp_path):
     "The .so and .json of another policy copied under this policy's names: rebuilt (was ImportError, no rebuild)."
     p, cache, want = built

@@ -48,6 +48,7 @@ def _obs(width, rows=37, seed=0):
     return (np.random.default_rng(seed).normal(size=(rows, width)) * 1.5).astype(np.float32)
 
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 def test_the_parser_fuses_what_the_exporters_write():
     kinds = lambda steps: [getattr(s, 'kind', type(s).__name__) for s in steps]
     steps, dims = parse_chain(actors.feedforward('every-activation'))
@@ -91,6 +92,7 @@ def _sequence(step, obs, state_width, resets):
     return np.asarray(out)
 
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 @pytest.mark.parametrize('name', list(RECURRENT))
 def test_recurrent_actors_step_with_ort_on_every_cpu_backend(name, saved):
     obs_w, act_w, state_w = RECURRENT[name]
@@ -113,6 +115,7 @@ def _library(path, folder, obs):
 @pytest.mark.skipif(CC is None, reason='no C compiler (cc) on this machine')
 @pytest.mark.parametrize('name', ['isaac-elu', 'every-activation', 'layernorm-decomposed', 'gru', 'lstm-dynamo',
                                   'gru-lbr0'])
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 def test_the_c_library_test_program_passes(name, saved, tmp_path):
     path = saved(name)
     width = RECURRENT[name][0] if name in RECURRENT else ort_cpu_session(path).get_inputs()[0].shape[1]
@@ -208,6 +211,7 @@ def test_a_1024_wide_actor_on_every_backend_and_in_c(saved, tmp_path):
         assert r['ok'], r['output']
 
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 @pytest.mark.skipif(CC is None, reason='no C compiler (cc) on this machine')
 def test_the_timing_harness_states_the_arithmetic_and_its_limits(saved, tmp_path):
     "make bench's harness prints the FMA limit for the actor's multiply-adds and the time to read its weights."

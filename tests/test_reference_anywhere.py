@@ -63,6 +63,7 @@ def test_bench_a_bare_onnx_file(ref_copy, tmp_path):
     assert refused.returncode == 2 and 'was not made by `ppo-trt bench`' in refused.stderr, refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and _hashes(ref_copy) == before
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 def test_compare_leaves_the_reference_untouched(tmp_path):
     from ppo_trt.measure.compare import read_compare
     before = _hashes(REFERENCE)

@@ -57,10 +57,10 @@ def evaluated(run_dir, tmp_path_factory):
     return dst
 
 
-# the quick run covers two damages per record; `pytest -m slow` the other three
-@pytest.mark.parametrize('how', ['random bytes', 'nested deep',
-                                 *(pytest.param(h, marks=pytest.mark.slow) for h in ('truncated', 'wrong type',
-                                                                                    'missing key'))])
+# the quick run covers one damage per record (each check runs a stage: seconds); `pytest -m slow` the other four
+@pytest.mark.parametrize('how', ['random bytes',
+                                 *(pytest.param(h, marks=pytest.mark.slow) for h in ('nested deep', 'truncated',
+                                                                                    'wrong type', 'missing key'))])
 @pytest.mark.parametrize('file', list(RECORDS))
 def test_bad_record_is_one_line_and_changes_nothing(evaluated, tmp_path, file, how):
     import shutil
@@ -182,6 +182,7 @@ def test_subset_bench_keeps_the_rest(run_copy):
     assert {x.backend for x in read_record(run_copy/'bench.json').records} == {'ort'}
 
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 def test_force_removes_everything_made_from_the_old_policy(run_copy):
     (run_copy/'env_bench_CartPole-v1.json').write_text(json.dumps(dict(rows=[], cpu='x')))
     r = ppo_trt('train', '--run-dir', run_copy, '--force', '--preset', 'smoke', '--timesteps', 512, '--eval-freq', 512,

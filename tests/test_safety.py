@@ -81,6 +81,7 @@ def _load_in_subprocess(onnx, cache):
     return subprocess.run([sys.executable, '-c', code], capture_output=True, text=True)
 
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 @pytest.mark.parametrize('damage', ['truncate', 'random', 'swap', 'record'])
 def test_damaged_c_cache_is_rebuilt_never_loaded(run_dir, tmp_path, damage):
     from ppo_trt.export.c_kernel import compile_c_policy
@@ -127,6 +128,7 @@ def test_unwritable_cache_is_one_clear_error(run_dir, tmp_path):
     assert r.returncode == 0 and 'set PPO_TRT_CACHE to a writable folder' in r.stdout, r.stderr[-2000:]
 
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 def test_policy_onnx_alone_deploys_without_pickle(run_dir, tmp_path):
     "Only policy.onnx in the folder; an audit hook sees every unpickled class while the ONNX backends load and run."
     alone = tmp_path/'deploy'/'policy.onnx'; alone.parent.mkdir(); shutil.copy(run_dir/'policy.onnx', alone)

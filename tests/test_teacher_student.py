@@ -54,6 +54,7 @@ def test_nothing_of_the_teacher_is_deployed(ts_run):
     assert B.load('ort', ts_run, network_only=True).obs_dim == width
 
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 def test_student_sequence_parity_on_every_cpu_backend(ts_run):
     "The deployed student, stateful, on every CPU backend replays ORT's closed-loop episodes within 1e-5."
     ort = B.load('ort', ts_run)
@@ -88,6 +89,7 @@ def committed_student(tmp_path_factory):
     return d
 
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 def test_committed_student_parity_on_every_cpu_backend(committed_student):
     "The study's own student, not a toy: every CPU backend replays ORT's delayed episodes within 1e-5."
     ort = B.load('ort', committed_student)

@@ -209,6 +209,7 @@ def test_policy_zip_pickle_never_runs(run_copy, tmp_path):
     assert not marker.exists() and r.returncode == 0, r.stderr[-2000:]
 
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 def test_vecnormalize_pickle_never_runs(run_copy, tmp_path):
     "A payload as checkpoints/kept_vecnormalize.pkl: export refuses it in one line; the payload never ran."
     marker = tmp_path/'PWNED'
@@ -272,6 +273,7 @@ def users(folder):
     return {n: (folder/n).read_bytes() if (folder/n).exists() else None for n in USER_FILES}
 
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 @pytest.mark.parametrize('out', [None, 'elsewhere'])
 def test_export_c_rerun_keeps_the_users_files(run_copy, tmp_path, out):
     "export-c again over c_policy/ (or its --out): the user's files stay, byte for byte; its own are replaced."
@@ -286,6 +288,7 @@ def test_export_c_rerun_keeps_the_users_files(run_copy, tmp_path, out):
     assert 'ppo_policy.c' in os.listdir(lib)
 
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 def test_export_c_never_writes_through_a_link_in_its_folder(run_copy, tmp_path):
     "A library file the user replaced by a link to their own file: the rerun refuses in one line, the file is intact."
     assert ppo_trt('export-c', '--run-dir', run_copy, '--cc', 'none').returncode == 0
@@ -322,6 +325,7 @@ def test_docs_rerun_keeps_the_users_files(tmp_path):
     assert users(dest) == USER_FILES and (dest/'index.html').read_text() == '<h1>second</h1>'
 
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 def test_train_force_keeps_the_users_files_in_c_policy(run_copy):
     "train --force removes what was made from the old policy, never robot_main.c beside its C library."
     assert ppo_trt('export-c', '--run-dir', run_copy, '--cc', 'none').returncode == 0
@@ -331,6 +335,7 @@ def test_train_force_keeps_the_users_files_in_c_policy(run_copy):
     assert (run_copy/'c_policy'/'robot_main.c').read_bytes() == USER_FILES['robot_main.c']
 
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 def test_leftovers_of_a_killed_run_are_listed_and_removed(run_copy):
     "What a kill -9 leaves (a half-built c_policy, a half-written record): doctor lists it, the next run removes it."
     building = run_copy/'.c_policy.building-999999999-x1'
@@ -449,6 +454,7 @@ def test_generated_kernels_compute_what_ort_computes_or_refuse(tmp_path, case, n
     assert np.abs(got - want).max() <= 1e-5, (case, np.abs(got - want).max())
 
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 def test_c_loop_pass_compares_against_ort(run_copy):
     "A policy whose obs clip has an empty min: the C loop's actions must be ORT's (it passed with 22 against 211)."
     m = onnx.load(run_copy/'policy.onnx')
@@ -577,6 +583,7 @@ def test_a_compiler_that_fails_silently_is_named(run_copy):
     one_line(ppo_trt('export-c', '--run-dir', run_copy, '--cc', '/bin/false'), 2, 'exit status 1', 'printed nothing')
 
 
+@pytest.mark.slow  # over 9 s on a slow 2-core box: with the long checks (pytest -m slow tests)
 def test_a_failed_library_test_leaves_the_good_library(run_copy, tmp_path):
     "A new library that fails its test never replaces the one installed: c_policy/ byte for byte as before."
     assert ppo_trt('export-c', '--run-dir', run_copy).returncode == 0

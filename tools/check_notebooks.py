@@ -27,7 +27,7 @@ def layout_problems(paths):
 
 def _runnable(c):
     src = ''.join(c['source'])
-    return c['cell_type'] == 'code' and src.strip() and not re.match(r'#\|\s*(export|default_exp|slow|gpu|hide)\b', src)
+    return c['cell_type'] == 'code' and src.strip() and not re.match(r'#\|\s*(export|default_exp|gpu|full|hide)\b', src)
 
 def output_problems(paths):
     "Notebooks without a kernelspec, or whose runnable cells kept no output at all."

@@ -1,5 +1,5 @@
-"""Re-execute notebooks in place, keeping their outputs: what `nbdev_test` runs (smoke-sized work, `slow`/`gpu` cells
-skipped and their outputs cleared), one notebook per process, then `nbdev_clean`.
+"""Re-execute notebooks in place, keeping their outputs: what `nbdev_test --flags slow` runs (smoke-sized work and the
+long checks; `gpu` and `full` cells skipped and their outputs cleared), one notebook per process, then `nbdev_clean`.
 
     python tools/refresh_notebooks.py            # every notebook in nbs/
     python tools/refresh_notebooks.py nbs/50_bench.ipynb ...
@@ -24,7 +24,7 @@ def refresh_one(path):
     from execnb.nbio import read_nb, write_nb
     from execnb.shell import CaptureShell
     os.environ['IN_TEST'] = '1'  # as nbdev_test runs it
-    nb, skip = read_nb(path), skip_flags() | {'eval:false'}
+    nb, skip = read_nb(path), (skip_flags() - {'slow'}) | {'eval:false'}  # slow cells run: their outputs are docs
     for c in nb.cells:
         if c.cell_type == 'code' and _flags(c.source) & skip: c.outputs, c.execution_count = [], None
     shell = CaptureShell(path)

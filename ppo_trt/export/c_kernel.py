@@ -519,14 +519,15 @@ def _scratch(width, obs, act, stack=False):
                                f'    for (; r < n; r++) forward_row(x + r * {obs}, y + r * {act}{row});']
     n_fn = 'static int forward_n(const float *x, float *y, npy_intp n) {  /* 0, or -1: out of memory */'
     if stack or 2 * ROWS * width * 4 <= STACK_SCRATCH_MAX:
-        arr = lambda name, dims: f'{name}{dims} __attribute__((aligned(64)))'
+        arr = lambda name, dims: f'{name}{dims} __attribute__((aligned(64))) = {{0}}'  # pad lanes are read: zeros
         return dict(row_args='', row_decl=[f"    float {arr('s0', f'[{width}]')}, {arr('s1', f'[{width}]')};"],
                     rows_args='', rows_pass='',
                     rows_decl=[f"    float {arr('t0', f'[{ROWS}][{width}]')}, {arr('t1', f'[{ROWS}][{width}]')};"],
                     driver=[n_fn, *loops('', ''), '    return 0;', '}', '',
                             'PPO_MAYBE_UNUSED static inline int forward_one(const float *x, float *y) {',
                             '    forward_row(x, y); return 0;', '}'])
-    heap = lambda floats: f'float *s = aligned_alloc(64, {-(-floats * 4 // 64) * 64}); if (!s) return -1;'
+    heap = lambda floats: (f'float *s = aligned_alloc(64, {-(-floats * 4 // 64) * 64}); if (!s) return -1; '
+                           f'memset(s, 0, {-(-floats * 4 // 64) * 64});')
     tile = f'(float (*)[{width}])'
     return dict(row_args=', float *restrict s0, float *restrict s1', row_decl=[], rows_pass=', t0[r], t1[r]',
                 rows_args=f', float (*restrict t0)[{width}], float (*restrict t1)[{width}]', rows_decl=[],
