@@ -12,15 +12,15 @@ import numpy as np
 from ..core.run_folder import RunDir
 from ..core.files import PpoTrtError, BadInputError, owned_destination, staging, install_folder, sha256_file
 from ..core.machine import package_version
-from .onnx import load_onnx, onnx_metadata, check_finite_policy, ort_cpu_session
+from .onnx import load_onnx, onnx_metadata, check_finite_policy, ort_cpu_session, parity_bound, PARITY_EPS
 from .onnx_graph import parse_chain
 from .c_kernel import STACK_SCRATCH_MAX, c_float, kernel_source
 
 # %% auto #0
-__all__ = ['STATUS', 'SEQ_EPISODE', 'SEQ_FALLBACK_EVERY', 'TEST_TOL', 'TEST_PROGRAM', 'MAKEFILE', 'BENCH_PROGRAM',
-           'LIBRARY_MARKER', 'MADE_BY', 'STRICT', 'BENCH_LINES', 'LIMIT_LINES', 'c_string', 'c_comment',
-           'check_c_metadata', 'library_program', 'library_kernel', 'contract_comment', 'StateLayout', 'state_layout',
-           'library_header', 'library_source', 'history_sequence', 'state_sequence', 'test_vectors', 'template_text',
+__all__ = ['STATUS', 'SEQ_EPISODE', 'SEQ_FALLBACK_EVERY', 'TEST_PROGRAM', 'MAKEFILE', 'BENCH_PROGRAM', 'LIBRARY_MARKER',
+           'MADE_BY', 'STRICT', 'BENCH_LINES', 'LIMIT_LINES', 'c_string', 'c_comment', 'check_c_metadata',
+           'library_program', 'library_kernel', 'contract_comment', 'StateLayout', 'state_layout', 'library_header',
+           'library_source', 'history_sequence', 'state_sequence', 'test_tolerance', 'test_vectors', 'template_text',
            'library_code', 'library_files', 'write_files', 'install_c_library', 'write_c_library', 'compiler_missing',
            'build_and_test', 'parse_bench', 'bench_c_library']
 
@@ -347,7 +347,9 @@ def state_sequence(act_fn, env_obs, state, width):
     return rows, np.asarray(outs, np.float32)
 
 # %% ../../nbs/36_c_library.ipynb #ba053989
-TEST_TOL = 1e-6  # max abs error against ONNX Runtime, on every row
+def test_tolerance(*actions):
+    "The C test's bound on |C - ONNX Runtime| per action: `parity_bound` of the largest action it checks."
+    return parity_bound(np.concatenate([np.ravel(a) for a in actions]))
 
 def _c_rows(name, a):
     rows = ',\n'.join('    {' + ', '.join(c_float(v) for v in row) + '}' for row in np.asarray(a, np.float32))
@@ -355,8 +357,10 @@ def _c_rows(name, a):
 
 def test_vectors(obs, act, sequence=None, state=None, arithmetic=None):
     "The text of ppo_policy_vectors.h: observations and ORT's actions, the tolerance (a `sequence`, a `state` one)."
+    tol = test_tolerance(act, *([] if sequence is None else [sequence['act']]))
     parts = [f'/* {len(obs)} export observations and ONNX Runtime\'s actions for them (ppo-trt export-c) */',
-             f'#define PPO_TEST_ROWS {len(obs)}', f'#define PPO_TEST_TOL {TEST_TOL:g}']
+             f'#define PPO_TEST_ROWS {len(obs)}',
+             f'#define PPO_TEST_TOL {tol!r}  /* {PARITY_EPS} float32 epsilons of the largest |action| (at least 1) */']
     if arithmetic:  # what the timing harness compares a call with: the machine's FMA limit, reading the weights
         parts += [f'#define PPO_TEST_MULTIPLY_ADDS {arithmetic[0]}L  /* one action\'s multiply-adds */',
                   f'#define PPO_TEST_WEIGHT_BYTES {arithmetic[1]}L  /* the constants one action reads */']
@@ -447,7 +451,8 @@ def install_c_library(onnx_path, obs, dest, cc=None):
         write_files(stage/'lib', {**files, 'manifest.json': json.dumps(manifest, indent=2) + '\n'})
         test = build_and_test(stage/'lib', cc) if cc else None  # in the new folder: the installed one stays till then
         if test and not test['ok']:
-            raise PpoTrtError(f"the new C library's test failed ({test['output'] or 'it printed nothing'}); "
+            said = '; '.join(test['output'].splitlines()) or 'it printed nothing'  # one line: a recurrent test says two
+            raise PpoTrtError(f"the new C library's test failed ({said}); "
                               f'{dest} was left as it was')
         (stage/'lib'/'test_ppo_policy').unlink(missing_ok=True)  # the folder gets sources only: `make` builds there
         install_folder(stage/'lib', dest, LIBRARY_MARKER, MADE_BY, stage)

@@ -13,7 +13,7 @@ from ..core.files import (BadArtifactError, BadInputError, PpoTrtError, atomic_p
                                 shown, user_cache, inside)
 from ..core.run_folder import check_env_id
 from ..core.machine import package_version, available_memory, MEMORY_SHARE
-from .onnx import (PARITY_TOL, DEPLOY_KEYS, read_onnx, onnx_metadata, set_metadata, check_finite_policy,
+from .onnx import (parity_bound, DEPLOY_KEYS, read_onnx, onnx_metadata, set_metadata, check_finite_policy,
                                  control_period)
 
 # %% auto #0
@@ -397,7 +397,7 @@ def computed_row(outs, inf, where='the ONNX model'):
 
 # %% ../../nbs/39_foreign.ipynb #ea927b3f
 def check_adopted(original, adopted, inf, where='the ONNX model', rows=CHECK_ROWS, seed=0):
-    "The largest difference between `adopted` on a batch and `original` row by row; one line if over `PARITY_TOL`."
+    "The largest difference between `adopted` on a batch and `original` row by row; one line if over `parity_bound`."
     rng = np.random.default_rng(seed)
     obs = rng.uniform(-1, 1, (rows, inf.obs_dim)).astype(np.float32)
     states = [rng.normal(0, 0.5, (rows, s.size)).astype(np.float32) for s in inf.states]
@@ -412,7 +412,7 @@ def check_adopted(original, adopted, inf, where='the ONNX model', rows=CHECK_ROW
     try: got = _session(adopted).run(None, {'obs': np.concatenate([obs, *states], axis=1)})[0]
     except Exception as e: got, why = None, shown(str(e).splitlines()[0] if str(e) else type(e).__name__, 160)
     err = float('inf') if got is None or got.shape != want.shape else float(np.abs(got - want).max())
-    if not err <= PARITY_TOL:
+    if not err <= parity_bound(want):
         how = f'differs from it by {err:.3g}' if got is not None else f'does not run on {rows} rows ({why})'
         raise BadArtifactError(f'{where}: run on a batch, the graph {how}: something in it fixes the batch of one that '
                                'ppo_trt cannot free; export it with a dynamic batch axis (torch.onnx.export(..., '

@@ -86,7 +86,7 @@ int main(void) {
            "max abs err %.2e\n", PPO_POLICY_HISTORY_ACTIONS, PPO_TEST_EPISODE, PPO_TEST_FALLBACK_EVERY, e_sequence);
 #endif
     printf("ppo_policy %s (kernel %s): %d rows, max abs err vs ONNX Runtime %.2e one by one, %.2e batched "
-           "(tolerance %.0e); %d failed calls; NaN obs: status %d (batched %d), action %s\n", PPO_POLICY_ENV_ID,
+           "(tolerance %.2e); %d failed calls; NaN obs: status %d (batched %d), action %s\n", PPO_POLICY_ENV_ID,
            ppo_policy_kernel(), PPO_TEST_ROWS, e_single, e_batch, PPO_TEST_TOL, failed_calls, nan_status,
            batch_nan_status, untouched ? "untouched" : "WRITTEN");
     return !(failed_calls == 0 && e_single <= PPO_TEST_TOL && e_batch <= PPO_TEST_TOL && e_sequence <= PPO_TEST_TOL
