@@ -6,7 +6,7 @@ The stages take a run folder (the folder each stage reads and writes), as the `p
     ppo_trt.export_onnx('runs/hopper')                 # ppo-trt export: policy.onnx
     ppo_trt.bench('runs/hopper')                       # ppo-trt bench: bench.json
     ppo_trt.evaluate('runs/hopper')                    # ppo-trt evaluate: evaluate.json
-    ppo_trt.export_c('runs/hopper')                    # ppo-trt export-c: the C library
+    ppo_trt.export_c('runs/hopper', cc='cc')           # ppo-trt export-c: the C library, built and tested
     runner = ppo_trt.load('native-c', 'runs/hopper')   # a runner: actions = runner(obs)
 
 `import ppo_trt` imports nothing heavy: each name imports its module on first use."""
@@ -24,7 +24,7 @@ _PUBLIC = dict(
     bench=('ppo_trt.measure.bench', 'bench'),                        # latency of each backend -> bench.json
     BenchSettings=('ppo_trt.measure.bench', 'BenchSettings'),        # what shapes a benchmark (bench's `settings`)
     evaluate=('ppo_trt.measure.evaluate', 'evaluate'),               # control quality per phase -> evaluate.json
-    export_c=('ppo_trt.export.c_library', 'write_c_library'),        # the C library of policy.onnx, tested
+    export_c=('ppo_trt.export.c_library', 'write_c_library'),        # the C library of policy.onnx (cc: built, tested)
 )
 __all__ = list(_PUBLIC)
 
