@@ -48,3 +48,16 @@ def run_copy(run_dir, tmp_path):
     dst = tmp_path/'copy'
     shutil.copytree(run_dir, dst)
     return dst
+
+
+CHROMIUM = os.environ.get('CHROMIUM') or shutil.which('chromium') or shutil.which('chromium-browser')
+
+@pytest.fixture(scope='session')
+def browser():
+    "One headless Chromium per pytest process (Playwright's sync API allows one at a time in a thread)."
+    if not CHROMIUM: pytest.skip('no Chromium on this machine: apt-get install -y chromium (CI installs it)')
+    sync_playwright = pytest.importorskip('playwright.sync_api', reason='pip install playwright').sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=['--no-sandbox', '--disable-gpu'])
+        yield b
+        b.close()

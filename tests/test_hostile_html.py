@@ -53,16 +53,6 @@ def reader_sees(browser, url):
     return seen
 
 
-@pytest.fixture(scope='module')
-def browser():
-    if not CHROMIUM: pytest.skip('no Chromium on this machine: apt-get install -y chromium (CI installs it)')
-    sync_playwright = pytest.importorskip('playwright.sync_api', reason='pip install playwright').sync_playwright
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=['--no-sandbox', '--disable-gpu'])
-        yield b
-        b.close()
-
-
 def _markdown_html(items):
     "The HTML nbconvert makes of what report sections return (Markdown and HTML displays)."
     from nbconvert.filters.markdown_mistune import markdown2html_mistune as md2html

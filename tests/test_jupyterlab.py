@@ -60,38 +60,36 @@ def jupyter_lab(tmp, extension=True):
         log.close()
 
 
-def opened_modified(url, notebook):
+def opened_modified(browser, url, notebook):
     "Open `notebook` in JupyterLab, wait for its kernel to be idle and a moment more; whether its tab shows it modified."
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=['--no-sandbox', '--disable-gpu'])
-        page = browser.new_page(viewport=dict(width=1400, height=900))
+    ctx = browser.new_context(viewport=dict(width=1400, height=900))
+    try:
+        page = ctx.new_page()
         page.goto(f'{url}/lab/workspaces/t{uuid.uuid4().hex[:8]}/tree/{notebook}?reset', wait_until='domcontentloaded')
         panel = '.jp-NotebookPanel:not(.lm-mod-hidden)'
         page.wait_for_selector(f'{panel} .jp-Notebook-ExecutionIndicator[data-status="idle"]', timeout=90_000)
         page.wait_for_timeout(3000)  # JupyterLab writes the kernel's metadata just after the kernel is ready
         tab = page.locator('.lm-TabBar-tab.jp-mod-current')
         assert Path(notebook).name in tab.inner_text()
-        modified = 'jp-mod-dirty' in tab.get_attribute('class')
-        browser.close()
-    return modified
+        return 'jp-mod-dirty' in tab.get_attribute('class')
+    finally: ctx.close()
 
 
 def _sha(p): return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
 @in_browser
-def test_a_notebook_opens_unmodified(tmp_path):
+def test_a_notebook_opens_unmodified(browser, tmp_path):
     before = _sha(ROOT/NOTEBOOK)
     with jupyter_lab(tmp_path) as url:
-        assert not opened_modified(url, NOTEBOOK)
+        assert not opened_modified(browser, url, NOTEBOOK)
     assert _sha(ROOT/NOTEBOOK) == before
 
 
 @in_browser
-def test_without_the_extension_it_opens_modified(tmp_path):
+def test_without_the_extension_it_opens_modified(browser, tmp_path):
     with jupyter_lab(tmp_path, extension=False) as url:
-        assert opened_modified(url, NOTEBOOK)  # JupyterLab writes the kernel's display name and language_info
+        assert opened_modified(browser, url, NOTEBOOK)  # JupyterLab writes the kernel's display name and language_info
 
 
 # ---- issue 44: the extension touches only this project's notebooks, and never fails a load ----------------------------

@@ -46,15 +46,6 @@ def server(site):
     srv.shutdown(); srv.server_close()
 
 
-@pytest.fixture(scope='session')
-def browser():
-    sync_playwright = pytest.importorskip('playwright.sync_api', reason='pip install playwright').sync_playwright
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=['--no-sandbox', '--disable-gpu'])
-        yield b
-        b.close()
-
-
 class Watched:
     "A browser context whose non-local requests are aborted and whose errors are collected."
     def __init__(self, browser, base):
