@@ -9,7 +9,7 @@ from ppo_trt.core.files import BadInputError, load_json
 from ppo_trt.envs.controllers import pid_baseline, run_episode
 from ppo_trt.envs.gym import ActionHistory, ActuationDelay, make_env
 from ppo_trt.export.c_library import (write_c_library, build_and_test, compiler_missing, history_sequence,
-                                      SEQ_EPISODE, SEQ_FALLBACK_EVERY, test_tolerance)
+                                      SEQ_EPISODE, SEQ_FALLBACK_EVERY, c_test_bound)
 from ppo_trt.measure.c_loop import c_loop, c_loop_missing
 from ppo_trt.export.onnx import export, onnx_metadata
 from ppo_trt.measure.evaluate import ControlLoop
@@ -153,7 +153,7 @@ def test_c_library_keeps_the_memory(fast_run, tmp_path):
     assert built['ok'] and not built['warnings'], built
     error = float(re.search(r'memory of \d+ actions: .* max abs err (\S+)', built['output']).group(1))
     tol = float(re.search(r'#define PPO_TEST_TOL (\S+)', (folder/'ppo_policy_vectors.h').read_text()).group(1))
-    assert error <= tol <= test_tolerance([10.0])  # actions of a few units: a bound of ten at most
+    assert error <= tol <= c_test_bound([10.0])  # actions of a few units: a bound of ten at most
     # the sequence the C test holds is the Python runner's, fallbacks committed as ControlLoop commits them
     obs, runner = np.load(fast_run/'export_obs.npy'), B.load('ort', fast_run)
     rec = load_json(fast_run/'train.json')

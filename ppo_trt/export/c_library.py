@@ -20,7 +20,7 @@ from .c_kernel import STACK_SCRATCH_MAX, c_float, kernel_source
 __all__ = ['STATUS', 'SEQ_EPISODE', 'SEQ_FALLBACK_EVERY', 'TEST_PROGRAM', 'MAKEFILE', 'BENCH_PROGRAM', 'LIBRARY_MARKER',
            'MADE_BY', 'STRICT', 'BENCH_LINES', 'LIMIT_LINES', 'c_string', 'c_comment', 'check_c_metadata',
            'library_program', 'library_kernel', 'contract_comment', 'StateLayout', 'state_layout', 'library_header',
-           'library_source', 'history_sequence', 'state_sequence', 'test_tolerance', 'test_vectors', 'template_text',
+           'library_source', 'history_sequence', 'state_sequence', 'c_test_bound', 'test_vectors', 'template_text',
            'library_code', 'library_files', 'write_files', 'install_c_library', 'write_c_library', 'compiler_missing',
            'build_and_test', 'parse_bench', 'bench_c_library']
 
@@ -347,7 +347,7 @@ def state_sequence(act_fn, env_obs, state, width):
     return rows, np.asarray(outs, np.float32)
 
 # %% ../../nbs/36_c_library.ipynb #ba053989
-def test_tolerance(*actions):
+def c_test_bound(*actions):
     "The C test's bound on |C - ONNX Runtime| per action: `parity_bound` of the largest action it checks."
     return parity_bound(np.concatenate([np.ravel(a) for a in actions]))
 
@@ -357,7 +357,7 @@ def _c_rows(name, a):
 
 def test_vectors(obs, act, sequence=None, state=None, arithmetic=None):
     "The text of ppo_policy_vectors.h: observations and ORT's actions, the tolerance (a `sequence`, a `state` one)."
-    tol = test_tolerance(act, *([] if sequence is None else [sequence['act']]))
+    tol = c_test_bound(act, *([] if sequence is None else [sequence['act']]))
     parts = [f'/* {len(obs)} export observations and ONNX Runtime\'s actions for them (ppo-trt export-c) */',
              f'#define PPO_TEST_ROWS {len(obs)}',
              f'#define PPO_TEST_TOL {tol!r}  /* {PARITY_EPS} float32 epsilons of the largest |action| (at least 1) */']
