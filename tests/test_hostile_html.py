@@ -6,12 +6,11 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pytest
-from conftest import ppo_trt
+from conftest import ppo_trt, CHROMIUM
 
 os.environ.setdefault('MPLBACKEND', 'Agg')
 ROOT = Path(__file__).parents[1]
 REFERENCE = ROOT/'nbs'/'_reference'/'hopper'
-CHROMIUM = os.environ.get('CHROMIUM') or shutil.which('chromium') or shutil.which('chromium-browser')
 PAYLOAD = '<img src=x onerror=alert(1)><script>alert(2)</script>|`*_[l](javascript:alert(3))'
 SHOWN = '&lt;img src=x onerror=alert(1)&gt;'        # the payload as HTML text
 READ = 'node <img src=x onerror=alert(1)><script>alert(2)</script>|`'  # what a reader sees of a skip reason

@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.request import urlopen
 import pytest
 
-CHROMIUM = os.environ.get('CHROMIUM') or shutil.which('chromium') or shutil.which('chromium-browser')
+from conftest import CHROMIUM
 ROOT = Path(__file__).parents[1]
 NOTEBOOK = 'nbs/00_files.ipynb'
 EXTENSION = 'ppo_trt.results.jupyter'

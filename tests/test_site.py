@@ -15,7 +15,7 @@ from urllib.request import url2pathname
 import pytest
 from test_hostile_html import hostile_run, reader_sees, table_widths, RAW, SHOWN, READ, HOSTILE_NAME
 
-CHROMIUM = os.environ.get('CHROMIUM') or shutil.which('chromium') or shutil.which('chromium-browser')
+from conftest import CHROMIUM
 ROOT = Path(__file__).parents[1]
 pytestmark = [pytest.mark.browser, pytest.mark.slow,  # builds the whole site: `pytest -m slow`
               pytest.mark.skipif(not CHROMIUM,

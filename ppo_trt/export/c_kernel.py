@@ -526,8 +526,9 @@ def _scratch(width, obs, act, stack=False):
                     driver=[n_fn, *loops('', ''), '    return 0;', '}', '',
                             'PPO_MAYBE_UNUSED static inline int forward_one(const float *x, float *y) {',
                             '    forward_row(x, y); return 0;', '}'])
-    heap = lambda floats: (f'float *s = aligned_alloc(64, {-(-floats * 4 // 64) * 64}); if (!s) return -1; '
-                           f'memset(s, 0, {-(-floats * 4 // 64) * 64});')
+    whole = lambda floats: -(-floats * 4 // 64) * 64  # bytes, in whole 64-byte lines (aligned_alloc asks it)
+    heap = lambda floats: (f'float *s = aligned_alloc(64, {whole(floats)}); if (!s) return -1; '
+                           f'memset(s, 0, {whole(floats)});')
     tile = f'(float (*)[{width}])'
     return dict(row_args=', float *restrict s0, float *restrict s1', row_decl=[], rows_pass=', t0[r], t1[r]',
                 rows_args=f', float (*restrict t0)[{width}], float (*restrict t1)[{width}]', rows_decl=[],
