@@ -162,9 +162,10 @@ def _add_evaluate(p):
 
 # %% ../nbs/90_cli.ipynb #910c3270
 def _add_import(p):
-    p.add_argument('model', type=Path, metavar='MODEL.zip|POLICY.onnx',
-                   help='an SB3 / RL Zoo model.zip (PPO, A2C; read without unpickling) or an actor ONNX from any '
-                        'trainer')
+    p.add_argument('model', type=Path, metavar='MODEL.zip|POLICY.onnx|RL_ZOO_RUN',
+                   help='an SB3 / sb3-contrib model.zip (PPO, A2C, SAC, TD3, DDPG, TQC; read without unpickling), an '
+                        'RL Zoo run folder (logs/ALGO/ENV_ID_N: its model, config.yml, vecnormalize.pkl) or an actor '
+                        'ONNX from any trainer')
     p.add_argument('--env-id', required=True, help='the gymnasium env it was trained in')
     p.add_argument('--vecnormalize', type=Path, default=None, metavar='FILE.pkl',
                    help="the model's VecNormalize statistics (SB3 / RL Zoo vecnormalize.pkl; read through an "
@@ -279,8 +280,8 @@ def parser():
     _add_bench_file(p); _add_adopt(p)
     _add_evaluate(_sub(sub, 'evaluate', 'control quality per scenario phase and backend, vs the fallback (PID where '
                                         'the env has a preset)'))
-    _add_import(_sub(sub, 'import', 'make a run folder from a policy trained elsewhere: an SB3 / RL Zoo model.zip '
-                                    '(PPO, A2C) or an actor ONNX'))
+    _add_import(_sub(sub, 'import', 'make a run folder from a policy trained elsewhere: an SB3 model.zip (PPO, A2C, '
+                                    'SAC, TD3, DDPG, TQC), an RL Zoo run folder or an actor ONNX'))
     _add_residual_study(_sub(sub, 'residual-study',
                              'return vs timesteps: pure PPO, the expert, expert + residual (same seeds)'))
     _add_env_bench(_sub(sub, 'env-bench', 'batched torch envs vs gymnasium Sync/AsyncVectorEnv: steps/s per num_envs'))
@@ -727,10 +728,11 @@ def bring_bench_record(src, rd):
 # %% ../nbs/90_cli.ipynb #b111ab4b
 def cmd_import(a):
     "A run folder from a policy trained elsewhere: an SB3 / RL Zoo model.zip, or an actor ONNX."
-    from ppo_trt.export.foreign import import_policy, ImportSettings
+    from ppo_trt.export.foreign import ImportSettings
+    from ppo_trt.export.rl_zoo import import_model
     rd = Path(_folder(a))
     _say(f'importing {a.model} for {a.env_id} into {rd} ...')
-    line, rec = import_policy(a.model, ImportSettings(a.env_id, rd, a.vecnormalize, a.obs_name, a.action_name,
+    line, rec = import_model(a.model, ImportSettings(a.env_id, rd, a.vecnormalize, a.obs_name, a.action_name,
                                                       a.parity_obs))
     _say(f'imported {line}')
     if Path(a.model).suffix == '.onnx' and (bd := bring_bench_record(a.model, rd)):

@@ -653,6 +653,7 @@ class ImportSettings:
     parity_obs: int = 1000            # rollout observations export checks parity on
     eval_episodes: int = 3            # deterministic episodes that measure the imported policy's return
     seed: int = 0
+    provenance: dict | None = None  # where the file came from (an RL Zoo run folder), kept in its record
 
 # %% ../../nbs/39_foreign.ipynb #06e60738
 IMPORT_WRITES = ('policy', 'obs_norm', 'config', 'train_record', 'onnx', 'export_obs', 'export_record')
@@ -803,7 +804,7 @@ def import_sb3(path, s: ImportSettings):
     norm.check(obs_dim, s.vecnormalize or 'the VecNormalize statistics')
     origin = dict(origin=f'an SB3 {sb3_algorithm(z)} model.zip (ppo-trt import)', file=path.name,
                   sha256=sha256_file(path), algorithm=sb3_algorithm(z), stable_baselines3=z.version,
-                  vecnormalize=norm_what, ignored=sb3_ignored(z) + norm_ignored)
+                  vecnormalize=norm_what, ignored=sb3_ignored(z) + norm_ignored, **(s.provenance or {}))
     with _staged_for(path, run.root) as stage:  # built beside the folder, moved in only once exported
         built = RunDir(stage)
         sanitized_zip(z, built.path('policy'))
