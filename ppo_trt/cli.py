@@ -4,13 +4,14 @@
 
 # %% ../nbs/90_cli.ipynb #15771b1a
 from __future__ import annotations
-import argparse, contextlib, dataclasses, errno, math, os, sys, time
+import argparse, contextlib, dataclasses, errno, math, os, re, sys, time
 from pathlib import Path
 from .core.files import PpoTrtError, BadInputError, shown, terminal_line, leftovers
 from .core.run_folder import (DEFAULT_ENV_ID, FAST_ENV_ID, ARTIFACTS, OPTIONAL_STAGES, default_run_dir, RunDir)
 from .core.records import load_artifact, lineage_problems, run_lock, LOCK_NAME, HOLDER_NAME
 from .core.records import policy_only, policy_only_advice
 from .export.onnx import onnx_metadata
+from .export.torchscript import is_torchscript
 from .core.options import (number, number_list, positive_timesteps, name_list, add_options, from_args,
                                   MAX_BATCH, MAX_CALLS, MIN_EVAL_FREQ, MAX_EPISODES)
 from . import __version__
@@ -531,7 +532,7 @@ def _export_c_file(a):
                                  None if a.cc == 'none' else a.cc)
 
 def cmd_export_c(a):
-    from ppo_trt.export.c_library import write_c_library
+    from ppo_trt.export.c_library import write_c_library, wider_kernel
     if a.policy: lib = _export_c_file(a)
     else:
         rd = _run_dir(a)
@@ -552,6 +553,7 @@ def cmd_export_c(a):
     r = lib['test']
     if r: _say(f"{r['cc']} {r['flags']}: {'no warnings' if not r['warnings'] else 'WARNINGS: ' + r['warnings'][:300]}; "
                + '; '.join(r['output'].splitlines()))  # a recurrent library's test prints its sequence first
+    if r and (m := re.search(r'\(kernel ([^)]+)\)', r['output'])) and (note := wider_kernel(m.group(1))): _say(note)
     return lib
 
 # %% ../nbs/90_cli.ipynb #49824196
@@ -599,8 +601,9 @@ def bench_file_dir(a):
     if p.is_dir():
         raise BadInputError(f'{p} is a folder: bench a run folder with --run-dir {p}, or pass a policy.onnx file')
     if not p.is_file(): raise BadInputError(f'{p} does not exist: pass a policy.onnx file')
-    if p.suffix.lower() != '.onnx':
-        raise BadInputError(f'{p} is not a .onnx file: pass a policy.onnx, or a run folder as --run-dir')
+    if p.suffix.lower() != '.onnx' and not is_torchscript(p):
+        raise BadInputError(f'{p} is not a .onnx file (nor a TorchScript .pt): pass a policy.onnx (or policy.pt), or '
+                            'a run folder as --run-dir')
     rd = Path(a.run_dir or Path('runs')/f'bench-{p.stem}').absolute()
     if rd.is_dir() and {q.name for q in rd.iterdir()} <= {LOCK_NAME, HOLDER_NAME}: return rd  # locked just now, empty
     return owned_destination(rd, BENCH_MARKER, BENCH_MADE_BY)
@@ -616,8 +619,9 @@ def _policy_file(a):
     from ppo_trt.core.files import inside
     p = inside(Path(a.policy))
     if not p.is_file(): raise BadInputError(f'{p} does not exist: pass an actor .onnx file')
-    if p.suffix.lower() != '.onnx':
-        raise BadInputError(f'{p} is not a .onnx file: pass an actor ONNX, or a run folder as --run-dir')
+    if p.suffix.lower() != '.onnx' and not is_torchscript(p):
+        raise BadInputError(f'{p} is not a .onnx file (nor a TorchScript .pt): pass an actor ONNX (or policy.pt), or '
+                            'a run folder as --run-dir')
     return p
 
 def policy_bytes(src, opts):
@@ -625,6 +629,9 @@ def policy_bytes(src, opts):
     import onnx
     from ppo_trt.export.onnx import policy_metadata, read_onnx
     from ppo_trt.export.foreign import adopted_bytes, is_ppo_trt_policy, check_computed
+    if is_torchscript(src):  # read as data, rebuilt as ONNX, adopted
+        blob, adopted = adopted_bytes(src, opts)
+        return blob, adopted.line(src.name)
     try: proto = onnx.load(str(src), load_external_data=False)
     except Exception: proto = read_onnx(src)  # not ONNX: one line saying so
     mine = is_ppo_trt_policy(proto)

@@ -17,6 +17,7 @@ from ..core.machine import cpu_model
 from ..core.records import load_artifact
 from ..export.onnx import check_finite_policy, policy_metadata
 from ..export.foreign import AdoptOptions, adopted_path
+from ..export.torchscript import is_torchscript
 
 # %% auto #0
 __all__ = ['check_obs', 'hot_path_shape', 'hot_path_dtype', 'BackendUnavailable', 'Runner', 'wrapped_info', 'HistoryRunner',
@@ -228,9 +229,11 @@ class PolicySource:
     def __init__(self, path, adopt: AdoptOptions | None = None):
         p = Path(path)
         if p.is_dir(): self.run, self.onnx_path = RunDir(p), p/'policy.onnx'
-        elif p.suffix.lower() == '.onnx': self.run, self.onnx_path = None, inside(p)  # a link out of its folder: refused
+        elif p.suffix.lower() == '.onnx' or is_torchscript(p):
+            self.run, self.onnx_path = None, inside(p)  # a link out of its folder: refused
         elif p.exists():
-            raise BadInputError(f'{p} is neither a run folder nor a .onnx file: pass a run folder or a policy.onnx')
+            raise BadInputError(f'{p} is neither a run folder nor a .onnx file (nor a TorchScript .pt): pass a run '
+                                'folder or a policy.onnx')
         else: raise MissingArtifactError(f'{p} does not exist: pass a run folder or a policy.onnx file')
         self.folder, self._checked, self.options = self.onnx_path.parent, False, adopt or AdoptOptions()
         self._loaded, self.adopted = None, None  # the file a backend loads; the `Adopted` of a foreign one

@@ -18,11 +18,11 @@ from .c_kernel import STACK_SCRATCH_MAX, c_float, kernel_source
 
 # %% auto #0
 __all__ = ['STATUS', 'SEQ_EPISODE', 'SEQ_FALLBACK_EVERY', 'TEST_PROGRAM', 'MAKEFILE', 'BENCH_PROGRAM', 'LIBRARY_MARKER',
-           'MADE_BY', 'STRICT', 'BENCH_LINES', 'LIMIT_LINES', 'c_string', 'c_comment', 'check_c_metadata',
-           'library_program', 'library_kernel', 'contract_comment', 'StateLayout', 'state_layout', 'library_header',
-           'library_source', 'history_sequence', 'state_sequence', 'c_test_bound', 'test_vectors', 'template_text',
-           'library_code', 'library_files', 'write_files', 'install_c_library', 'write_c_library', 'compiler_missing',
-           'build_and_test', 'parse_bench', 'bench_c_library']
+           'MADE_BY', 'STRICT', 'X86_KERNELS', 'BENCH_LINES', 'LIMIT_LINES', 'c_string', 'c_comment',
+           'check_c_metadata', 'library_program', 'library_kernel', 'contract_comment', 'StateLayout', 'state_layout',
+           'library_header', 'library_source', 'history_sequence', 'state_sequence', 'c_test_bound', 'test_vectors',
+           'template_text', 'library_code', 'library_files', 'write_files', 'install_c_library', 'write_c_library',
+           'compiler_missing', 'build_and_test', 'cpu_flags', 'wider_kernel', 'parse_bench', 'bench_c_library']
 
 # %% ../../nbs/36_c_library.ipynb #fcfaf184
 from ..core.files import policy_sha256
@@ -484,10 +484,30 @@ def build_and_test(folder, cc='cc', opt='-O3', extra=()):
                            cwd=folder, capture_output=True, text=True)
     if build.returncode:
         raise PpoTrtError(f'{cc} could not build the C library (exit status {build.returncode}): '
-                          f'{build.stderr.strip()[-800:] or "it printed nothing"}')
+                          f'{"; ".join(build.stderr.strip()[-800:].splitlines()) or "it printed nothing"}')
     test = subprocess.run([str(folder/'test_ppo_policy')], cwd=folder, capture_output=True, text=True)
     return dict(ok=test.returncode == 0, warnings=build.stderr.strip(), output=test.stdout.strip(), cc=cc,
                 flags=' '.join(flags))
+
+# %% ../../nbs/36_c_library.ipynb #k1nd0f02
+X86_KERNELS = (('avx512', ('avx512f',), '-mavx512f -mfma'), ('avx2+fma', ('avx2', 'fma'), '-mavx2 -mfma'))
+
+def cpu_flags(cpuinfo='/proc/cpuinfo'):
+    "The instruction-set flags of this machine's first CPU (/proc/cpuinfo; empty where there is none)."
+    try: text = Path(cpuinfo).read_text(errors='replace')
+    except OSError: return set()
+    line = next((l for l in text.splitlines() if l.startswith('flags')), '')
+    return set(line.partition(':')[2].split())
+
+def wider_kernel(built, flags=None):
+    "A note when this CPU runs a wider kernel than the one `built` (PPO_KERNEL): which, and the flags that build it."
+    flags = cpu_flags() if flags is None else flags
+    for name, need, cflags in X86_KERNELS:
+        if name == built: return ''
+        if set(need) <= flags:
+            return (f'this CPU runs the {name} kernel, chosen at build time: build your copy with -march=native '
+                    f'(or {cflags}); ppo_policy_kernel() says which one a build holds')
+    return ''
 
 # %% ../../nbs/36_c_library.ipynb #8d3786e3
 BENCH_LINES = {  # what bench_ppo_policy prints, and the numbers each line gives
@@ -535,5 +555,7 @@ def bench_c_library(folder, flags=('-O3',), cc='cc', calls=2_000_000, target_ns=
         if build.returncode: raise PpoTrtError(f'{cc} could not build the harness: {build.stderr.strip()[-800:]}')
         run = subprocess.run([str(Path(tmp)/'bench'), str(calls), *([str(target_ns)] if target_ns else [])],
                              capture_output=True, text=True)
-    if run.returncode: raise PpoTrtError(f'the harness failed its checks: {(run.stdout + run.stderr).strip()[-800:]}')
+    if run.returncode:
+        said = '; '.join((run.stdout + run.stderr).strip()[-800:].splitlines())
+        raise PpoTrtError(f'the harness failed its checks: {said}')
     return dict(parse_bench(run.stdout), flags=' '.join(flags), warnings=build.stderr.strip(), output=run.stdout)

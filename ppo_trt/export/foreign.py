@@ -15,6 +15,7 @@ from ..core.run_folder import check_env_id
 from ..core.machine import package_version, available_memory, MEMORY_SHARE
 from .onnx import (parity_bound, DEPLOY_KEYS, read_onnx, onnx_metadata, set_metadata, check_finite_policy,
                                  control_period)
+from .torchscript import is_torchscript, torchscript_proto
 
 # %% auto #0
 __all__ = ['MAX_OBS_DIM', 'MAX_ACT_DIM', 'MAX_STATE', 'CHECK_ROWS', 'CHECK_BYTES', 'ADOPTED_CACHE_FILES', 'ADOPTED_CACHE_MB',
@@ -545,7 +546,8 @@ def _env_facts(env_id, inf, where):
 def adopt(path, opts=AdoptOptions()):
     "The `Adopted` ppo_trt graph of the actor ONNX at `path`, checked against the original; or one line why not."
     path = Path(path)
-    proto = check_finite_policy(read_onnx(path, redo='export the policy again'), path)
+    read = torchscript_proto(path) if is_torchscript(path) else read_onnx(path, redo='export the policy again')
+    proto = check_finite_policy(read, path)
     inf = infer_io(proto, opts, path)
     graph = pack_recurrent(free_batch(proto, inf) if inf.fixed_batch else proto, inf)
     err = check_adopted(proto, graph, inf, path)
@@ -603,9 +605,9 @@ def adopted_path(path, opts=AdoptOptions()):
     "(path a backend loads, the `Adopted` or None): `path` if it is a ppo_trt policy, else its adoption in the cache."
     import hashlib, onnx
     path = Path(path)
-    try: proto = onnx.load(str(path), load_external_data=False)
+    try: proto = None if is_torchscript(path) else onnx.load(str(path), load_external_data=False)
     except Exception: return path, None  # not ONNX: the loader says so in one line
-    if is_ppo_trt_policy(proto) and opts.obs_name is None and opts.action_name is None:
+    if proto is not None and is_ppo_trt_policy(proto) and opts.obs_name is None and opts.action_name is None:
         check_computed(read_onnx(path), path)  # a ppo_trt policy too is data: what it declares, it must compute
         return path, None
     blob, a = adopted_bytes(path, opts)
@@ -832,12 +834,13 @@ def import_policy(path, s: ImportSettings):
     "Import an SB3 model.zip or an actor ONNX at `path` into run folder `s.run_dir`: (a line saying what, the record)."
     path = _model_file(path)
     check_env_id(s.env_id, '--env-id')
-    if path.suffix.lower() == '.onnx':
+    if path.suffix.lower() == '.onnx' or is_torchscript(path):
         if s.vecnormalize: raise BadInputError('--vecnormalize goes with an SB3 model.zip; an ONNX actor carries its '
                                                'normaliser in its graph (or reads observations as they are)')
         a = import_onnx(path, s)
         return a.line(path.name), a
-    if path.suffix.lower() != '.zip': raise BadInputError(f'{path} is neither an SB3 model .zip nor an actor .onnx')
+    if path.suffix.lower() != '.zip':
+        raise BadInputError(f'{path} is neither an SB3 model .zip, an actor .onnx nor a TorchScript actor')
     origin, rec = import_sb3(path, s)
     return (f"{path.name}: {origin['algorithm']} (stable-baselines3 {origin['stable_baselines3']}), normaliser "
             f"{origin['vecnormalize']}; ONNX Runtime vs model.predict max abs err {rec.parity_ort_cpu.max_abs_err:.1e} "
