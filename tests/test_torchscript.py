@@ -53,3 +53,30 @@ def test_a_pt_naming_os_system_is_refused_and_never_run(policy_pt, tmp_path):
             zout.writestr(i.filename, blob)
     err = one_line(ppo_trt('import', evil, '--env-id', 'Hopper-v4', '--run-dir', tmp_path/'run'), 2, 'os.system')
     assert 'torch.onnx.export' in err and not mark.exists() and not (tmp_path/'run').exists()
+
+class PolicyExporterLSTM(torch.nn.Module):
+    "legged_gym's recurrent exporter: the LSTM's state in buffers, updated in place on every call."
+    def __init__(self, actor, memory):
+        super().__init__()
+        self.actor, self.is_recurrent, self.memory = actor, True, memory
+        self.register_buffer('hidden_state', torch.zeros(memory.num_layers, 1, memory.hidden_size))
+        self.register_buffer('cell_state', torch.zeros(memory.num_layers, 1, memory.hidden_size))
+    def forward(self, x):
+        out, (h, c) = self.memory(x.unsqueeze(0), (self.hidden_state, self.cell_state))
+        self.hidden_state[:] = h
+        self.cell_state[:] = c
+        return self.actor(out.squeeze(0))
+
+@pytest.mark.parametrize('backend', ['ort', pytest.param('native-c', marks=pytest.mark.slow)])
+def test_a_recurrent_pt_keeps_its_state_as_the_original(tmp_path, backend):
+    import ppo_trt
+    torch.manual_seed(0)
+    m = PolicyExporterLSTM(torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ELU(), torch.nn.Linear(32, 3)),
+                           torch.nn.LSTM(11, 64, 1))
+    torch.jit.script(m).save(str(tmp_path/'lstm.pt'))
+    original, runner = torch.jit.load(str(tmp_path/'lstm.pt')), ppo_trt.load(backend, tmp_path/'lstm.pt')
+    seq = np.random.default_rng(0).normal(size=(20, 11)).astype(np.float32)
+    want = np.stack([original(torch.from_numpy(o[None])).detach().numpy()[0] for o in seq])
+    got = np.stack([runner(o[None])[0] for o in seq])
+    assert np.abs(got - want).max() <= bound(want)
+    assert np.abs(got[1:] - got[:-1]).max() > 0  # the state moved: not a stateless copy of step one

@@ -14,8 +14,9 @@ from ..core.checkpoint import _PickleData, _OPS, _Refused, _Global
 
 # %% auto #0
 __all__ = ['TS_MAX', 'TS_READ', 'TS_SUFFIXES', 'TS_DTYPES', 'TS_GLOBALS', 'NUM', 'TS_ACTIVATIONS', 'LINEAR', 'EXPORTER',
-           'EMPIRICAL', 'TS_FIX', 'is_torchscript', 'read_archive', 'TsObject', 'TsPickle', 'TsClass', 'ts_classes',
-           'ts_module', 'ts_normalizer', 'ts_policy', 'torchscript_proto']
+           'EMPIRICAL', 'LSTM_EXPORTER', 'TS_FIX', 'is_torchscript', 'read_archive', 'TsObject', 'TsPickle', 'TsClass',
+           'ts_classes', 'ts_module', 'ts_normalizer', 'ts_lstm', 'ts_recurrent', 'ts_policy', 'recurrent_proto',
+           'torchscript_proto']
 
 # %% ../../nbs/38_torchscript.ipynb #b4888e93
 TS_MAX = 1 << 28  # bytes the members ppo_trt reads of a TorchScript archive may unpack to
@@ -74,7 +75,7 @@ class _Storage:
     __slots__ = ('dtype', 'data')
     def __init__(self, dtype, data): self.dtype, self.data = dtype, data
 
-# %% ../../nbs/38_torchscript.ipynb #ab487340
+# %% ../../nbs/38_torchscript.ipynb #2dc3b9a0
 def _strided(storage, offset, size, stride):
     "The tensor of `size` and `stride` at `offset` in `storage`, as a numpy array, after checking it lies inside."
     ok = lambda t: type(t) is tuple and len(t) <= 8 and all(type(n) is int and 0 <= n < 1 << 40 for n in t)
@@ -102,11 +103,12 @@ class TsPickle(_PickleData):
             if op == b'.':
                 if len(self.stack) != 1 or self.marks: raise _Refused('its data.pkl is not a well-formed pickle')
                 return self.stack[0]
-            if op not in self.ops: raise _Refused(f'its data.pkl holds the pickle opcode {op!r}, which torch never writes')
+            if op not in self.ops:
+                raise _Refused(f'its data.pkl holds the pickle opcode {op!r}, which torch never writes')
             self.ops[op](self)
         raise _Refused('its data.pkl runs more than 4 million pickle opcodes')
 
-# %% ../../nbs/38_torchscript.ipynb #e023694a
+# %% ../../nbs/38_torchscript.ipynb #140dc6ed
 @patch
 def glob(self: TsPickle, module, name):
     "A `__torch__` class as a token, an allowed torch global (`TS_GLOBALS`) by its role; any other refused by name."
@@ -128,7 +130,8 @@ def persistent(self: TsPickle, pid):
     if key not in self.storages:
         data = self.members.get(f'data/{key}')
         if data is None or len(data) != pid[4] * dtype.itemsize:
-            raise _Refused(f'its storage {key} holds {len(data or b""):,} bytes, not the {pid[4]:,} elements it declares')
+            held = len(data or b'')
+            raise _Refused(f'its storage {key} holds {held:,} bytes, not the {pid[4]:,} elements it declares')
         self.storages[key] = _Storage(dtype, data)
     return self.storages[key]
 
@@ -155,12 +158,13 @@ def build(self: TsPickle, obj, state):
         raise _Refused('its data.pkl sets the state of something to what torch never writes')
     obj.attrs.update(state)
 
-# %% ../../nbs/38_torchscript.ipynb #eadb7b1a
+# %% ../../nbs/38_torchscript.ipynb #6cc3f137
 @dataclass
 class TsClass:
-    "A class of the archive's code/ folder, read as text: its `Final` constants and the body of its `forward`."
+    "A class of the archive's code/ folder, read as text: its `Final` constants, the body of its `forward`, all of it."
     finals: dict
     forward: str
+    text: str = ''
 
 def _final(text):
     "A `Final` constant's value as TorchScript prints it (a number or a bool), else the text."
@@ -178,7 +182,7 @@ def ts_classes(members):
             body = m.group(2)
             fwd = re.search(r'^  def forward\([^)]*\) -> [^\n]*:\n((?:    .*\n?)*)', body, re.M)
             finals = {k: _final(v.strip()) for k, v in re.findall(r'^  (\w+) : Final\[\w+\] = (.+)$', body, re.M)}
-            classes[f'{module}.{m.group(1)}'] = TsClass(finals, ' '.join(fwd.group(1).split()) if fwd else '')
+            classes[f'{module}.{m.group(1)}'] = TsClass(finals, ' '.join(fwd.group(1).split()) if fwd else '', body)
         for m in re.finditer(r'^def (\w+)\([^)]*\) -> [^\n]*:\n((?:  .*\n?)*)', text, re.M):
             functions[f'{module}.{m.group(1)}'] = ' '.join(m.group(2).split())
     return classes, functions
@@ -274,7 +278,66 @@ def ts_normalizer(obj, classes, functions):
                        'export after .eval(), as rsl_rl\'s play script does')
     return _norm_class()(mean, std, eps)
 
-# %% ../../nbs/38_torchscript.ipynb #0fcffb0c
+# %% ../../nbs/38_torchscript.ipynb #a6306f5c
+LSTM_EXPORTER = (
+    r'(?:normalizer = self\.normalizer (?P<nx>\w+) = \(normalizer\)\.forward\(x, \) )?(?P<rnn>\w+) = self\.(?P=rnn) '
+    r'(?P<u>\w+) = torch\.unsqueeze\((?:x|(?P=nx)), 0\) hidden_state = self\.hidden_state cell_state = '
+    r'self\.cell_state (?P<r>\w+) = \((?P=rnn)\)\.forward__0\((?P=u), \(hidden_state, cell_state\), \) '
+    r'(?P<out>\w+), (?P<hc>\w+), = (?P=r) h, c, = (?P=hc) hidden_state0 = self\.hidden_state \w+ = '
+    r'torch\.copy_\(torch\.slice\(hidden_state0\), h\) cell_state0 = self\.cell_state \w+ = '
+    r'torch\.copy_\(torch\.slice\(cell_state0\), c\) (?:(?P<sq>\w+) = torch\.squeeze\((?P=out), 0\) actor = '
+    r'self\.actor return \(actor\)\.forward\((?P=sq), \)|actor = self\.actor (?P<a>\w+) = \(actor\)\.forward\('
+    r'torch\.squeeze\((?P=out), 0\), \) return (?P=a))')
+
+def ts_lstm(obj, classes):
+    "The torch LSTM of an archive's LSTM module: its constants, its tensors' shapes, its code calling torch.lstm."
+    import torch
+    cls = classes.get(getattr(obj, 'cls', None))
+    f = cls.finals if cls else {}
+    plain = dict(mode='"LSTM"', batch_first=False, bidirectional=False, proj_size=0, bias=True)
+    layers, size, width = f.get('num_layers'), f.get('hidden_size'), f.get('input_size')
+    if not (cls and 'torch.lstm(' in cls.text and all(f.get(k) == v for k, v in plain.items())
+            and all(type(v) is int and 0 < v <= 1 << 14 for v in (layers, size, width)) and layers <= 8):
+        raise _Refused('its memory is not a one-way LSTM without projection (what rsl_rl and legged_gym export)')
+    lstm = torch.nn.LSTM(width, size, layers)
+    state = {}
+    for k in range(layers):
+        for name, shape in ((f'weight_ih_l{k}', (4 * size, width if k == 0 else size)),
+                            (f'weight_hh_l{k}', (4 * size, size)), (f'bias_ih_l{k}', (4 * size,)),
+                            (f'bias_hh_l{k}', (4 * size,))):
+            t = obj.attrs.get(name)
+            if not (isinstance(t, np.ndarray) and t.shape == shape and t.dtype.kind == 'f'):
+                raise _Refused(f'its LSTM\'s {name} is not a float tensor of shape {list(shape)}')
+            state[name] = torch.from_numpy(t.astype(np.float32))
+    lstm.load_state_dict(state)
+    return lstm
+
+# %% ../../nbs/38_torchscript.ipynb #d9b0d515
+def _recurrent_class():
+    import torch
+    class RecurrentActor(torch.nn.Module):
+        "normalise -> LSTM (state in, state out) -> actor: Isaac Lab's ONNX form of a recurrent policy."
+        def __init__(self, norm, rnn, actor):
+            super().__init__()
+            self.norm, self.rnn, self.actor = norm, rnn, actor
+        def forward(self, obs, h_in, c_in):
+            x, (h, c) = self.rnn(self.norm(obs).unsqueeze(0), (h_in, c_in))
+            return self.actor(x.squeeze(0)), h, c
+    return RecurrentActor
+
+def ts_recurrent(tree, match, classes, functions):
+    "(the `RecurrentActor`, what it is, (layers, hidden size)) of a recognised recurrent exporter `tree`."
+    import torch
+    norm = (ts_normalizer(tree.attrs.get('normalizer'), classes, functions) if match.group('nx')
+            else torch.nn.Identity())
+    lstm = ts_lstm(tree.attrs.get(match.group('rnn')), classes)
+    actor = ts_module(tree.attrs.get('actor'), classes, functions, 'its actor')
+    kind = 'EmpiricalNormalization' if type(norm).__name__ == 'EmpiricalNorm' else 'none'
+    what = (f'a recurrent exporter: normalizer {kind}, LSTM {lstm.input_size}->{lstm.hidden_size} x{lstm.num_layers}'
+            f', actor {_described(actor)}')
+    return _recurrent_class()(norm, lstm, actor).eval(), what, (lstm.num_layers, lstm.hidden_size)
+
+# %% ../../nbs/38_torchscript.ipynb #b6d1d8f4
 def _described(module):
     "What a rebuilt chain holds, in a few words: its Linear widths and its activations."
     import torch
@@ -285,34 +348,52 @@ def _described(module):
     return f"{'-'.join(map(str, widths))} ({', '.join(acts) or 'linear'})"
 
 def ts_policy(members):
-    "(torch module, what it is) of a TorchScript archive's members: its actor, with the normaliser in front if any."
+    "(torch module, what it is, recurrent state or None) of a TorchScript archive's members: actor, normaliser first."
     import torch
     tree = TsPickle(members['data.pkl'], members).run()
     classes, functions = ts_classes(members)
     cls = classes.get(getattr(tree, 'cls', None))
+    if cls is not None and (m := re.fullmatch(LSTM_EXPORTER, cls.forward)):
+        return ts_recurrent(tree, m, classes, functions)
     if cls is not None and re.fullmatch(EXPORTER, cls.forward):
         norm = ts_normalizer(tree.attrs.get('normalizer'), classes, functions)
         actor = ts_module(tree.attrs.get('actor'), classes, functions, 'its actor')
         kind = 'EmpiricalNormalization' if type(norm).__name__ == 'EmpiricalNorm' else type(norm).__name__
-        return torch.nn.Sequential(norm, actor).eval(), f"rsl_rl's exporter: normalizer {kind}, actor {_described(actor)}"
+        return (torch.nn.Sequential(norm, actor).eval(), f"rsl_rl's exporter: normalizer {kind}, actor "
+                f"{_described(actor)}", None)
     chain = ts_module(tree, classes, functions)
-    return chain.eval(), f'a chain {_described(chain)}'
+    return chain.eval(), f'a chain {_described(chain)}', None
 
-# %% ../../nbs/38_torchscript.ipynb #2146917a
+# %% ../../nbs/38_torchscript.ipynb #fb8855f1
 TS_FIX = 'export it with torch.onnx.export on your side and pass the .onnx'
+
+def recurrent_proto(module, state):
+    "The ONNX of a `RecurrentActor` as Isaac Lab exports one: obs, h_in, c_in -> actions, h_out, c_out, batch of 1."
+    import io, onnx, torch
+    from ppo_trt.export.onnx import OPSET, _quiet_torch_onnx
+    layers, size = state
+    args = (torch.zeros(1, module.rnn.input_size), torch.zeros(layers, 1, size), torch.zeros(layers, 1, size))
+    buf = io.BytesIO()
+    with _quiet_torch_onnx():
+        torch.onnx.export(module, args, buf, input_names=['obs', 'h_in', 'c_in'], opset_version=OPSET,
+                          output_names=['actions', 'h_out', 'c_out'], dynamo=False)
+    return onnx.load_from_string(buf.getvalue())
 
 def torchscript_proto(path):
     "The ONNX actor rebuilt from the TorchScript file at `path` without running it (`obs` -> `action`); or one line."
     import torch
     from ppo_trt.export.onnx import to_onnx_proto, set_metadata
-    try: module, what = ts_policy(read_archive(path))
+    try: module, what, state = ts_policy(read_archive(path))
     except _Refused as e:
-        raise BadInputError(f'{path} cannot be read as a TorchScript policy without running it: {e}; {TS_FIX}') from None
+        raise BadInputError(f'{path} cannot be read as a TorchScript policy without running it: {e}; '
+                            f'{TS_FIX}') from None
     except (zipfile.BadZipFile, OSError, ValueError, KeyError, EOFError, RecursionError, UnicodeDecodeError) as e:
         raise BadInputError(f'{path} is not a readable TorchScript archive ({error_line(e, 100)}); {TS_FIX}') from None
-    class Actor(torch.nn.Module):  # the input named as `to_onnx_proto` names it
-        def __init__(self, net): super().__init__(); self.net = net
-        def forward(self, obs): return self.net(obs)
-    first = next(m for m in module.modules() if isinstance(m, torch.nn.Linear))
-    proto = to_onnx_proto(Actor(module).eval(), first.in_features)
+    if state is not None: proto = recurrent_proto(module, state)
+    else:
+        class Actor(torch.nn.Module):  # the input named as `to_onnx_proto` names it
+            def __init__(self, net): super().__init__(); self.net = net
+            def forward(self, obs): return self.net(obs)
+        first = next(m for m in module.modules() if isinstance(m, torch.nn.Linear))
+        proto = to_onnx_proto(Actor(module).eval(), first.in_features)
     return set_metadata(proto, torchscript=f'read as data, never run: {what}')
