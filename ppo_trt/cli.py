@@ -105,6 +105,9 @@ def _add_obs(p):
 def _add_adopt(p):
     p.add_argument('--obs-name', default=None, help="a foreign actor ONNX: its observation input, where ambiguous")
     p.add_argument('--action-name', default=None, help='a foreign actor ONNX: its action output, where ambiguous')
+    p.add_argument('--trust-code', action='store_true',
+                   help='a TorchScript .pt ppo_trt cannot read as data: run its code (torch.jit.load) to export it; '
+                        'only for a file you trust (the record says so)')
 
 # %% ../nbs/90_cli.ipynb #7960d193
 def _add_bench(p):
@@ -612,7 +615,7 @@ def bench_file_dir(a):
 def _adopt_options(a, origin):
     "The `AdoptOptions` of a command's --obs-name, --action-name and --env-id."
     from ppo_trt.export.foreign import AdoptOptions
-    return AdoptOptions(a.obs_name, a.action_name, a.env_id, origin)
+    return AdoptOptions(a.obs_name, a.action_name, a.env_id, origin, a.trust_code)
 
 def _policy_file(a):
     "`a.policy` if it is an .onnx file (never read through a link out of its folder), else one line."
@@ -740,7 +743,7 @@ def cmd_import(a):
     rd = Path(_folder(a))
     _say(f'importing {a.model} for {a.env_id} into {rd} ...')
     line, rec = import_model(a.model, ImportSettings(a.env_id, rd, a.vecnormalize, a.obs_name, a.action_name,
-                                                      a.parity_obs))
+                                                      a.parity_obs, trust_code=a.trust_code))
     _say(f'imported {line}')
     if Path(a.model).suffix == '.onnx' and (bd := bring_bench_record(a.model, rd)):
         _say(f'brought bench.json along from {bd}: `ppo-trt bench {Path(a.model).name}` timed the same network there')

@@ -80,3 +80,19 @@ def test_a_recurrent_pt_keeps_its_state_as_the_original(tmp_path, backend):
     got = np.stack([runner(o[None])[0] for o in seq])
     assert np.abs(got - want).max() <= bound(want)
     assert np.abs(got[1:] - got[:-1]).max() > 0  # the state moved: not a stateless copy of step one
+
+class Odd(torch.nn.Module):
+    "A policy ppo_trt does not rebuild from data: a side branch reads the observation."
+    def __init__(self): super().__init__(); self.lin = torch.nn.Linear(11, 3)
+    def forward(self, x): return torch.tanh(self.lin(x)) * 0.5 + torch.sin(x[:, :3])
+
+def test_a_pt_not_read_as_data_runs_only_behind_trust_code(tmp_path):
+    import ppo_trt
+    from ppo_trt.core.files import PpoTrtError
+    torch.jit.script(Odd()).save(str(tmp_path/'odd.pt'))
+    with pytest.raises(PpoTrtError, match='--trust-code'):
+        ppo_trt.load('ort', tmp_path/'odd.pt')(np.zeros((1, 11), np.float32))
+    obs = np.random.default_rng(0).normal(size=(32, 11)).astype(np.float32)
+    want = torch.jit.load(str(tmp_path/'odd.pt'))(torch.from_numpy(obs)).detach().numpy()
+    got = ppo_trt.load('ort', tmp_path/'odd.pt', trust_code=True)(obs)
+    assert np.abs(got - want).max() <= bound(want)

@@ -180,7 +180,7 @@ def with_memory(runner, name, source):
 # %% ../../nbs/49_registry.ipynb #180e5ad8
 def _policy_source(source, opts):
     "`source` as a `PolicySource`, adopting a foreign actor with the `obs_name` / `action_name` taken out of `opts`."
-    names = {k: opts.pop(k) for k in ('obs_name', 'action_name') if k in opts}
+    names = {k: opts.pop(k) for k in ('obs_name', 'action_name', 'trust_code') if k in opts}
     if isinstance(source, PolicySource) or not any(names.values()): return policy_source(source)
     return PolicySource(source, AdoptOptions(**names))
 

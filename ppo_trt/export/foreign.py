@@ -33,6 +33,7 @@ class AdoptOptions:
     action_name: str | None = None
     env_id: str | None = None
     origin: str = 'a foreign actor ONNX'  # what the provenance says it is: 'an SB3 model.zip', ...
+    trust_code: bool = False  # a TorchScript not read as data may be run (torch.jit.load): said in the record
 
 # %% ../../nbs/39_foreign.ipynb #2bd9c552
 @dataclass(frozen=True)
@@ -546,7 +547,8 @@ def _env_facts(env_id, inf, where):
 def adopt(path, opts=AdoptOptions()):
     "The `Adopted` ppo_trt graph of the actor ONNX at `path`, checked against the original; or one line why not."
     path = Path(path)
-    read = torchscript_proto(path) if is_torchscript(path) else read_onnx(path, redo='export the policy again')
+    read = (torchscript_proto(path, opts.trust_code) if is_torchscript(path)
+            else read_onnx(path, redo='export the policy again'))
     proto = check_finite_policy(read, path)
     inf = infer_io(proto, opts, path)
     graph = pack_recurrent(free_batch(proto, inf) if inf.fixed_batch else proto, inf)
@@ -656,6 +658,7 @@ class ImportSettings:
     eval_episodes: int = 3            # deterministic episodes that measure the imported policy's return
     seed: int = 0
     provenance: dict | None = None  # where the file came from (an RL Zoo run folder), kept in its record
+    trust_code: bool = False        # a TorchScript not read as data may be run (torch.jit.load)
 
 # %% ../../nbs/39_foreign.ipynb #06e60738
 IMPORT_WRITES = ('policy', 'obs_norm', 'config', 'train_record', 'onnx', 'export_obs', 'export_record')
@@ -672,7 +675,8 @@ def import_onnx(path, s: ImportSettings):
     "Adopt the actor ONNX at `path` for `s.env_id` into `s.run_dir`/policy.onnx (a policy-only folder); its `Adopted`."
     run = RunDir(s.run_dir)
     _fresh_folder(run)
-    a = adopt(path, AdoptOptions(s.obs_name, s.action_name, s.env_id, 'a foreign actor ONNX (ppo-trt import)'))
+    a = adopt(path, AdoptOptions(s.obs_name, s.action_name, s.env_id, 'a foreign actor ONNX (ppo-trt import)',
+                                 s.trust_code))
     check_policy_env(onnx_metadata(a.proto), s.env_id)  # its widths are the env's, or one line
     run.root.mkdir(parents=True, exist_ok=True)
     with atomic_path(run.path('onnx')) as tmp: tmp.write_bytes(a.proto.SerializeToString())

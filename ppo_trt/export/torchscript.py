@@ -15,8 +15,8 @@ from ..core.checkpoint import _PickleData, _OPS, _Refused, _Global
 # %% auto #0
 __all__ = ['TS_MAX', 'TS_READ', 'TS_SUFFIXES', 'TS_DTYPES', 'TS_GLOBALS', 'NUM', 'TS_ACTIVATIONS', 'LINEAR', 'EXPORTER',
            'EMPIRICAL', 'LSTM_EXPORTER', 'TS_FIX', 'is_torchscript', 'read_archive', 'TsObject', 'TsPickle', 'TsClass',
-           'ts_classes', 'ts_module', 'ts_normalizer', 'ts_lstm', 'ts_recurrent', 'ts_policy', 'recurrent_proto',
-           'torchscript_proto']
+           'ts_classes', 'ts_module', 'ts_normalizer', 'ts_lstm', 'ts_recurrent', 'ts_policy', 'run_torchscript_proto',
+           'recurrent_proto', 'torchscript_proto']
 
 # %% ../../nbs/38_torchscript.ipynb #b4888e93
 TS_MAX = 1 << 28  # bytes the members ppo_trt reads of a TorchScript archive may unpack to
@@ -364,8 +364,34 @@ def ts_policy(members):
     chain = ts_module(tree, classes, functions)
     return chain.eval(), f'a chain {_described(chain)}', None
 
-# %% ../../nbs/38_torchscript.ipynb #fb8855f1
-TS_FIX = 'export it with torch.onnx.export on your side and pass the .onnx'
+# %% ../../nbs/38_torchscript.ipynb #cbdd02e4
+TS_FIX = ('export it with torch.onnx.export on your side and pass the .onnx, or pass --trust-code to run its code '
+          '(only for a file you trust)')
+
+def _first_width(tree):
+    "The input width of the first Linear-shaped weight (2-D, float) in the module tree, depth first; else None."
+    todo = [tree]
+    while todo:
+        obj = todo.pop(0)
+        if not isinstance(obj, TsObject): continue
+        w = obj.attrs.get('weight')
+        if isinstance(w, np.ndarray) and w.ndim == 2 and w.dtype.kind == 'f': return int(w.shape[1])
+        todo = [v for v in obj.attrs.values() if isinstance(v, TsObject)] + todo
+    return None
+
+def run_torchscript_proto(path, members):
+    "The ONNX of the TorchScript at `path` traced by running it (torch.jit.load): only behind --trust-code."
+    import io, onnx, torch
+    from ppo_trt.export.onnx import OPSET, _quiet_torch_onnx
+    width = _first_width(TsPickle(members['data.pkl'], members).run())
+    if width is None: raise _Refused('its input width is not found (no Linear weight in it)')
+    module = torch.jit.load(str(path), map_location='cpu').eval()  # runs the file's code: the caller trusts it
+    buf = io.BytesIO()
+    with _quiet_torch_onnx():
+        torch.onnx.export(module, (torch.zeros(1, width),), buf, input_names=['obs'], output_names=['actions'],
+                          opset_version=OPSET, dynamo=False,
+                          dynamic_axes={'obs': {0: 'batch'}, 'actions': {0: 'batch'}})
+    return onnx.load_from_string(buf.getvalue())
 
 def recurrent_proto(module, state):
     "The ONNX of a `RecurrentActor` as Isaac Lab exports one: obs, h_in, c_in -> actions, h_out, c_out, batch of 1."
@@ -379,11 +405,17 @@ def recurrent_proto(module, state):
                           output_names=['actions', 'h_out', 'c_out'], dynamo=False)
     return onnx.load_from_string(buf.getvalue())
 
-def torchscript_proto(path):
-    "The ONNX actor rebuilt from the TorchScript file at `path` without running it (`obs` -> `action`); or one line."
+def torchscript_proto(path, trust_code=False):
+    "The ONNX actor rebuilt from the TorchScript at `path` without running it (or, `trust_code`, run); or one line."
     import torch
     from ppo_trt.export.onnx import to_onnx_proto, set_metadata
-    try: module, what, state = ts_policy(read_archive(path))
+    try:
+        members = read_archive(path)
+        try: module, what, state = ts_policy(members)
+        except _Refused as e:
+            if not trust_code: raise
+            return set_metadata(run_torchscript_proto(path, members), torchscript=f'RUN as code (--trust-code: '
+                                f'torch.jit.load executed the file), as it was not read as data: {e}')
     except _Refused as e:
         raise BadInputError(f'{path} cannot be read as a TorchScript policy without running it: {e}; '
                             f'{TS_FIX}') from None
