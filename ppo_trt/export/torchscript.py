@@ -364,7 +364,7 @@ def ts_policy(members):
     chain = ts_module(tree, classes, functions)
     return chain.eval(), f'a chain {_described(chain)}', None
 
-# %% ../../nbs/38_torchscript.ipynb #cbdd02e4
+# %% ../../nbs/38_torchscript.ipynb #fd33a90a
 TS_FIX = ('export it with torch.onnx.export on your side and pass the .onnx, or pass --trust-code to run its code '
           '(only for a file you trust)')
 
