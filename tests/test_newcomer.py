@@ -144,7 +144,7 @@ def test_import_brings_the_bench_record_of_the_same_network(tmp_path, monkeypatc
     src = foreign_actor(tmp_path/'POLICY.onnx')
     # what `ppo-trt bench POLICY.onnx` leaves in runs/bench-POLICY: its adopted copy and a record of it
     bd = tmp_path/'runs'/'bench-POLICY'; bd.mkdir(parents=True)
-    a = type('A', (), dict(obs_name=None, action_name=None, env_id=None))()
+    a = type('A', (), dict(obs_name=None, action_name=None, env_id=None, trust_code=False))()
     (bd/'policy.onnx').write_bytes(policy_bytes(src, _adopt_options(a, 'a foreign actor ONNX (ppo-trt bench)'))[0])
     mark_made_by(bd, BENCH_MARKER, BENCH_MADE_BY)
     ref = load_artifact(REF, 'bench_record')

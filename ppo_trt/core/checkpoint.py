@@ -176,8 +176,8 @@ def _policy_class(item):
         return ActorCriticPolicy
     name = re.match(r'<function (\w+)\.__init__', init)
     raise _Refused(f"its policy is {shown(name.group(1) if name else init, 60)}, not PPO's or A2C's ActorCriticPolicy "
-                   '(ppo_trt imports those; an off-policy actor, SAC or TD3, comes in as ONNX: export it with '
-                   'torch.onnx, then `ppo-trt import POLICY.onnx`)')
+                   '(a run folder holds those; an off-policy SAC, TD3, DDPG or TQC model comes in with `ppo-trt '
+                   'import MODEL.zip`, as a policy-only run folder)')
 def _arch_params(kwargs, obs, act):
     "Weights the policy's net_arch declares for `obs` inputs and `act` actions (checked widths), before SB3 builds it."
     arch, shared = kwargs.get('net_arch'), []
