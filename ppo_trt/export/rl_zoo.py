@@ -86,9 +86,9 @@ def _run_root(path):
         names = ', '.join(shown(r.name, 40) for r in runs[:6])
         raise BadInputError(f'{path} holds {len(runs)} RL Zoo runs ({names}): pass one of them')
     found = sorted(shown(p.name, 60) for p in path.iterdir() if p.suffix.lower() in ('.zip', '.onnx'))[:4]
-    raise BadInputError(f'{path} is a folder but not an RL Zoo run (no ENV_ID/config.yml in it): pass the model file '
-                        f'in it ({", ".join(found) or "a model.zip or an actor .onnx"}), or the folder '
-                        'logs/ALGO/ENV_ID_N RL Zoo wrote')
+    found = ', '.join(found) or 'a model.zip or an actor .onnx'
+    raise BadInputError(f'{path} is a folder: pass the model file in it ({found}), or an RL Zoo run folder '
+                        'logs/ALGO/ENV_ID_N (it holds no ENV_ID/config.yml)')
 
 # %% ../../nbs/59_rl_zoo.ipynb #3e277aa8
 def _norm_obs(value, where):
