@@ -168,8 +168,8 @@ def _add_evaluate(p):
 def _add_import(p):
     p.add_argument('model', type=Path, metavar='MODEL.zip|POLICY.onnx|RL_ZOO_RUN',
                    help='an SB3 / sb3-contrib model.zip (PPO, A2C, SAC, TD3, DDPG, TQC; read without unpickling), an '
-                        'RL Zoo run folder (logs/ALGO/ENV_ID_N: its model, config.yml, vecnormalize.pkl) or an actor '
-                        'ONNX from any trainer')
+                        'RL Zoo run folder (logs/ALGO/ENV_ID_N: its model, config.yml, vecnormalize.pkl), an actor '
+                        'ONNX from any trainer, or a TorchScript policy.pt (read as data)')
     p.add_argument('--env-id', required=True, help='the gymnasium env it was trained in')
     p.add_argument('--vecnormalize', type=Path, default=None, metavar='FILE.pkl',
                    help="the model's VecNormalize statistics (SB3 / RL Zoo vecnormalize.pkl; read through an "
@@ -238,8 +238,8 @@ def _add_c_loop(p):
     p.add_argument('--cc', default='gcc', help='the C compiler')
 
 # %% ../nbs/90_cli.ipynb #58fb724e
-def _add_bench_file(p, what='bench this actor ONNX on its own (Polygraphy-style), ppo_trt\'s or any trainer\'s: its '
-                            'records go into a run folder ppo-trt makes for it (--run-dir, default '
+def _add_bench_file(p, what='bench this actor ONNX (or TorchScript .pt) on its own (Polygraphy-style), any '
+                            'trainer\'s: its records go into a run folder ppo-trt makes for it (--run-dir, default '
                             'runs/bench-<file name>), never beside the file'):
     p.add_argument('policy', nargs='?', type=Path, default=None, metavar='POLICY.onnx', help=what)
 
