@@ -17,8 +17,8 @@ from .records import ObsNormRecord, read_record, record
 # %% auto #0
 __all__ = ['SB3_ZIP_MAX', 'SB3_DATA_MAX', 'SB3_SPACE_MAX', 'SB3_WIDTH_MAX', 'SB3_ROLLOUT_MAX', 'SB3_METHODS', 'SB3_MEMBERS',
            'SB3_KEYS', 'ACTIVATIONS', 'OPTIMIZERS', 'SB3_COUNTS', 'SB3_REALS', 'POLICY_KWARGS', 'ON_POLICY', 'PKL_MAX',
-           'PKL_OPS_MAX', 'PKL_NDIM_MAX', 'PKL_DTYPES', 'ObsNorm', 'Sb3Zip', 'read_sb3_zip', 'sb3_algorithm',
-           'load_sb3_model', 'load_policy', 'VecNormStats', 'read_pickle_data', 'read_vecnormalize']
+           'PKL_OPS_MAX', 'PKL_NDIM_MAX', 'PKL_DTYPES', 'ObsNorm', 'policy_state', 'Sb3Zip', 'read_sb3_zip',
+           'sb3_algorithm', 'load_sb3_model', 'load_policy', 'VecNormStats', 'read_pickle_data', 'read_vecnormalize']
 
 # %% ../../nbs/04_checkpoint.ipynb #88e9a191
 @dataclass
@@ -251,15 +251,19 @@ def _weights(blob, name):
     try: return torch.load(io.BytesIO(blob), map_location='cpu', weights_only=True)
     except Exception as e: raise _Refused(f'its {name} is not plain tensors ({error_line(e, 100)})') from None
 
-def _policy_weights(blob):
-    "How many numbers policy.pth holds: a mapping of names to tensors (`_weights`), every float one finite."
+def policy_state(blob):
+    "policy.pth's tensors: a mapping of names to tensors (`_weights`), every float one finite; else `_Refused`."
     import torch
     sd = _weights(blob, 'policy.pth')
     if not (isinstance(sd, dict) and all(isinstance(t, torch.Tensor) for t in sd.values())):
         raise _Refused('its policy.pth is not a mapping of names to tensors')
     if not all(bool(torch.isfinite(t).all()) for t in sd.values() if t.is_floating_point()):
         raise _Refused('its policy.pth holds NaN or inf weights')
-    return sum(t.numel() for t in sd.values())
+    return sd
+
+def _policy_weights(blob):
+    "How many numbers policy.pth holds (`policy_state`)."
+    return sum(t.numel() for t in policy_state(blob).values())
 
 # %% ../../nbs/04_checkpoint.ipynb #8f91ddc3
 @dataclass
@@ -388,6 +392,8 @@ _PLAIN_KEYS = (str, int, float, bool, bytes, type(None))
 # %% ../../nbs/04_checkpoint.ipynb #c8d710b4
 class _PickleData:
     "A pickle-opcode interpreter of our own that builds plain data only: no `pickle.Unpickler`, no callable run."
+    FILE = 'a VecNormalize file'  # what the file is, in refusals
+    EXTRA_OPS = {}                # opcodes a subclass reads besides `_OPS`
     def __init__(self, blob):
         self.blob, self.pos, self.stack, self.marks, self.memo = bytes(blob), 0, [], [], {}
         self.budget = len(self.blob)  # bytes of arrays and decoded bytes it may make: no more than the file holds
@@ -418,11 +424,10 @@ class _PickleData:
             if op == b'.':
                 if len(self.stack) != 1 or self.marks: raise _Refused('it is not a well-formed pickle')
                 return self.stack[0]
-            if op not in _OPS:
+            if (fn := self.EXTRA_OPS.get(op) or _OPS.get(op)) is None:
                 o = pickletools.code2op.get(op.decode('latin1'))
-                raise _Refused(f'it holds the pickle opcode {o.name if o else repr(op)}, which a VecNormalize file '
-                               'never needs')
-            _OPS[op](self)
+                raise _Refused(f'it holds the pickle opcode {o.name if o else repr(op)}, which {self.FILE} never needs')
+            fn(self)
         raise _Refused(f'it runs more than {PKL_OPS_MAX:,} pickle opcodes')
 
 # %% ../../nbs/04_checkpoint.ipynb #bd34f349
